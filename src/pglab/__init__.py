@@ -1,0 +1,3 @@
+"""pglab: a reproducible performance lab for PostgreSQL."""
+
+__version__ = "0.1.0"

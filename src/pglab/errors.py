@@ -1,0 +1,46 @@
+"""User-facing errors and the exit codes they map to.
+
+A PglabError is a mistake or a condition the user can act on: the CLI prints its message
+on one line and exits with its code, never a traceback.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    RUN_FAILED = 1  # the server or the load generator failed during the run
+    BAD_INPUT = 2  # the scenario, a setting, an option or a file given is wrong
+    ENVIRONMENT = 3  # something this machine lacks: binaries, permissions, a writable dir
+    INTERRUPTED = 130  # SIGINT or SIGTERM: cleaned up, folder marked interrupted
+
+
+class PglabError(Exception):
+    """An error whose message is meant for the user, as one line."""
+
+    exit_code: ExitCode = ExitCode.RUN_FAILED
+
+    def __init__(self, message: str, exit_code: ExitCode | None = None) -> None:
+        super().__init__(message)
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+
+class BadInput(PglabError):
+    exit_code = ExitCode.BAD_INPUT
+
+
+class EnvironmentProblem(PglabError):
+    exit_code = ExitCode.ENVIRONMENT
+
+
+class Interrupted(PglabError):
+    """Raised in the main thread when SIGINT or SIGTERM arrives."""
+
+    exit_code = ExitCode.INTERRUPTED
+
+    def __init__(self, signal_name: str) -> None:
+        super().__init__(f"interrupted by {signal_name}")
+        self.signal_name = signal_name

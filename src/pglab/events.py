@@ -1,0 +1,33 @@
+"""Events on the run's one clock: checkpoints, autovacuum runs, lock waits, faults, crashes.
+
+An event is something with a start (and maybe an end) that happened to one node. Every
+source of events (server log, probes, the fault timeline) produces this one type, and the
+results folder stores them in events.parquet with `attrs` as a JSON string.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Event:
+    """One thing that happened on one node, in UTC."""
+
+    t_start: datetime
+    kind: str
+    node: str = "primary"
+    t_end: datetime | None = None
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.t_start.tzinfo is None:
+            raise ValueError("Event.t_start must be timezone-aware (UTC)")
+        if self.t_end is not None and self.t_end.tzinfo is None:
+            raise ValueError("Event.t_end must be timezone-aware (UTC)")
+
+    def attrs_json(self) -> str:
+        return json.dumps(self.attrs, sort_keys=True, default=str)

@@ -1,0 +1,319 @@
+"""A throwaway local PostgreSQL server: initdb, configuration, start, stop.
+
+The postmaster is pglab's own child (not daemonised by pg_ctl), in its own session, with
+a parent-death signal: it cannot outlive pglab. It listens on a private Unix socket dir
+and on a free loopback port; every TCP login is rejected until a topology needs one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+
+from pglab.errors import BadInput, EnvironmentProblem, PglabError
+from pglab.lab.binaries import PgBinaries
+from pglab.lab.osuser import ServerUser
+from pglab.lab.processes import kill_tree, spawn, wait_until
+from pglab.paths import ensure_dir
+
+SUPERUSER = "postgres"
+BENCH_DB = "pglab"
+
+# Parameters pglab sets itself so that it can find, reach and read the server. A scenario
+# may not change them: a different log format or language would silently blind pglab.
+MANAGED = frozenset(
+    {
+        "port",
+        "listen_addresses",
+        "unix_socket_directories",
+        "logging_collector",
+        "log_destination",
+        "log_directory",
+        "log_filename",
+        "log_rotation_age",
+        "log_rotation_size",
+        "lc_messages",
+        "log_line_prefix",
+        "log_timezone",
+        "data_directory",
+        "hba_file",
+        "ident_file",
+        "config_file",
+    }
+)
+
+
+SOCKET_PARENT = "/tmp"
+
+
+def remove_socket_dir(node_dir: Path) -> None:
+    """Remove the node's socket dir recorded by LocalServer.socket_dir, if any."""
+    record = node_dir / "socket_dir"
+    if record.is_file():
+        path = Path(record.read_text().strip())
+        if path.parent == Path(SOCKET_PARENT) and path.name.startswith("pglab-"):
+            shutil.rmtree(path, ignore_errors=True)
+        record.unlink(missing_ok=True)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def log_format_for(major: int) -> str:
+    return "jsonlog" if major >= 15 else "csvlog"
+
+
+@dataclass
+class LocalServer:
+    """One node's cluster under `node_dir`: data/, sock/, postmaster.out."""
+
+    name: str
+    bins: PgBinaries
+    node_dir: Path
+    user: ServerUser
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+    _socket_dir: Path | None = None
+
+    @property
+    def data_dir(self) -> Path:
+        return self.node_dir / "data"
+
+    @property
+    def socket_dir(self) -> Path:
+        """A short private dir under /tmp: a Unix socket path may not exceed 107 bytes,
+        and the node dir can be anywhere. Its path is recorded in the node dir so that a
+        reaper can remove it after a crash of pglab."""
+        if self._socket_dir is None:
+            self.node_dir.mkdir(parents=True, exist_ok=True)
+            record = self.node_dir / "socket_dir"
+            if record.is_file() and Path(record.read_text().strip()).is_dir():
+                self._socket_dir = Path(record.read_text().strip())
+            else:
+                self._socket_dir = Path(tempfile.mkdtemp(prefix="pglab-", dir=SOCKET_PARENT))
+                self.user.chown(self._socket_dir)  # mkdtemp made it 0700: private
+                record.write_text(str(self._socket_dir))
+        return self._socket_dir
+
+    def remove_socket_dir(self) -> None:
+        remove_socket_dir(self.node_dir)
+        self._socket_dir = None
+
+    @property
+    def postmaster_out(self) -> Path:
+        return self.node_dir / "postmaster.out"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.data_dir / "log"
+
+    def conninfo(self, dbname: str = BENCH_DB) -> dict[str, str]:
+        return {
+            "host": str(self.socket_dir),
+            "port": str(self.port),
+            "user": SUPERUSER,
+            "dbname": dbname,
+        }
+
+    def libpq_env(self, dbname: str = BENCH_DB) -> dict[str, str]:
+        info = self.conninfo(dbname)
+        return {"PGHOST": info["host"], "PGPORT": info["port"], "PGUSER": info["user"],
+                "PGDATABASE": info["dbname"]}
+
+    def connect(self, dbname: str = BENCH_DB, autocommit: bool = True) -> psycopg.Connection[
+        tuple[object, ...]
+    ]:
+        return psycopg.connect(host=str(self.socket_dir), port=self.port, user=SUPERUSER,
+                               dbname=dbname, autocommit=autocommit, connect_timeout=10)
+
+    # --- creating -----------------------------------------------------------------------
+
+    def prepare_dirs(self) -> None:
+        ensure_dir(self.node_dir, 0o755)
+        ensure_dir(self.data_dir, 0o700)
+        self.user.chown(self.data_dir)
+
+    def initdb(self, wal_segsize_mb: int | None, data_checksums: bool | None,
+               locale: str, encoding: str) -> None:
+        self.prepare_dirs()
+        argv = [
+            str(self.bins.tool("initdb")), "-D", str(self.data_dir), "-U", SUPERUSER,
+            "--auth-local=trust", "--auth-host=reject", f"--encoding={encoding}",
+            f"--locale={locale}",
+        ]
+        if wal_segsize_mb is not None:
+            argv.append(f"--wal-segsize={wal_segsize_mb}")
+        if data_checksums is True:
+            argv.append("--data-checksums")
+        elif data_checksums is False and self.bins.major >= 18:
+            argv.append("--no-data-checksums")  # on by default from PostgreSQL 18
+        result = subprocess.run(
+            argv, capture_output=True, text=True, cwd=self.node_dir, **self.user.popen_kwargs()
+        )
+        if result.returncode != 0:
+            last = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
+            raise PglabError(f"initdb failed for {self.name}: {last}")
+
+    def write_config(self) -> None:
+        """pglab's own settings, in pglab.conf included at the end of postgresql.conf."""
+        lines = {
+            "port": str(self.port),
+            "listen_addresses": "'127.0.0.1'",
+            "unix_socket_directories": f"'{self.socket_dir}'",
+            "logging_collector": "on",
+            "log_destination": f"'{log_format_for(self.bins.major)}'",
+            "log_directory": "'log'",
+            "log_filename": "'postgresql.log'",
+            "log_rotation_age": "0",
+            "log_rotation_size": "0",
+            "log_line_prefix": "'%m [%p] '",
+            "log_timezone": "'UTC'",
+            "lc_messages": "'C'",
+            "log_checkpoints": "on",
+            "log_autovacuum_min_duration": "0",
+            "log_lock_waits": "on",
+            "log_temp_files": "0",
+        }
+        conf = self.data_dir / "pglab.conf"
+        conf.write_text("".join(f"{k} = {v}\n" for k, v in lines.items()))
+        self.user.chown(conf)
+        main = self.data_dir / "postgresql.conf"
+        text = main.read_text()
+        if "include 'pglab.conf'" not in text:
+            main.write_text(text + "\n# added by pglab\ninclude 'pglab.conf'\n")
+
+    # --- running ------------------------------------------------------------------------
+
+    def start(self, timeout: float = 60.0, port_attempts: int = 5) -> None:
+        for _attempt in range(port_attempts):
+            self.write_config()
+            if self._start_once(timeout):
+                return
+            self.port = free_port()  # someone took the port between probe and bind
+        raise EnvironmentProblem(f"{self.name}: could not find a free port after "
+                                 f"{port_attempts} attempts")
+
+    def _start_once(self, timeout: float) -> bool:
+        with open(self.postmaster_out, "ab") as out:
+            self.process = spawn(
+                [str(self.bins.tool("postgres")), "-D", str(self.data_dir)],
+                # SIGQUIT is PostgreSQL's immediate shutdown: if pglab dies, so does the
+                # server, and it takes its backends with it.
+                death_signal=signal.SIGQUIT,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=self.node_dir,
+                **self.user.popen_kwargs(),
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                output = self._startup_output()
+                if "Address already in use" in output:
+                    return False
+                raise self._startup_error(output)
+            if self._ready():
+                return True
+            time.sleep(0.05)
+        self.kill()
+        raise PglabError(f"{self.name}: server did not become ready within {timeout:.0f}s "
+                         f"(see {self.postmaster_out})")
+
+    def _ready(self) -> bool:
+        pid_file = self.data_dir / "postmaster.pid"
+        try:
+            lines = pid_file.read_text().splitlines()
+        except OSError:
+            return False
+        # Line 8 of postmaster.pid is the postmaster's status ("ready" once it accepts).
+        return len(lines) >= 8 and lines[7].strip() == "ready"
+
+    def _startup_output(self) -> str:
+        """What the postmaster said while starting: stderr, then (once the logging
+        collector took over) the log files, with JSON/CSV lines reduced to messages."""
+        texts = []
+        for path in [self.postmaster_out, *sorted(self.log_dir.glob("postgresql.*"))]:
+            try:
+                texts.append(path.read_text(errors="replace"))
+            except OSError:
+                continue
+        lines = []
+        for line in "\n".join(texts).splitlines():
+            if line.startswith("{"):
+                with contextlib.suppress(ValueError):
+                    record = json.loads(line)
+                    line = f"{record.get('error_severity')}:  {record.get('message')}"
+            lines.append(line)
+        return "\n".join(lines)
+
+    def _startup_error(self, output: str) -> PglabError:
+        fatal = [ln for ln in output.splitlines() if "FATAL" in ln]
+        detail = fatal[-1].split("FATAL:", 1)[-1].strip() if fatal else "(no message)"
+        if "invalid value for parameter" in detail or "unrecognized configuration" in detail:
+            return BadInput(f"{self.name}: server refused its configuration: {detail}")
+        return PglabError(f"{self.name}: server failed to start: {detail} "
+                          f"(see {self.postmaster_out})")
+
+    def is_running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self, fast_timeout: float = 30.0, immediate_timeout: float = 10.0) -> None:
+        """Fast shutdown, then immediate, then SIGKILL of the whole tree."""
+        proc = self.process
+        if proc is None:
+            return
+        for sig, wait in ((signal.SIGINT, fast_timeout), (signal.SIGQUIT, immediate_timeout)):
+            if proc.poll() is not None:
+                break
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=wait)
+        if proc.poll() is None:
+            self.kill()
+        self._reap_orphans()
+        self.process = None
+        self.remove_socket_dir()
+
+    def kill(self) -> None:
+        if self.process is not None:
+            kill_tree(self.process.pid)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=5)
+
+    def _reap_orphans(self) -> None:
+        """Backends outlive a killed postmaster for a moment; make sure none remain."""
+        import psutil
+
+        data = str(self.data_dir)
+
+        def leftovers() -> list[psutil.Process]:
+            found = []
+            for proc in psutil.process_iter(["cmdline"]):
+                cmd = proc.info.get("cmdline") or []
+                if len(cmd) >= 3 and cmd[1:3] == ["-D", data]:
+                    found.append(proc)
+            return found
+
+        for proc in leftovers():
+            kill_tree(proc.pid)
+        wait_until(lambda: not leftovers(), timeout=5)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()

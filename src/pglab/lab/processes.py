@@ -1,0 +1,123 @@
+"""Child processes that never outlive pglab, and signals turned into clean exits.
+
+Children start in their own session, so a Ctrl-C at the terminal reaches pglab only and
+pglab decides the order of shutdown. Each child also gets a parent-death signal, so even
+a `kill -9` of pglab does not leave a postmaster or pgbench running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from types import FrameType
+from typing import Any
+
+import psutil
+
+from pglab.errors import Interrupted
+
+_PR_SET_PDEATHSIG = 1
+_libc: Any = None
+
+
+def _parent_death_signal(sig: int) -> Callable[[], None]:
+    def set_it() -> None:
+        # Runs in the child after the user switch (which would clear it), before exec.
+        global _libc  # noqa: PLW0603 - loaded once per process
+        if _libc is None:
+            _libc = ctypes.CDLL(None, use_errno=True)
+        _libc.prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
+
+    return set_it
+
+
+def spawn(
+    argv: list[str], death_signal: int = signal.SIGKILL, **kwargs: Any
+) -> subprocess.Popen[bytes]:
+    """Start a child in its own session that dies with pglab."""
+    return subprocess.Popen(
+        argv,
+        start_new_session=True,
+        preexec_fn=_parent_death_signal(death_signal),  # noqa: PLW1509 - needed, see above
+        **kwargs,
+    )
+
+
+def kill_tree(pid: int, timeout: float = 5.0) -> None:
+    """SIGKILL a process and everything below it, and wait until they are gone."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return
+    for proc in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.kill()
+    psutil.wait_procs(procs, timeout=timeout)
+
+
+def stop_child(proc: subprocess.Popen[bytes], grace: float = 5.0) -> None:
+    """SIGTERM, then SIGKILL the whole tree after `grace` seconds."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.terminate()
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            kill_tree(proc.pid)
+            proc.wait(timeout=grace)
+
+
+_shielded = False
+_pending: list[str] = []
+
+
+def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
+    name = signal.Signals(signum).name
+    if _shielded:
+        _pending.append(name)  # cleanup is running: finish it, report the signal after
+        return
+    raise Interrupted(name)
+
+
+@contextlib.contextmanager
+def signals_as_exceptions() -> Iterator[None]:
+    """SIGINT and SIGTERM raise Interrupted in the main thread while this is active."""
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for sig in previous:
+        signal.signal(sig, _raise_interrupted)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def shielded() -> Iterator[None]:
+    """Let cleanup finish even if another Ctrl-C or SIGTERM arrives meanwhile."""
+    global _shielded  # noqa: PLW0603 - process-wide by nature, like signal handlers
+    outer = _shielded
+    _shielded = True
+    try:
+        yield
+    finally:
+        _shielded = outer
+
+
+def pending_signal() -> str | None:
+    """A signal that arrived while shielded, if any (consumed)."""
+    return _pending.pop(0) if _pending else None
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()

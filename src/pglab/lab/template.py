@@ -1,0 +1,150 @@
+"""Cached, initialised data directories, so repeated runs do not pay pgbench -i again.
+
+A template is a cleanly shut down data dir holding pgbench's tables at one scale, made by
+one set of binaries with one set of initdb options; those make its key, so a template is
+reused only where initialising anew would give the same data. Scenario settings are not
+part of it: each run applies its own to its own copy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pglab.errors import PglabError
+from pglab.lab.binaries import PgBinaries
+from pglab.lab.local import BENCH_DB, LocalServer
+from pglab.lab.osuser import ServerUser
+from pglab.lab.processes import shielded
+from pglab.lab.settings import check_settings
+from pglab.paths import ensure_dir, pglab_home
+from pglab.scenario import InitdbOptions, SettingValue
+from pglab.workload.pgbench import init_data
+
+TEMPLATE_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Template:
+    key: str
+    data_dir: Path
+    meta: dict[str, Any]  # created_at, init timings, versions, options
+    reused: bool
+
+
+def template_key(bins: PgBinaries, initdb: InitdbOptions, scale: int) -> str:
+    postgres = bins.tool("postgres")
+    ident = {
+        "format": TEMPLATE_FORMAT,
+        "bin": str(postgres.resolve()),
+        "mtime": postgres.stat().st_mtime_ns,
+        "version": bins.version,
+        "initdb": initdb.model_dump(),
+        "scale": scale,
+    }
+    return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def templates_dir() -> Path:
+    return ensure_dir(pglab_home() / "templates")
+
+
+def get_template(
+    bins: PgBinaries,
+    user: ServerUser,
+    initdb: InitdbOptions,
+    scale: int,
+    settings: dict[str, SettingValue],
+    where: str,
+    on_status: Any = None,
+) -> Template:
+    """The template for these binaries, initdb options and scale; built when missing.
+
+    `settings` are checked on the builder server before pgbench -i, so a misspelt
+    parameter fails in a second instead of after the initialisation.
+    """
+    root = templates_dir()
+    key = template_key(bins, initdb, scale)
+    final = root / key
+    with open(root / f"{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one builder per key, others wait and reuse
+        if (final / "meta.json").is_file():
+            return Template(key, final / "data", json.loads((final / "meta.json").read_text()),
+                            reused=True)
+        for stale in root.glob(f"{key}.partial-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        staging = root / f"{key}.partial-{os.getpid()}"
+        try:
+            meta = _build(bins, user, initdb, scale, settings, where, staging, on_status)
+            staging.rename(final)
+        finally:
+            with shielded():
+                shutil.rmtree(staging, ignore_errors=True)
+    return Template(key, final / "data", meta, reused=False)
+
+
+def _build(
+    bins: PgBinaries,
+    user: ServerUser,
+    initdb: InitdbOptions,
+    scale: int,
+    settings: dict[str, SettingValue],
+    where: str,
+    staging: Path,
+    on_status: Any,
+) -> dict[str, Any]:
+    server = LocalServer("template", bins, staging, user)
+    try:
+        if on_status:
+            on_status(f"initdb (PostgreSQL {bins.version})")
+        server.initdb(initdb.wal_segsize_mb, initdb.data_checksums, initdb.locale,
+                      initdb.encoding)
+        server.start()
+        if settings:
+            check_settings(server, settings, where)
+        with server.connect("postgres") as conn:
+            conn.execute(f"CREATE DATABASE {BENCH_DB}")
+        if on_status:
+            on_status(f"pgbench -i -s {scale}")
+        timings = init_data(bins, server.libpq_env(), scale)
+        with server.connect() as conn:
+            conn.execute("CHECKPOINT")
+    finally:
+        with shielded():
+            server.stop()
+    # The template must not carry the builder's log or state into the runs' copies.
+    shutil.rmtree(server.log_dir, ignore_errors=True)
+    for name in ("postmaster.opts", "pglab.conf"):
+        with contextlib.suppress(FileNotFoundError):
+            (server.data_dir / name).unlink()
+    meta = {
+        "format": TEMPLATE_FORMAT,
+        "created_at": dt.datetime.now(dt.timezone.utc).isoformat(),
+        "postgres_version": bins.version,
+        "bin_dir": str(bins.bin_dir),
+        "initdb": initdb.model_dump(),
+        "scale": scale,
+        "init": {"total_s": timings.total_s, "phases": timings.phases} if timings else None,
+    }
+    (staging / "meta.json").write_text(json.dumps(meta, indent=2))
+    return meta
+
+
+def copy_data_dir(template: Template, dest: Path) -> None:
+    """A private copy of the template's data dir (reflinked where the filesystem can)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    result = subprocess.run(
+        ["cp", "-a", "--reflink=auto", str(template.data_dir), str(dest)],
+        capture_output=True, text=True,
+    )
+    if result.returncode != 0:
+        raise PglabError(f"could not copy template data dir to {dest}: {result.stderr.strip()}")

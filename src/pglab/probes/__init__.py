@@ -1,0 +1,40 @@
+"""The probe registry: every source of telemetry, in one list.
+
+This list drives the runs (which probes sample), `pglab probes` (names and help) and the
+docs; adding a probe means one class and one entry here.
+"""
+
+from __future__ import annotations
+
+from pglab.probes.base import Probe
+from pglab.probes.db_activity import (
+    BackendStates,
+    LockWaits,
+    Replication,
+    VacuumProgress,
+    WaitSampler,
+)
+from pglab.probes.db_stats import CheckpointerStats, DatabaseStats, IoStats, WalStats
+from pglab.probes.serverlog_probe import ServerLogEvents
+
+PROBES: tuple[type[Probe], ...] = (
+    WaitSampler,
+    DatabaseStats,
+    CheckpointerStats,
+    WalStats,
+    IoStats,
+    LockWaits,
+    BackendStates,
+    VacuumProgress,
+    Replication,
+    ServerLogEvents,
+)
+
+
+def probe_names() -> list[str]:
+    return [p.name for p in PROBES]
+
+
+def make_probes(exclude: list[str] | None = None) -> list[Probe]:
+    skip = set(exclude or [])
+    return [cls() for cls in PROBES if cls.name not in skip]

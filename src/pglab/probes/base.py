@@ -1,0 +1,77 @@
+"""What a probe is: a small unit with start/sample/stop that turns a source into samples.
+
+Every probe of every kind (database views, procfs, the server log) produces the same two
+things: `Sample` rows for timeseries.parquet (long format) and `Event`s for
+events.parquet. The telemetry runner owns the clock and the schedule; a probe only reads
+its source when asked, so tests can drive it with any clock.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pglab.events import Event
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One value of one metric at one time: a row of timeseries.parquet."""
+
+    t: dt.datetime  # UTC, tz-aware
+    node: str  # "primary", "standby1", ... or "host" for machine-wide OS metrics
+    source: str  # the probe's name, e.g. "os.cpu"
+    metric: str  # e.g. "iowait_pct"
+    label: str  # what the value is about: a device, a backend type, a wait event; "" if none
+    value: float
+
+
+@dataclass
+class ProbeOutput:
+    samples: list[Sample] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class NodeHandle:
+    """What probes may know about one node under test."""
+
+    name: str
+    connect: Callable[[], Any] | None  # a new psycopg connection (autocommit), or None
+    data_dir: Path | None  # None for a server pglab did not start
+    postmaster_pid: Callable[[], int | None]  # changes when a node restarts
+    log_dir: Path | None = None
+
+
+@dataclass(frozen=True)
+class ProbeContext:
+    nodes: list[NodeHandle]
+    client_pid: Callable[[], int | None]  # the running pgbench, if any
+    clock: Callable[[], float]  # epoch seconds; injectable for tests
+    db: Any = None  # probes.dbsessions.DbSessions: one connection per node and thread
+
+
+Cadence = Literal["interval", "fast"]  # every telemetry.interval, or wait_sampling_hz
+
+
+class Probe(ABC):
+    """A source of samples. Subclasses set name, help and cadence, and read on sample()."""
+
+    name: ClassVar[str]
+    help: ClassVar[str]
+    cadence: ClassVar[Cadence] = "interval"
+
+    def start(self, ctx: ProbeContext) -> None:  # noqa: B027 - optional hook
+        """Open what the probe needs; read baselines for deltas."""
+
+    @abstractmethod
+    def sample(self, now: dt.datetime) -> ProbeOutput:
+        """Read the source once; deltas are since the previous call."""
+
+    def stop(self) -> ProbeOutput:
+        """Release resources; may return what only the end can tell."""
+        return ProbeOutput()

@@ -1,0 +1,91 @@
+"""What a server has, read from its catalogs: views, columns, wait-event names.
+
+Probes ask this, not the version number, which view and column to read: PostgreSQL 17
+moved checkpoint counters to pg_stat_checkpointer, 18 moved WAL write/sync counters to
+pg_stat_io, and a fork or a patched build may differ from its version's defaults.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+TELEMETRY_APP = "pglab-telemetry"
+
+VIEWS = (
+    "pg_stat_activity",
+    "pg_stat_bgwriter",
+    "pg_stat_checkpointer",
+    "pg_stat_wal",
+    "pg_stat_io",
+    "pg_stat_database",
+    "pg_stat_replication",
+    "pg_stat_wal_receiver",
+    "pg_stat_progress_vacuum",
+    "pg_locks",
+    "pg_wait_events",
+)
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    version_num: int
+    in_recovery: bool
+    columns: dict[str, frozenset[str]]  # view -> its columns; absent views are absent
+
+    def has(self, view: str, column: str | None = None) -> bool:
+        cols = self.columns.get(view)
+        if cols is None:
+            return False
+        return column is None or column in cols
+
+    @classmethod
+    def detect(cls, conn: psycopg.Connection[Any]) -> Capabilities:
+        rows = conn.execute(
+            "SELECT c.relname, a.attname FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = 'pg_catalog' "
+            "JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped "
+            "WHERE c.relname = ANY(%s)",
+            [list(VIEWS)],
+        ).fetchall()
+        columns: dict[str, set[str]] = {}
+        for view, column in rows:
+            columns.setdefault(str(view), set()).add(str(column))
+        version = conn.execute("SELECT current_setting('server_version_num')::int").fetchone()
+        recovery = conn.execute("SELECT pg_is_in_recovery()").fetchone()
+        return cls(
+            version_num=int(version[0]) if version else 0,
+            in_recovery=bool(recovery and recovery[0]),
+            columns={view: frozenset(cols) for view, cols in columns.items()},
+        )
+
+
+def canonical_wait(wait_type: str | None, wait_event: str | None) -> str:
+    """One name per wait across versions: 'IO:WalInitWrite', 'Lock:transactionid', 'CPU'.
+
+    PostgreSQL 17 renamed the IO waits spelled WAL* to Wal* (WALWrite -> WalWrite); the
+    LWLock WALWrite kept its name. Older names are mapped to the newer spelling.
+    """
+    if not wait_type:
+        return "CPU"
+    event = wait_event or ""
+    if wait_type == "IO" and event.startswith("WAL"):
+        event = "Wal" + event[3:]
+    return f"{wait_type}:{event}"
+
+
+def telemetry_connection(connect: Any) -> psycopg.Connection[Any]:
+    """A connection for probes: labelled, and unable to hang the sampler."""
+    conn: psycopg.Connection[Any] = connect()
+    conn.execute(f"SET application_name = '{TELEMETRY_APP}'")
+    conn.execute("SET statement_timeout = '2s'")
+    conn.execute("SET lock_timeout = '500ms'")
+    try:
+        # Keep the probes' own queries out of the server log being analysed.
+        conn.execute("SET log_min_duration_statement = -1")
+        conn.execute("SET log_statement = 'none'")
+    except psycopg.Error:
+        pass  # not a superuser (an existing server): the log may show probe queries
+    return conn

@@ -1,0 +1,151 @@
+"""What a person sees in the terminal: live progress, a run's summary, a sweep's table.
+
+rich honours NO_COLOR and drops live drawing when the output is not a terminal.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import polars as pl
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from pglab.store import StoredRun
+from pglab.workload.pgbench_output import ProgressLine
+
+BARS = "▁▂▃▄▅▆▇█"
+ZERO = "·"  # a second with no transaction at all must not look like a low one
+
+
+def sparkline(values: list[float], width: int = 60) -> str:
+    """One character per second, or per bucket of seconds showing the bucket's minimum.
+
+    The minimum, not the mean: a one-second drop to zero stays visible when squeezed.
+    """
+    if not values:
+        return ""
+    if len(values) > width:
+        size = math.ceil(len(values) / width)
+        values = [min(values[i : i + size]) for i in range(0, len(values), size)]
+    top = max(values)
+    out = []
+    for value in values:
+        if value <= 0 or top <= 0:
+            out.append(ZERO)
+        else:
+            out.append(BARS[min(len(BARS) - 1, int(value / top * (len(BARS) - 1) + 0.5))])
+    return "".join(out)
+
+
+class TerminalUI:
+    """RunUI for the terminal: status lines and a live bar with the current TPS."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self._progress: Progress | None = None
+        self._task: TaskID | None = None
+        self._t0: float | None = None
+
+    def status(self, message: str) -> None:
+        self.console.print(f"[dim]·[/dim] {message}")
+
+    def load_started(self, total_s: int, label: str) -> None:
+        self._progress = Progress(
+            TextColumn("[bold]load[/bold] {task.description}"),
+            BarColumn(),
+            TextColumn("{task.completed:>4.0f}/{task.total:.0f} s"),
+            TextColumn("[cyan]{task.fields[tps]:>9} tps"),
+            TimeElapsedColumn(),
+            console=self.console,
+            transient=True,
+        )
+        self._task = self._progress.add_task(label, total=total_s, tps="-")
+        self._t0 = None
+        self._progress.start()
+
+    def progress(self, line: ProgressLine) -> None:
+        if self._progress is None or self._task is None:
+            return
+        if self._t0 is None:
+            self._t0 = line.t - 1.0  # the first report comes one second in
+        self._progress.update(self._task, completed=line.t - self._t0, tps=f"{line.tps:,.0f}")
+
+    def load_finished(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+        self._progress = None
+
+
+def _ms(value: Any) -> str:
+    return "-" if value is None else f"{float(value):.2f}"
+
+
+def measured_tps_series(series: pl.DataFrame | None) -> list[float]:
+    if series is None or series.is_empty():
+        return []
+    rows = series.filter(pl.col("job").is_null() & ~pl.col("partial")).sort("t")
+    return [float(v) for v in rows["tps"].to_list()]
+
+
+def print_summary(console: Console, run: StoredRun) -> None:
+    manifest = run.manifest
+    measured = manifest.get("results", {}).get("measured") or {}
+    status = run.status
+    colour = {"completed": "green", "failed": "red", "interrupted": "yellow"}.get(status, "white")
+    title = f"{manifest.get('scenario_name')} · {manifest.get('run_id')}"
+    variant = manifest.get("variant") or {}
+    if variant:
+        title += " · " + ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in variant.items())
+    console.print(f"[bold]{title}[/bold]  [{colour}]{status}[/{colour}]")
+    if run.reason:
+        console.print(f"  reason: {run.reason}")
+    node = (manifest.get("nodes") or {}).get("primary") or {}
+    if node:
+        clients = (manifest.get("scenario") or {}).get("workload", {}).get("clients")
+        if isinstance(clients, list) and len(clients) == 1:
+            clients = clients[0]
+        console.print(f"  PostgreSQL {node.get('server_version')} "
+                      f"({node.get('bin_source', node.get('target'))}), {clients} clients")
+    if measured:
+        table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+        for column in ("TPS", "avg ms", "p50 ms", "p95 ms", "p99 ms", "max ms", "failed"):
+            table.add_column(column, justify="right")
+        table.add_row(
+            f"{measured.get('tps', 0):,.1f}", _ms(measured.get("lat_avg_ms")),
+            _ms(measured.get("lat_p50_ms")), _ms(measured.get("lat_p95_ms")),
+            _ms(measured.get("lat_p99_ms")), _ms(measured.get("lat_max_ms")),
+            str(measured.get("failures", 0)),
+        )
+        console.print(table)
+        console.print(f"  {measured.get('transactions', 0):,} transactions in "
+                      f"{measured.get('seconds', 0)} s measured (warmup excluded)")
+    series = measured_tps_series(run.client_series())
+    if series:
+        console.print(f"  TPS/s  {sparkline(series)}  "
+                      f"(min {min(series):,.0f}, max {max(series):,.0f})")
+    console.print(f"  results: {run.path}")
+
+
+def print_sweep(console: Console, runs: list[StoredRun]) -> None:
+    """Throughput and latency per sweep point, like a capacity table."""
+    if len(runs) < 2:
+        return
+    axes = sorted({k for r in runs for k in (r.manifest.get("variant") or {})})
+    table = Table(title="sweep", header_style="bold")
+    for axis in axes:
+        table.add_column(axis.rsplit(".", 1)[-1], justify="right")
+    for column in ("TPS", "avg ms", "p95 ms", "p99 ms", "status"):
+        table.add_column(column, justify="right")
+    for run in runs:
+        variant = run.manifest.get("variant") or {}
+        measured = run.manifest.get("results", {}).get("measured") or {}
+        table.add_row(
+            *[str(variant.get(a, "")) for a in axes],
+            f"{measured.get('tps', 0):,.1f}" if measured else "-",
+            _ms(measured.get("lat_avg_ms")), _ms(measured.get("lat_p95_ms")),
+            _ms(measured.get("lat_p99_ms")), run.status,
+        )
+    console.print(table)

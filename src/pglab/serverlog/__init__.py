@@ -1,0 +1,45 @@
+"""PostgreSQL server-log parser: stderr, csvlog and jsonlog of PostgreSQL 13-18 to events.
+
+Pure, streaming and fast; it never raises on bad input (what it cannot read is counted
+in ParseStats.skipped). Event kinds: checkpoint, checkpoint-too-frequent, autovacuum,
+autoanalyze, lock-wait, deadlock, temp-file, slow-statement, connection-reset, crash,
+recovery, server-start, server-stop, error.
+
+    events, stats = parse_log_file(Path("raw/postgresql.log"))       # one file
+    events, per_file = parse_log_files([older, newer])                # rotated files
+    for event in iter_events([path]): ...                             # bounded memory
+    for batch in iter_event_batches([path]): ...                      # fastest
+    records, stats = read_records(path)                               # every message
+    tail = LogTail(); tail.feed(text) ...; tail.close()               # a growing log
+
+Messages must be in English (lc_messages = 'C'); stderr logs need a log_line_prefix
+with a time escape (%m, %t or %n) and preferably the pid (%p).
+"""
+
+from pglab.serverlog.formats import FORMATS, detect_format
+from pglab.serverlog.reader import (
+    extract_events,
+    iter_event_batches,
+    iter_events,
+    parse_log_file,
+    parse_log_files,
+    read_records,
+)
+from pglab.serverlog.records import LogRecord, ParseStats
+from pglab.serverlog.rules import EventExtractor
+from pglab.serverlog.tail import LogTail
+
+__all__ = [
+    "FORMATS",
+    "EventExtractor",
+    "LogRecord",
+    "LogTail",
+    "ParseStats",
+    "detect_format",
+    "extract_events",
+    "iter_event_batches",
+    "iter_events",
+    "parse_log_file",
+    "parse_log_files",
+    "read_records",
+]

@@ -1,0 +1,180 @@
+"""One logical log message in any format, parse statistics, and log timestamps.
+
+PostgreSQL writes times as `2026-11-21 17:03:07.123 UTC` (%m, csvlog, jsonlog) or without
+milliseconds (%t), with the zone as an abbreviation (`UTC`, `CET`) or, for zones without
+one, a numeric offset (`+01`, `-0330`). Everything is turned into tz-aware UTC here.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import NamedTuple
+
+UTC = timezone.utc
+
+
+class LogRecord(NamedTuple):
+    """One logical log message (a line plus its DETAIL/HINT/... lines), any format.
+
+    Immutable. A NamedTuple rather than a frozen dataclass: a big log yields millions of
+    these, and a tuple is built several times faster.
+    """
+
+    t: datetime
+    pid: int | None
+    severity: str
+    message: str
+    detail: str | None = None
+    hint: str | None = None
+    context: str | None = None
+    statement: str | None = None  # STATEMENT (or QUERY) text
+    backend_type: str | None = None  # csvlog/jsonlog only
+    sqlstate: str | None = None  # csvlog/jsonlog only
+
+
+@dataclass
+class ParseStats:
+    """What a reader saw. `skipped` counts lines/records that could not be read."""
+
+    lines: int = 0
+    records: int = 0
+    skipped: int = 0
+    format: str = "stderr"  # "stderr" | "csvlog" | "jsonlog"
+    unknown_zones: int = 0  # timestamps whose zone name was unknown (taken as UTC)
+
+    def add(self, other: ParseStats) -> None:
+        self.lines += other.lines
+        self.records += other.records
+        self.skipped += other.skipped
+        self.unknown_zones += other.unknown_zones
+
+
+# Abbreviations PostgreSQL's tz database prints for common zones. Ambiguous ones are
+# resolved to their most common meaning (CST = US Central, IST = India).
+_ZONE_HOURS: dict[str, float] = {
+    "UTC": 0,
+    "GMT": 0,
+    "UT": 0,
+    "Z": 0,
+    "WET": 0,
+    "WEST": 1,
+    "BST": 1,
+    "IST": 5.5,
+    "CET": 1,
+    "CEST": 2,
+    "MET": 1,
+    "MEST": 2,
+    "EET": 2,
+    "EEST": 3,
+    "MSK": 3,
+    "SAST": 2,
+    "WAT": 1,
+    "CAT": 2,
+    "EAT": 3,
+    "PKT": 5,
+    "HKT": 8,
+    "SGT": 8,
+    "AWST": 8,
+    "JST": 9,
+    "KST": 9,
+    "ACST": 9.5,
+    "ACDT": 10.5,
+    "AEST": 10,
+    "AEDT": 11,
+    "NZST": 12,
+    "NZDT": 13,
+    "HST": -10,
+    "AKST": -9,
+    "AKDT": -8,
+    "PST": -8,
+    "PDT": -7,
+    "MST": -7,
+    "MDT": -6,
+    "CST": -6,
+    "CDT": -5,
+    "EST": -5,
+    "EDT": -4,
+    "AST": -4,
+    "ADT": -3,
+    "NST": -3.5,
+    "NDT": -2.5,
+}
+
+_OFFSET_RE = re.compile(r"([+-])(\d\d):?(\d\d)?$")
+
+
+class TimestampParser:
+    """Parses PostgreSQL log timestamps to UTC; counts zones it had to guess.
+
+    Zone lookups are cached, so a log in one zone costs one dictionary lookup per
+    timestamp on top of `datetime.fromisoformat`.
+    """
+
+    def __init__(self) -> None:
+        self.unknown_zones = 0
+        self._zones: dict[str, tuple[timedelta, bool]] = {}
+
+    @staticmethod
+    def _resolve(name: str) -> tuple[timedelta, bool]:
+        hours = _ZONE_HOURS.get(name.upper())
+        if hours is not None:
+            return timedelta(hours=hours), False
+        m = _OFFSET_RE.match(name)
+        if m:
+            delta = timedelta(hours=int(m.group(2)), minutes=int(m.group(3) or 0))
+            return (-delta if m.group(1) == "-" else delta), False
+        return timedelta(0), True
+
+    def zone(self, zone: str | None) -> tuple[timedelta, bool]:
+        """(UTC offset, unknown?) of a zone as printed in the log; unknown means UTC."""
+        key = zone or "UTC"
+        cached = self._zones.get(key)
+        if cached is None:
+            cached = self._resolve(key)
+            self._zones[key] = cached
+        return cached
+
+    def parse(self, stamp: str, zone: str | None) -> datetime | None:
+        """`stamp` is `YYYY-MM-DD HH:MM:SS[.fff]`, `zone` what followed it (or None)."""
+        offset, unknown = self.zone(zone)
+        if unknown:
+            self.unknown_zones += 1
+        try:
+            # parsing with an explicit +00:00 is several times faster than .replace()
+            t = datetime.fromisoformat(stamp + "+00:00")
+        except ValueError:
+            lenient = _fromisoformat_lenient(stamp)
+            if lenient is None:
+                return None
+            t = lenient
+        return t - offset if offset else t
+
+    def parse_text(self, text: str) -> datetime | None:
+        """A whole `2026-11-21 17:03:07.123 UTC` field (csvlog, jsonlog)."""
+        stamp, _, zone = text.strip().rpartition(" ")
+        if not stamp:  # no zone part at all
+            return self.parse(zone, None)
+        if len(stamp) < 19:  # the space was the date/time separator: no zone
+            return self.parse(text.strip(), None)
+        return self.parse(stamp, zone)
+
+    @staticmethod
+    def from_epoch(text: str) -> datetime | None:
+        """%n in log_line_prefix: seconds since the epoch with milliseconds."""
+        try:
+            return datetime.fromtimestamp(float(text), UTC)
+        except (ValueError, OverflowError, OSError):
+            return None
+
+
+def _fromisoformat_lenient(stamp: str) -> datetime | None:
+    """Python 3.10 accepts only 3 or 6 fraction digits; pad or cut to 6."""
+    whole, dot, fraction = stamp.partition(".")
+    if not dot or not fraction.isdigit():
+        return None
+    try:
+        return datetime.fromisoformat(f"{whole}.{fraction[:6].ljust(6, '0')}+00:00")
+    except ValueError:
+        return None

@@ -1,0 +1,181 @@
+"""Driving pgbench: initialisation, the command line for a workload, a run with progress.
+
+pglab asks pgbench for three things and never for options that conflict: the summary
+(stdout), per-second progress with epoch timestamps (stderr, feeds the live bar and the
+exact total TPS), and the per-transaction log (latency percentiles per second and job).
+Aggregated logs are not used, so their constraints (-T a multiple of the interval, no
+--sampling-rate) never reach the user.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from pglab.errors import BadInput, PglabError
+from pglab.lab.binaries import PgBinaries
+from pglab.lab.processes import spawn, stop_child
+from pglab.scenario import Workload
+from pglab.workload.pgbench_output import (
+    InitTimings,
+    ProgressLine,
+    parse_init_output,
+    parse_progress_line,
+)
+from pglab.workload.txlog import TxLogSpec
+
+TXLOG_PREFIX = "txlog"
+# pgbench keeps running past -T until in-flight transactions finish; a stuck commit (a
+# paused synchronous standby) could hold it forever, so pglab waits this much longer.
+FINISH_GRACE_S = 60.0
+
+
+def _env(conn_env: dict[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    env.update(conn_env)
+    env["LC_ALL"] = "C"  # pgbench's decimal separators and messages as parsed
+    return env
+
+
+def init_data(bins: PgBinaries, conn_env: dict[str, str], scale: int) -> InitTimings | None:
+    """pgbench -i at `scale`; returns the phase timings pgbench printed."""
+    result = subprocess.run(
+        [str(bins.tool("pgbench")), "-i", "-s", str(scale)],
+        capture_output=True, text=True, env=_env(conn_env),
+    )
+    if result.returncode != 0:
+        last = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise PglabError(f"pgbench -i -s {scale} failed: {last}")
+    return parse_init_output(result.stderr + result.stdout)
+
+
+@dataclass(frozen=True)
+class PgbenchCommand:
+    argv: list[str]
+    txlog_spec: TxLogSpec
+    total_s: int  # warmup + duration + 1: one pgbench process, warmup cut out afterwards
+    jobs: int
+
+
+def build_command(bins: PgBinaries, workload: Workload, clients: int, raw_dir: Path,
+                  scripts_base: Path) -> PgbenchCommand:
+    jobs = min(workload.jobs, clients)  # pgbench refuses more threads than clients
+    # One more second than asked: the load starts mid-second, and only whole seconds are
+    # measured, so this makes exactly `duration` whole seconds after the warmup.
+    total = int(workload.warmup + workload.duration) + 1
+    argv = [
+        str(bins.tool("pgbench")),
+        "-c", str(clients), "-j", str(jobs), "-T", str(total),
+        "-M", workload.protocol,
+        "-P", "1", "--progress-timestamp",
+        "-l", f"--log-prefix={raw_dir / TXLOG_PREFIX}",
+    ]
+    for name, weight in workload.expanded_mix():
+        argv += ["-b", f"{name}@{weight}"]
+    for path, weight in workload.script_files():
+        argv += ["-f", f"{(scripts_base / path).resolve()}@{weight}"]
+    if workload.rate > 0:
+        argv += ["-R", f"{workload.rate:g}"]
+    if workload.latency_limit > 0:
+        argv += ["-L", f"{workload.latency_limit * 1000:g}"]
+    if workload.per_statement:
+        argv.append("-r")
+    if workload.max_tries != 1:
+        if bins.major < 15:
+            raise BadInput(f"workload.max_tries needs pgbench 15 or newer (found {bins.version})")
+        argv.append(f"--max-tries={workload.max_tries}")
+    if workload.log_sampling < 1:
+        argv.append(f"--sampling-rate={workload.log_sampling:g}")
+    spec = TxLogSpec(
+        has_lag=workload.rate > 0,
+        has_retries=workload.max_tries != 1,
+        sampling_rate=workload.log_sampling,
+    )
+    return PgbenchCommand(argv, spec, total, jobs)
+
+
+@dataclass(frozen=True)
+class PgbenchRun:
+    returncode: int
+    stdout: str
+    stderr_tail: list[str]
+    progress: list[ProgressLine]
+    started_at: float  # epoch seconds, just before the process started
+    ended_at: float
+    timed_out: bool
+
+
+def txlog_files(raw_dir: Path) -> dict[int, Path]:
+    """Job index -> per-transaction log: PREFIX.<pid> is job 0, PREFIX.<pid>.N is job N."""
+    files: dict[int, Path] = {}
+    for path in raw_dir.glob(f"{TXLOG_PREFIX}.*"):
+        parts = path.name.split(".")
+        if len(parts) == 2 and parts[1].isdigit():
+            files[0] = path
+        elif len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
+            files[int(parts[2])] = path
+    return dict(sorted(files.items()))
+
+
+def run(
+    cmd: PgbenchCommand,
+    conn_env: dict[str, str],
+    raw_dir: Path,
+    on_progress: Callable[[ProgressLine], None] | None = None,
+    on_started: Callable[[int], None] | None = None,
+) -> PgbenchRun:
+    """Run pgbench to completion, streaming its progress lines to `on_progress`."""
+    stdout_path = raw_dir / "pgbench.stdout"
+    stderr_path = raw_dir / "pgbench.stderr"
+    (raw_dir / "pgbench.argv").write_text(" ".join(cmd.argv) + "\n")
+    progress: list[ProgressLine] = []
+    tail: list[str] = []
+    started = time.time()
+    with open(stdout_path, "wb") as out:
+        proc = spawn(cmd.argv, stdout=out, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                     cwd=raw_dir, env=_env(conn_env))
+        assert proc.stderr is not None
+        if on_started is not None:
+            on_started(proc.pid)
+
+        def pump() -> None:
+            # stderr carries the progress lines; keep it all in raw/ as well.
+            assert proc.stderr is not None
+            with open(stderr_path, "w") as err_file:
+                for raw in iter(proc.stderr.readline, b""):
+                    line = raw.decode(errors="replace")
+                    err_file.write(line)
+                    err_file.flush()
+                    parsed = parse_progress_line(line)
+                    if parsed is not None:
+                        progress.append(parsed)
+                        if on_progress is not None:
+                            on_progress(parsed)
+                    else:
+                        tail.append(line.rstrip("\n"))
+                        del tail[:-20]
+
+        reader = threading.Thread(target=pump, name="pgbench-stderr", daemon=True)
+        reader.start()
+        timed_out = False
+        try:
+            proc.wait(timeout=cmd.total_s + FINISH_GRACE_S)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            stop_child(proc)  # no-op when it ended by itself; kills it on any exception
+        reader.join(timeout=5)
+    return PgbenchRun(
+        returncode=proc.returncode,
+        stdout=stdout_path.read_text(errors="replace"),
+        stderr_tail=tail,
+        progress=progress,
+        started_at=started,
+        ended_at=time.time(),
+        timed_out=timed_out,
+    )

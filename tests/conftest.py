@@ -1,0 +1,81 @@
+"""Fixtures for tests against real PostgreSQL servers and the real pglab CLI.
+
+The whole session shares one PGLAB_HOME (binaries copy, template data dirs), so a
+template is built once and reused, exactly as repeated runs reuse it for a user.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = Path(__file__).resolve().parent / "samples"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def pglab_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    home = tmp_path_factory.mktemp("pglab-home")
+    # The unprivileged server user must traverse down to the data dirs.
+    for parent in [home, *home.parents]:
+        if parent == Path("/"):
+            break
+        os.chmod(parent, os.stat(parent).st_mode | 0o011)
+    old = os.environ.get("PGLAB_HOME")
+    os.environ["PGLAB_HOME"] = str(home)
+    yield home
+    if old is None:
+        del os.environ["PGLAB_HOME"]
+    else:
+        os.environ["PGLAB_HOME"] = old
+
+
+def processes_under(path: Path) -> list[str]:
+    """postgres/pgbench processes whose command line mentions `path`."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "name"]):
+        try:
+            cmd = " ".join(proc.info["cmdline"] or [])
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if str(path) in cmd and ("postgres" in cmd or "pgbench" in cmd):
+            found.append(f"{proc.pid} {cmd}")
+    return found
+
+
+@dataclass
+class CliResult:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_cli(*args: str, cwd: Path | None = None, timeout: float = 240,
+            env: dict[str, str] | None = None) -> CliResult:
+    full_env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "120", **(env or {})}
+    result = subprocess.run([sys.executable, "-m", "pglab", *args], capture_output=True,
+                            text=True, cwd=cwd, timeout=timeout, env=full_env)
+    return CliResult(result.returncode, result.stdout, result.stderr)
+
+
+def write_scenario(directory: Path, body: str, name: str = "t") -> Path:
+    path = directory / f"{name}.toml"
+    path.write_text(f'name = "{name}"\n' + body)
+    return path
+
+
+TINY = """
+[workload]
+scale = 1
+clients = 2
+jobs = 2
+duration = "3s"
+warmup = "1s"
+"""

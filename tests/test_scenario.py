@@ -1,0 +1,132 @@
+"""The scenario contract: what is accepted, and the one-line errors for what is not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pglab.errors import BadInput
+from pglab.scenario import load, load_text
+from pglab.scenarios import builtin_names, load_builtin
+
+BASE = 'name = "t"\n'
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (BASE + "[workload]\nclinets = 3", "unknown key 'workload.clinets' (did you mean "
+                                           "'workload.clients'?)"),
+        (BASE + "[workloud]\nscale = 1", "unknown key 'workloud' (did you mean 'workload'?)"),
+        (BASE + '[workload]\nscale = "ten"', "workload.scale = 'ten' is not valid: expected a "
+                                              "whole number"),
+        (BASE + "[workload]\nclients = 0", "workload.clients = 0 is not valid"),
+        (BASE + "[workload]\nclients = -4", "workload.clients = -4 is not valid"),
+        (BASE + "[workload]\nclients = [1, 0]", "workload.clients = [1, 0] is not valid"),
+        (BASE + '[workload]\nduration = "5 minutes"', "expected a duration like '60s'"),
+        (BASE + '[workload]\nduration = "1.5s"', "expected a whole number of seconds"),
+        (BASE + '[workload]\nmix = ["tpcb-lik"]', "did you mean 'tpcb-like'?"),
+        (BASE + '[workload]\nmix = ["tpcb-like@x"]', "expected NAME or NAME@WEIGHT"),
+        (BASE + "[workload]\nrate = -1", "workload.rate = -1 is not valid: expected a number ≥ 0"),
+        (BASE + '[server]\ntarget = "remote"', "server.target = 'remote' is not valid: expected "
+                                                "one of 'local' or 'dsn'"),
+        (BASE + "[server]\ninitdb = { wal_segsize_mb = 3 }", "expected a power of 2"),
+        (BASE + '[topology]\nsynchronous = "yes"', "expected 'off', 'on' or 'any:K'"),
+        ('name = "Bad Name"', "name = 'Bad Name' is not valid"),
+        ("[workload]\nscale = 1", "missing key 'name'"),
+        (BASE + "[workload\n", "invalid TOML"),
+        (BASE + "[telemetry]\nwait_sampling_hz = 1000", "expected a number ≤ 100"),
+    ],
+)
+def test_bad_scenarios_get_one_line_errors(text: str, expected: str) -> None:
+    with pytest.raises(BadInput) as info:
+        load_text(text, "s.toml")
+    message = str(info.value)
+    assert message.startswith("s.toml: ")
+    assert expected in message
+    assert "\n" not in message
+
+
+def test_defaults_follow_the_contract() -> None:
+    scenario = load_text(BASE, "s.toml").scenario
+    assert scenario.server.target == "local"
+    assert scenario.workload.mix == ["tpcb-like"]
+    assert scenario.workload.clients == [8]
+    assert scenario.workload.duration == 60.0
+    assert scenario.workload.warmup == 10.0
+    assert scenario.telemetry.wait_sampling_hz == 10
+
+
+def test_overrides_parse_toml_values_and_bare_words() -> None:
+    loaded = load_text(BASE, "s.toml", ["workload.clients=32", "server.settings.fsync=off",
+                                        "workload.duration=5m", "server.settings.work_mem=8MB"])
+    scenario = loaded.scenario
+    assert scenario.workload.clients == [32]
+    assert scenario.server.settings == {"fsync": "off", "work_mem": "8MB"}
+    assert scenario.workload.duration == 300.0
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("workload.clinets=3", "--set workload.clinets=3: unknown key 'workload.clinets' "
+                               "(did you mean 'workload.clients'?)"),
+        ("novalue", "expected KEY=VALUE"),
+        ("workload.clients=0", "workload.clients = 0 is not valid"),
+    ],
+)
+def test_bad_overrides(override: str, expected: str) -> None:
+    with pytest.raises(BadInput, match=None) as info:
+        load_text(BASE, "s.toml", [override])
+    assert expected in str(info.value)
+
+
+def test_client_list_makes_a_sweep_and_matrix_multiplies_it() -> None:
+    text = BASE + ('[workload]\nclients = [1, 4]\n'
+                   '[matrix]\n"server.settings.wal_init_zero" = ["on", "off"]\n')
+    variants = load_text(text, "s.toml").variants
+    assert [(v.overrides["server.settings.wal_init_zero"], v.clients) for v in variants] == [
+        ("on", 1), ("on", 4), ("off", 1), ("off", 4)]
+    assert variants[3].scenario.server.settings["wal_init_zero"] == "off"
+    assert all(v.scenario.matrix == {} for v in variants)
+
+
+def test_single_run_has_no_overrides() -> None:
+    variants = load_text(BASE, "s.toml").variants
+    assert len(variants) == 1 and variants[0].overrides == {}
+
+
+def test_matrix_key_is_checked() -> None:
+    with pytest.raises(BadInput, match=r"unknown key 'workload\.sacle'"):
+        load_text(BASE + '[matrix]\n"workload.sacle" = [1, 2]\n', "s.toml")
+
+
+def test_named_mix_and_weights_expand() -> None:
+    text = BASE + '[workload]\nmix = ["read-intensive"]\n'
+    workload = load_text(text, "s.toml").scenario.workload
+    assert workload.expanded_mix() == [("select-only", 80), ("tpcb-like", 20)]
+    assert not workload.is_read_only()
+    ro = load_text(BASE + '[workload]\nmix = ["select-only@3"]\n', "s.toml").scenario.workload
+    assert ro.expanded_mix() == [("select-only", 3)] and ro.is_read_only()
+
+
+def test_script_paths_are_relative_to_the_scenario(tmp_path: Path) -> None:
+    (tmp_path / "s.toml").write_text(BASE + '[workload]\nscripts = ["my.sql@2"]\n')
+    with pytest.raises(BadInput, match=r"workload\.scripts: 'my\.sql' not found"):
+        load(tmp_path / "s.toml")
+    (tmp_path / "my.sql").write_text("SELECT 1;\n")
+    assert load(tmp_path / "s.toml").scenario.workload.script_files() == [("my.sql", 2)]
+
+
+def test_missing_file_and_directory(tmp_path: Path) -> None:
+    with pytest.raises(BadInput, match="no such scenario file"):
+        load(tmp_path / "nope.toml")
+    with pytest.raises(BadInput, match="is a directory"):
+        load(tmp_path)
+
+
+def test_builtin_scenarios_are_valid() -> None:
+    assert "demo" in builtin_names()
+    for name in builtin_names():
+        assert load_builtin(name).scenario.name == name

@@ -1,0 +1,584 @@
+"""Server-log parser: real PostgreSQL 15 and 18 logs in three formats, version-specific
+message formats from the sources (13-18), garbled input, tailing. No server needed."""
+
+from __future__ import annotations
+
+import random
+import re
+from collections import Counter
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import pglab.serverlog.reader as reader_module
+from pglab.events import Event
+from pglab.serverlog import (
+    LogTail,
+    ParseStats,
+    detect_format,
+    extract_events,
+    parse_log_file,
+    parse_log_files,
+    read_records,
+)
+
+SAMPLES = Path(__file__).resolve().parent / "samples" / "serverlog"
+VERSIONS = ["pg15", "pg18"]
+FILES = {"stderr": "postgresql.log", "csvlog": "postgresql.csv", "jsonlog": "postgresql.json"}
+UTC = timezone.utc
+
+# Every kind the sample scripts provoke (make_samples.sh), in each version.
+EXPECTED_KINDS = {
+    "checkpoint",
+    "checkpoint-too-frequent",
+    "autovacuum",
+    "autoanalyze",
+    "lock-wait",
+    "deadlock",
+    "temp-file",
+    "slow-statement",
+    "connection-reset",
+    "crash",
+    "recovery",
+    "server-start",
+    "server-stop",
+    "error",
+}
+
+
+def utc(text: str) -> datetime:
+    return datetime.fromisoformat(text).replace(tzinfo=UTC)
+
+
+def comparable(events: list[Event]) -> list[tuple[Any, ...]]:
+    """Events minus what only csvlog/jsonlog carry (the SQLSTATE)."""
+    return [
+        (e.t_start, e.kind, e.t_end, e.node, {k: v for k, v in e.attrs.items() if k != "sqlstate"})
+        for e in events
+    ]
+
+
+def parse_sample(version: str, fmt: str) -> tuple[list[Event], ParseStats]:
+    return parse_log_file(SAMPLES / version / FILES[fmt])
+
+
+def one(events: list[Event], kind: str, **attrs: Any) -> Event:
+    found = [
+        e for e in events if e.kind == kind and all(e.attrs.get(k) == v for k, v in attrs.items())
+    ]
+    assert len(found) == 1, (kind, attrs, found)
+    return found[0]
+
+
+# --- the real samples -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_three_formats_give_the_same_events(version: str) -> None:
+    results = {fmt: parse_sample(version, fmt) for fmt in FILES}
+    for fmt, (_events, stats) in results.items():
+        assert stats.format == fmt
+        assert stats.skipped == 0
+        assert stats.unknown_zones == 0
+    kinds = {fmt: Counter(e.kind for e in events) for fmt, (events, _) in results.items()}
+    assert kinds["stderr"] == kinds["csvlog"] == kinds["jsonlog"]
+    assert set(kinds["stderr"]) == EXPECTED_KINDS
+    # not only the counts: times and attrs agree too
+    stderr = comparable(results["stderr"][0])
+    assert stderr == comparable(results["csvlog"][0]) == comparable(results["jsonlog"][0])
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_message_is_read_in_every_format(version: str) -> None:
+    counts = set()
+    for name in FILES.values():
+        records, stats = read_records(SAMPLES / version / name)
+        assert len(list(records)) == stats.records
+        assert stats.skipped == 0
+        counts.add(stats.records)
+    assert len(counts) == 1  # stderr groups DETAIL/STATEMENT/tab lines like csv/json do
+
+
+def test_sample_counts() -> None:
+    events, _ = parse_sample("pg15", "stderr")
+    kinds = Counter(e.kind for e in events)
+    assert kinds["checkpoint"] == 12
+    assert kinds["autovacuum"] == 13
+    assert kinds["autoanalyze"] == 22
+    assert kinds["crash"] == 1
+    assert kinds["recovery"] == 1
+    assert kinds["server-start"] == 2  # first start, and ready again after the crash
+    assert kinds["server-stop"] == 1
+
+
+def test_checkpoint_pg18_exact() -> None:
+    # 18:37:06.771 +01  checkpoint starting: time
+    # 18:37:08.481 +01  checkpoint complete: wrote 17 buffers (0.8%), wrote 1 SLRU buffers;
+    #   0 WAL file(s) added, 0 removed, 0 recycled; write=1.706 s, sync=0.002 s,
+    #   total=1.710 s; sync files=15, longest=0.001 s, average=0.001 s; distance=94 kB,
+    #   estimate=18879 kB; lsn=0/FB417C0, redo lsn=0/FB41730
+    events, _ = parse_sample("pg18", "stderr")
+    ckpt = one(events, "checkpoint", flags=["time"])
+    assert ckpt.t_start == utc("2026-11-21 17:37:06.771")  # the log is in +01
+    assert ckpt.t_end == utc("2026-11-21 17:37:08.481")
+    assert ckpt.node == "primary"
+    assert ckpt.attrs == {
+        "flags": ["time"],
+        "restartpoint": False,
+        "complete": True,
+        "buffers": 17,
+        "buffers_pct": 0.8,
+        "slru_buffers": 1,
+        "wal_added": 0,
+        "wal_removed": 0,
+        "wal_recycled": 0,
+        "write_s": 1.706,
+        "sync_s": 0.002,
+        "total_s": 1.71,
+        "sync_files": 15,
+        "longest_s": 0.001,
+        "average_s": 0.001,
+        "distance_kb": 94,
+        "estimate_kb": 18879,
+        "lsn": "0/FB417C0",
+        "redo_lsn": "0/FB41730",
+        "write_phase_end": "2026-11-21T17:37:08.477000+00:00",
+    }
+
+
+def test_checkpoint_pg15_exact() -> None:
+    # 17:36:16.849 UTC  checkpoint starting: time
+    # 17:36:18.558 UTC  checkpoint complete: wrote 18 buffers (0.9%); 0 WAL file(s) added,
+    #   0 removed, 0 recycled; write=1.706 s, sync=0.002 s, total=1.710 s; sync files=15,
+    #   longest=0.001 s, average=0.001 s; distance=92 kB, estimate=24726 kB
+    events, _ = parse_sample("pg15", "stderr")
+    ckpt = one(events, "checkpoint", flags=["time"])
+    assert (ckpt.t_start, ckpt.t_end) == (
+        utc("2026-11-21 17:36:16.849"),
+        utc("2026-11-21 17:36:18.558"),
+    )
+    assert ckpt.attrs["buffers"] == 18
+    assert ckpt.attrs["buffers_pct"] == 0.9
+    assert ckpt.attrs["slru_buffers"] is None  # 18+
+    assert ckpt.attrs["lsn"] is None and ckpt.attrs["redo_lsn"] is None  # 16+
+    assert (ckpt.attrs["distance_kb"], ckpt.attrs["estimate_kb"]) == (92, 24726)
+    flags = Counter(" ".join(e.attrs["flags"]) for e in events if e.kind == "checkpoint")
+    assert flags == {
+        "wal": 7,
+        "immediate force wait": 2,
+        "time": 1,
+        "end-of-recovery immediate wait": 1,
+        "shutdown immediate": 1,
+    }
+
+
+def test_lock_wait_paired_with_holder() -> None:
+    # 17:35:39.150  process 9952 still waiting for ShareLock on transaction 6118 after
+    #               100.106 ms / DETAIL: Process holding the lock: 9949. Wait queue: 9952.
+    # 17:35:39.447  process 9952 acquired ShareLock on transaction 6118 after 396.698 ms
+    events, _ = parse_sample("pg15", "stderr")
+    wait = one(events, "lock-wait", pid=9952)
+    assert wait.t_start == utc("2026-11-21 17:35:39.150") - timedelta(milliseconds=100.106)
+    assert wait.t_end == utc("2026-11-21 17:35:39.447")
+    assert wait.attrs == {
+        "pid": 9952,
+        "lock_mode": "ShareLock",
+        "lock_object": "transaction 6118",
+        "holders": [9949],
+        "wait_queue": [9952],
+        "waited_ms": 396.698,
+        "outcome": "acquired",
+    }
+    # the deadlock victim's wait ends with the deadlock, not an acquisition
+    victim = one(events, "lock-wait", outcome="deadlock")
+    deadlock = one(events, "deadlock")
+    assert victim.t_end == deadlock.t_start
+    assert victim.attrs["pid"] == deadlock.attrs["pid"]
+    assert sorted(deadlock.attrs["pids"]) == sorted([victim.attrs["pid"], *victim.attrs["holders"]])
+    assert "blocked by process" in deadlock.attrs["detail"]
+
+
+@pytest.mark.parametrize(
+    ("version", "what", "killed_at", "ready_at"),
+    [
+        ("pg15", "server process", "2026-11-21 17:36:19.850", "2026-11-21 17:36:19.925"),
+        ("pg18", "client backend", "2026-11-21 17:37:09.765", "2026-11-21 17:37:09.852"),
+    ],
+)
+def test_crash_and_recovery(version: str, what: str, killed_at: str, ready_at: str) -> None:
+    events, _ = parse_sample(version, "stderr")
+    crash = one(events, "crash")
+    assert crash.t_start == utc(killed_at)
+    assert crash.attrs["what"] == what  # 18 names the backend type
+    assert (crash.attrs["signal"], crash.attrs["signal_name"]) == (9, "Killed")
+    assert crash.attrs["query"] == "SELECT pg_sleep(30)"
+    recovery = one(events, "recovery")
+    assert recovery.t_start > crash.t_start  # "database system was interrupted"
+    assert recovery.t_end == utc(ready_at)
+    assert recovery.attrs["crash_recovery"] is True
+    assert recovery.attrs["duration_s"] == pytest.approx(
+        (recovery.t_end - recovery.t_start).total_seconds()
+    )
+    assert 0 < recovery.attrs["duration_s"] < 1
+    assert recovery.attrs["redo_start_lsn"] and recovery.attrs["redo_done_lsn"]
+    assert recovery.attrs["redo_elapsed_s"] == 0.0  # 15+ print it with "redo done"
+    after = one(events, "server-start", after_crash=True)
+    assert after.t_end == recovery.t_end
+    first = one(events, "server-start", after_crash=False)
+    assert first.attrs["version"] == ("15.18" if version == "pg15" else "18.6")
+    stop = one(events, "server-stop")
+    assert stop.attrs["mode"] == "fast"
+    # the end-of-recovery checkpoint completes after the crash, like every other
+    assert all(e.t_end is not None for e in events if e.kind == "checkpoint")
+
+
+def test_other_kinds_from_the_samples() -> None:
+    events, _ = parse_sample("pg18", "jsonlog")
+    slow = [e for e in events if e.kind == "slow-statement"]
+    sleep = next(e for e in slow if e.attrs["statement"] == "SELECT pg_sleep(0.1)")
+    assert sleep.t_end is not None
+    assert (sleep.t_end - sleep.t_start).total_seconds() * 1000 == pytest.approx(
+        sleep.attrs["duration_ms"], abs=0.01
+    )
+    assert sleep.attrs["phase"] == "statement"
+    prepared = [e for e in slow if e.attrs["phase"] == "execute"]
+    assert prepared and prepared[0].attrs["prepared"] == "P_0"
+    temp = [e for e in events if e.kind == "temp-file"]
+    assert any(
+        e.attrs["size_bytes"] == 1400000 and e.attrs["statement"].startswith("SELECT count(*)")
+        for e in temp
+    )
+    reset = one(events, "connection-reset")
+    assert reset.attrs["open_transaction"] is True
+    errors = [e for e in events if e.kind == "error"]
+    assert {(e.attrs["severity"], e.attrs["message"]) for e in errors} >= {
+        ("ERROR", "division by zero"),
+        ("FATAL", 'database "nosuchdb" does not exist'),
+    }
+    assert one(events, "error", message="division by zero").attrs["sqlstate"] == "22012"
+    vacuum = next(
+        e
+        for e in events
+        if e.kind == "autovacuum" and e.attrs["table"] == "postgres.public.pgbench_accounts"
+    )
+    assert vacuum.attrs["buffer_reads"] is not None  # 18 says "reads", 13-17 "misses"
+    assert vacuum.attrs["wal_buffers_full"] == 0  # 18 only
+    assert vacuum.t_end is not None
+    assert (vacuum.t_end - vacuum.t_start).total_seconds() == vacuum.attrs["elapsed_s"]
+
+
+def test_timezone_offset_is_converted() -> None:
+    records, _ = read_records(SAMPLES / "pg18" / "postgresql.log")
+    first = next(iter(records))
+    assert first.t == utc("2026-11-21 17:36:22.130")  # printed as 18:36:22.130 +01
+    assert first.t.tzinfo is not None and first.t.utcoffset() == timedelta(0)
+
+
+# --- message formats per version (from the PostgreSQL sources) --------------------------
+
+PREFIX = "2026-01-02 03:04:05.678 UTC [42] "
+
+
+def events_of(*lines: str) -> list[Event]:
+    text = "".join(
+        PREFIX + line + "\n" if not line.startswith("\t") else line + "\n" for line in lines
+    )
+    records, _ = read_records(text.splitlines(keepends=True), fmt="stderr")
+    return extract_events(records)
+
+
+def test_checkpoint_formats_13_to_17() -> None:
+    tail = (
+        "0 WAL file(s) added, 1 removed, 2 recycled; write=0.100 s, sync=0.020 s, "
+        "total=0.130 s; sync files=3, longest=0.010 s, average=0.005 s; "
+        "distance=100 kB, estimate=200 kB"
+    )
+    v13 = events_of(f"LOG:  checkpoint complete: wrote 5 buffers (0.1%); {tail}")[0]
+    assert v13.t_start == utc("2026-01-02 03:04:05.548")  # no starting line: end - total
+    assert v13.attrs["flags"] == [] and v13.attrs["lsn"] is None
+    assert (v13.attrs["wal_removed"], v13.attrs["wal_recycled"]) == (1, 2)
+    v16 = events_of(
+        "LOG:  checkpoint starting: immediate force wait",
+        f"LOG:  checkpoint complete: wrote 5 buffers (0.1%); {tail}; "
+        "lsn=0/1000028, redo lsn=0/1000000",
+    )
+    assert len(v16) == 1
+    assert v16[0].attrs["redo_lsn"] == "0/1000000"
+    assert v16[0].attrs["flags"] == ["immediate", "force", "wait"]
+    rp = events_of(
+        "LOG:  restartpoint starting: time",
+        f"LOG:  restartpoint complete: wrote 5 buffers (0.1%); {tail}",
+    )
+    assert len(rp) == 1 and rp[0].attrs["restartpoint"] is True
+    too = events_of("LOG:  checkpoints are occurring too frequently (1 second apart)")
+    assert too[0].kind == "checkpoint-too-frequent" and too[0].attrs["seconds_apart"] == 1
+
+
+def test_unfinished_checkpoint_is_kept_open() -> None:
+    events = events_of(
+        "LOG:  checkpoint starting: time",
+        "LOG:  server process (PID 7) was terminated by signal 6: Aborted",
+        "LOG:  checkpoint starting: end-of-recovery immediate wait",
+    )
+    kinds = [e.kind for e in events]
+    assert kinds == ["checkpoint", "crash", "checkpoint"]
+    assert events[0].t_end is None and events[0].attrs["complete"] is False
+    assert events[2].attrs["flags"] == ["end-of-recovery", "immediate", "wait"]
+
+
+def test_autovacuum_13_and_14_formats() -> None:
+    v13 = events_of(
+        'LOG:  automatic aggressive vacuum to prevent wraparound of table "db.public.t": '
+        "index scans: 0",
+        "\tpages: 0 removed, 45 remain, 0 skipped due to pins, 0 skipped frozen",
+        "\ttuples: 10 removed, 900 remain, 3 are dead but not yet removable, oldest xmin: 1",
+        "\tbuffer usage: 120 hits, 4 misses, 5 dirtied",
+        "\tavg read rate: 1.000 MB/s, avg write rate: 2.000 MB/s",
+        "\tsystem usage: CPU: user: 0.01 s, system: 0.00 s, elapsed: 0.50 s",
+        "\tWAL usage: 7 records, 1 full page images, 900 bytes",
+        'LOG:  automatic analyze of table "db.public.t" system usage: CPU: user: 0.01 s, '
+        "system: 0.00 s, elapsed: 0.25 s",
+    )
+    vac, ana = v13
+    assert (vac.kind, ana.kind) == ("autovacuum", "autoanalyze")
+    assert vac.attrs["aggressive"] and vac.attrs["wraparound"]
+    assert (vac.attrs["pages_remain"], vac.attrs["pages_scanned"]) == (45, None)
+    assert (vac.attrs["buffer_hits"], vac.attrs["buffer_reads"]) == (120, 4)
+    assert vac.attrs["wal_bytes"] == 900
+    assert vac.t_start == utc("2026-01-02 03:04:05.178")
+    assert ana.attrs["elapsed_s"] == 0.25
+    assert ana.attrs["relation"] == "t" and ana.attrs["schema"] == "public"
+    v14 = events_of(
+        'LOG:  automatic vacuum of table "db.public.t": index scans: 1',
+        "\tpages: 0 removed, 45 remain, 0 skipped due to pins, 0 skipped frozen",
+        "\ttuples: 10 removed, 900 remain, 3 are dead but not yet removable, oldest xmin: 1",
+        "\tindex scan needed: 2 pages from table (4.44% of total) had 10 dead item "
+        "identifiers removed",
+        '\tindex "t_pkey": pages: 5 in total, 0 newly deleted, 0 currently deleted, 0 reusable',
+        "\tI/O timings: read: 1.500 ms, write: 0.250 ms",
+        "\tavg read rate: 1.000 MB/s, avg write rate: 2.000 MB/s",
+        "\tbuffer usage: 120 hits, 4 misses, 5 dirtied",
+        "\tWAL usage: 7 records, 1 full page images, 900 bytes",
+        "\tsystem usage: CPU: user: 0.01 s, system: 0.00 s, elapsed: 0.50 s",
+    )[0]
+    assert v14.attrs["index_scans"] == 1
+    assert (v14.attrs["read_io_ms"], v14.attrs["write_io_ms"]) == (1.5, 0.25)
+    assert not v14.attrs["aggressive"]
+
+
+def test_other_messages_13_to_18() -> None:
+    events = events_of(
+        "LOG:  could not receive data from client: Connection reset by peer",
+        "LOG:  could not send data to client: Broken pipe",
+        "FATAL:  connection to client lost",
+        'LOG:  temporary file: path "base/pgsql_tmp/pgsql_tmp42.0", size 1048576',
+        "STATEMENT:  SELECT * FROM t ORDER BY 1",
+        "LOG:  duration: 1500.250 ms  bind S_1: SELECT 1",
+        "LOG:  duration: 12.000 ms",  # log_duration alone: not a statement
+        "LOG:  checkpointer process (PID 9) exited with exit code 2",
+        'LOG:  background worker "logical replication launcher" (PID 10) exited with '
+        "exit code 1",  # normal at shutdown
+        'PANIC:  could not write to file "pg_wal/xlogtemp.42": No space left on device',
+        "LOG:  received immediate shutdown request",
+        "LOG:  starting PostgreSQL 13.16 on x86_64-pc-linux-gnu",
+        "LOG:  database system is ready to accept read only connections",
+    )
+    kinds = [e.kind for e in events]
+    assert kinds == [
+        "connection-reset",
+        "connection-reset",
+        "connection-reset",
+        "temp-file",
+        "slow-statement",
+        "crash",
+        "error",
+        "server-stop",
+        "server-start",
+    ]
+    assert events[3].attrs["statement"] == "SELECT * FROM t ORDER BY 1"
+    assert events[4].attrs["phase"] == "bind" and events[4].attrs["duration_ms"] == 1500.25
+    assert events[5].attrs["what"] == "checkpointer process"
+    assert events[5].attrs["exit_code"] == 2
+    assert events[6].attrs["severity"] == "PANIC"
+    assert events[7].attrs["mode"] == "immediate" and events[7].t_end is None
+    assert events[8].attrs["read_only"] is True and events[8].attrs["version"] == "13.16"
+
+
+def test_lock_wait_never_acquired() -> None:
+    events = events_of(
+        "LOG:  process 42 still waiting for AccessExclusiveLock on relation 16384 of "
+        "database 5 after 1000.123 ms",
+        "DETAIL:  Processes holding the lock: 7, 8. Wait queue: 42, 43.",
+    )
+    (wait,) = events
+    assert wait.t_end is None and wait.attrs["outcome"] is None
+    assert wait.attrs["holders"] == [7, 8] and wait.attrs["wait_queue"] == [42, 43]
+    assert wait.attrs["lock_object"] == "relation 16384 of database 5"
+
+
+# --- other prefixes, rotation, chunking, tailing -----------------------------------------
+
+
+def test_pgbadger_style_prefix_with_line_numbers() -> None:
+    """`%t [%p]: [%l-1] user=%u,db=%d `: no milliseconds, and %l differs on DETAIL lines."""
+    line_re = re.compile(r"^(\S+ \S+)\.\d{3} (\S+) \[(\d+)\] ")
+    counter = Counter[str]()
+    lines = []
+    for line in (SAMPLES / "pg15" / "postgresql.log").read_text().splitlines():
+        m = line_re.match(line)
+        if m is None:
+            lines.append(line + "\n")
+            continue
+        counter[m.group(3)] += 1
+        prefix = (
+            f"{m.group(1)} {m.group(2)} [{m.group(3)}]: "
+            f"[{counter[m.group(3)]}-1] user=postgres,db=postgres "
+        )
+        lines.append(prefix + line[m.end() :] + "\n")
+    records, stats = read_records(lines)
+    events = extract_events(records)
+    original, _ = parse_sample("pg15", "stderr")
+    assert Counter(e.kind for e in events) == Counter(e.kind for e in original)
+    assert stats.skipped == 0
+    wait = one(events, "lock-wait", pid=9952)
+    assert wait.attrs["holders"] == [9949]  # DETAIL attached despite the other %l
+    assert wait.t_end == utc("2026-11-21 17:35:39")
+
+
+def test_small_chunks_change_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    for fmt in FILES:
+        expected = comparable(parse_sample("pg18", fmt)[0])
+        monkeypatch.setattr(reader_module, "CHUNK_BYTES", 97)
+        assert comparable(parse_sample("pg18", fmt)[0]) == expected
+        monkeypatch.undo()
+
+
+@pytest.mark.parametrize("fmt", list(FILES))
+def test_tail_in_random_pieces(fmt: str) -> None:
+    path = SAMPLES / "pg15" / FILES[fmt]
+    expected = comparable(parse_log_file(path)[0])
+    text = path.read_text()
+    rnd = random.Random(7)
+    tail = LogTail()
+    got: list[Event] = []
+    pos = 0
+    while pos < len(text):
+        step = rnd.randint(1, 3000)
+        got.extend(tail.feed(text[pos : pos + step]))
+        pos += step
+    got.extend(tail.close())
+    assert tail.stats.format == fmt
+    assert comparable(got) == expected
+
+
+def test_tail_holds_the_last_message_until_flushed() -> None:
+    tail = LogTail()
+    assert tail.feed(PREFIX + "LOG:  checkpoint starting: time\n") == []
+    assert tail.feed(PREFIX + "LOG:  checkpoint complete: wrote 1 buffers (0.0%); 0 WAL ") == []
+    done = tail.feed(
+        "file(s) added, 0 removed, 0 recycled; write=0.001 s, sync=0.001 s, "
+        "total=0.002 s; sync files=1, longest=0.001 s, average=0.001 s; "
+        "distance=1 kB, estimate=1 kB\n"
+    )
+    assert done == []  # a DETAIL line could still follow
+    assert [e.kind for e in tail.flush()] == ["checkpoint"]
+    assert tail.feed(PREFIX + "LOG:  checkpoint starting: wal\n") == []
+    assert [(e.kind, e.t_end) for e in tail.close()] == [("checkpoint", None)]
+
+
+def test_rotated_files_keep_state(tmp_path: Path) -> None:
+    lines = (SAMPLES / "pg15" / "postgresql.log").read_text().splitlines(keepends=True)
+    cut = next(i for i, line in enumerate(lines) if "checkpoint starting: time" in line) + 1
+    first, second = tmp_path / "postgresql-1.log", tmp_path / "postgresql-2.log"
+    first.write_text("".join(lines[:cut]))
+    second.write_text("".join(lines[cut:]))
+    events, stats = parse_log_files([first, second])
+    assert len(stats) == 2
+    assert comparable(events) == comparable(parse_sample("pg15", "stderr")[0])
+
+
+def test_detect_format() -> None:
+    for fmt, name in FILES.items():
+        head = (SAMPLES / "pg15" / name).read_bytes()[:4096]
+        assert detect_format(head) == fmt
+        assert detect_format(b"", name) == fmt
+    assert detect_format(b"garbage\n", "x.log") == "stderr"
+
+
+def test_unknown_format_name() -> None:
+    with pytest.raises(ValueError, match="unknown log format"):
+        read_records([], fmt="syslog")
+
+
+# --- garbled input: counted, never raised ------------------------------------------------
+
+
+def test_garbled_stderr(tmp_path: Path) -> None:
+    good = (SAMPLES / "pg15" / "postgresql.log").read_bytes()
+    lines = good.splitlines(keepends=True)
+    junk = [
+        b"\x00\xff\xfe binary \x80\x81 junk\n",
+        b"LOG:  checkpoint starting: time\n",  # no prefix: no time
+        b"2026-11-21 17:35:3",  # a line cut short, then the next line
+        b"\n",
+        b"2026-11-21 99:99:99.000 UTC [1] LOG:  checkpoint starting: time\n",
+        b"2026-11-21 17:35:32.300 XYZT [1] LOG:  duration: 1.0 ms  statement: x\n",
+        b"2026-11-21 17:35:32.301 UTC [1] LOG:  checkpoint complete: wrote 1 buf\n",
+    ]
+    mangled = b"".join(lines[:10]) + b"".join(junk) + b"".join(lines[10:])
+    mangled += b'2026-11-21 17:40:00.000 UTC [1] LOG:  automatic vacuum of table "a.b.c"'
+    path = tmp_path / "garbled.log"
+    path.write_bytes(mangled)
+    events, stats = parse_log_file(path)
+    original, _ = parse_sample("pg15", "stderr")
+    kinds = Counter(e.kind for e in events)
+    assert kinds["slow-statement"] == Counter(e.kind for e in original)["slow-statement"] + 1
+    assert kinds["checkpoint"] >= Counter(e.kind for e in original)["checkpoint"]
+    assert stats.unknown_zones == 1  # XYZT: taken as UTC, counted
+    # no time (1), impossible time (1), truncated checkpoint (1), truncated autovacuum (1)
+    assert stats.skipped >= 3
+    assert stats.lines == mangled.count(b"\n") + 1
+
+
+def test_garbled_csv(tmp_path: Path) -> None:
+    text = (SAMPLES / "pg15" / "postgresql.csv").read_text()
+    rows = text.split("\n2026-")
+    # an unterminated quote in the middle, a short row, NUL bytes, a truncated last row
+    rows[5] = rows[5][:60]
+    rows[9] = "11-21 17:35:33.000 UTC,only,three"
+    rows[12] = rows[12].replace(",LOG,", ",LOG\x00,", 1)
+    broken = "\n2026-".join(rows)[:-40]
+    path = tmp_path / "garbled.csv"
+    path.write_text(broken)
+    events, stats = parse_log_file(path)
+    assert stats.format == "csvlog"
+    assert stats.skipped >= 3
+    assert len(events) > 80  # the rest is still read
+
+
+def test_garbled_json(tmp_path: Path) -> None:
+    lines = (SAMPLES / "pg15" / "postgresql.json").read_text().splitlines()
+    lines[3] = lines[3][:50]  # cut
+    lines[4] = "[1, 2, 3]"  # not an object
+    lines[5] = '{"timestamp": 5, "message": null}'  # wrong types
+    lines[6] = lines[6].replace('"UTC"', '"Mars/Olympus"').replace(" UTC", " MARS")
+    path = tmp_path / "garbled.json"
+    path.write_text("\n".join(lines) + "\n\x00\x01\n")
+    events, stats = parse_log_file(path)
+    assert stats.skipped == 4
+    assert stats.unknown_zones == 1
+    assert len(events) > 80
+
+
+def test_all_records_mode_counts_junk_lines() -> None:
+    lines = [
+        PREFIX + "LOG:  checkpoint starting: time\n",
+        "what is this\n",
+        "\tan orphan continuation\n",
+        PREFIX + "WARNING:  something\n",
+    ]
+    records, stats = read_records(lines)
+    assert [r.severity for r in records] == ["LOG", "WARNING"]
+    assert stats.skipped == 2
