@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import uuid
 from collections.abc import Iterator
-import socket
 from pathlib import Path
 
 import pytest

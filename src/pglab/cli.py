@@ -207,7 +207,7 @@ def _event_line(attrs: dict[str, Any], kind: str) -> str:
     parts = []
     for key in keys:
         value = attrs.get(key)
-        if value is None or value == [] or value == "":
+        if value is None or value in ([], ""):
             continue
         if isinstance(value, list):
             value = ",".join(str(v) for v in value)

@@ -13,6 +13,7 @@ is stamped with the moment it was read.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import math
 import statistics
 import threading
@@ -146,7 +147,7 @@ class TelemetryRunner:
 
     def summary(self) -> dict[str, Any]:
         times = self.fast_times
-        intervals = [(b - a) * 1000 for a, b in zip(times, times[1:], strict=False)]
+        intervals = [(b - a) * 1000 for a, b in itertools.pairwise(times)]
         late = sorted(self.fast_lateness_ms)
 
         def pct(values: list[float], q: float) -> float | None:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -253,10 +253,11 @@ class LocalServer:
             except OSError:
                 continue
         lines = []
-        for line in "\n".join(texts).splitlines():
-            if line.startswith("{"):
+        for raw in "\n".join(texts).splitlines():
+            line = raw
+            if raw.startswith("{"):
                 with contextlib.suppress(ValueError):
-                    record = json.loads(line)
+                    record = json.loads(raw)
                     line = f"{record.get('error_severity')}:  {record.get('message')}"
             lines.append(line)
         return "\n".join(lines)

@@ -46,7 +46,7 @@ class InitTimings:
     phases: dict[str, float]  # e.g. {"drop tables": 0.0, "client-side generate": 1.2, ...}
 
 
-_INIT_DONE = re.compile(rf"^done in ({_NUM}) s(?: \((.*)\))?\.?\s*$")
+_INIT_DONE = re.compile(rf"^done in ({_NUM}) s(?:\s*\((.*?)(?:\)\.?)?)?\s*$")
 _INIT_PHASE = re.compile(rf"^(.*\S)\s+({_NUM}) s$")
 
 
@@ -112,8 +112,8 @@ def parse_progress_line(line: str) -> ProgressLine | None:
     stddev: float | None = None
     lag: float | None = None
     counts = {"failed": 0, "skipped": 0, "retried": 0, "retries": 0}
-    for part in head.group(3).split(","):
-        part = part.strip()
+    for raw_part in head.group(3).split(","):
+        part = raw_part.strip()
         if not part:
             continue
         if (m := _PROGRESS_LAT.match(part)) is not None:
@@ -129,8 +129,15 @@ def parse_progress_line(line: str) -> ProgressLine | None:
         if not lag:
             lag = None
     return ProgressLine(
-        t=t, tps=tps, lat_ms=lat, stddev_ms=stddev, failed=counts["failed"], lag_ms=lag,
-        skipped=counts["skipped"], retried=counts["retried"], retries=counts["retries"],
+        t=t,
+        tps=tps,
+        lat_ms=lat,
+        stddev_ms=stddev,
+        failed=counts["failed"],
+        lag_ms=lag,
+        skipped=counts["skipped"],
+        retried=counts["retried"],
+        retries=counts["retries"],
     )
 
 

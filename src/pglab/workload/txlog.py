@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import polars as pl
 
@@ -27,7 +28,7 @@ US = 1_000_000
 STATUSES = ("ok", "skipped", "failed", "serialization", "deadlock")
 FAILURE_STATUSES = ("failed", "serialization", "deadlock")
 _NAMED_STATUSES = ("skipped", "failed", "serialization", "deadlock")
-_QUANTILE_METHOD = "linear"
+_QUANTILE_METHOD: Literal["linear"] = "linear"
 
 TX_SCHEMA: dict[str, pl.DataType] = {
     "job": pl.Int16(),
@@ -72,9 +73,21 @@ def _empty_tx() -> pl.DataFrame:
     return pl.DataFrame(schema=TX_SCHEMA)
 
 
-def _first_line_fields(path: Path) -> int:
+def _layout(path: Path, probe_lines: int = 1000) -> tuple[int, int] | None:
+    """(lines to skip, fields per line) from the first line that looks like a log line.
+
+    polars sizes a header-less CSV on its first row (a schema of another width is an
+    error), so the schema is sized on a real line; garbage before it is skipped.
+    """
     with open(path, "rb") as fh:
-        return len(fh.readline().split())
+        for index in range(probe_lines):
+            line = fh.readline()
+            if not line:
+                return None
+            fields = line.split()
+            if len(fields) >= 6 and line.endswith(b"\n"):
+                return index, len(fields)
+    return None
 
 
 def _ends_with_newline(path: Path) -> bool:
@@ -90,31 +103,46 @@ def _read_one(job: int, path: Path, spec: TxLogSpec) -> pl.DataFrame:
     """One job's log. Rows that do not parse are dropped, as is an unfinished last line."""
     if not path.exists() or path.stat().st_size == 0:
         return _empty_tx()
-    expected = 6 + int(spec.has_lag) + int(spec.has_retries)
-    # polars rejects a first row wider than the schema: size the schema on the real line.
-    width = max(expected, _first_line_fields(path))
+    layout = _layout(path)
+    if layout is None:
+        return _empty_tx()
+    skip, width = layout
     names = [f"c{i}" for i in range(width)]
     raw = pl.read_csv(
-        path, separator=" ", has_header=False, schema=dict.fromkeys(names, pl.String()),
-        truncate_ragged_lines=True, raise_if_empty=False, quote_char=None,
+        path,
+        separator=" ",
+        has_header=False,
+        schema=dict.fromkeys(names, pl.String()),
+        truncate_ragged_lines=True,
+        raise_if_empty=False,
+        quote_char=None,
+        skip_rows=skip,
+        encoding="utf8-lossy",  # a damaged file must not stop the run's processing
     )
     if not _ends_with_newline(path) and raw.height > 0:
         raw = raw.head(raw.height - 1)  # a killed pgbench: the last line may be cut short
 
     def num(i: int, dtype: pl.DataType) -> pl.Expr:
+        if i >= width:  # announced by the spec but not in the file
+            return pl.lit(None, dtype=dtype)
         return pl.col(f"c{i}").cast(dtype, strict=False)
 
     time = pl.col("c2")
     latency = num(2, pl.Int64())
     status = (
-        pl.when(latency.is_not_null()).then(pl.lit("ok"))
-        .when(time.is_in(_NAMED_STATUSES)).then(time)
+        pl.when(latency.is_not_null())
+        .then(pl.lit("ok"))
+        .when(time.is_in(_NAMED_STATUSES))
+        .then(time)
         .otherwise(pl.lit("failed"))  # any other word: a failure kind from a newer pgbench
     )
     lag = num(6, pl.Int64()) if spec.has_lag else pl.lit(None, dtype=pl.Int64())
     retries_col = 6 + int(spec.has_lag)
-    retries = (num(retries_col, pl.Int32()).fill_null(0) if spec.has_retries
-               else pl.lit(0, dtype=pl.Int32()))
+    retries = (
+        num(retries_col, pl.Int32()).fill_null(0)
+        if spec.has_retries
+        else pl.lit(0, dtype=pl.Int32())
+    )
     epoch, us = num(4, pl.Int64()), num(5, pl.Int64())
     tx = raw.select(
         pl.lit(job, dtype=pl.Int16()).alias("job"),
@@ -126,12 +154,18 @@ def _read_one(job: int, path: Path, spec: TxLogSpec) -> pl.DataFrame:
         pl.when(latency.is_not_null()).then(lag).otherwise(None).cast(pl.Int64()).alias("lag_us"),
         retries.cast(pl.Int32()).alias("retries"),
         # validity of the row, dropped below
-        (num(1, pl.Int64()).is_not_null() & time.is_not_null() & (time != "")
-         & us.is_between(0, US - 1) & (epoch >= 0) & (latency.is_null() | (latency >= 0))
-         ).alias("_valid"),
+        (
+            num(1, pl.Int64()).is_not_null()
+            & time.is_not_null()
+            & (time != "")
+            & us.is_between(0, US - 1)
+            & (epoch >= 0)
+            & (latency.is_null() | (latency >= 0))
+        ).alias("_valid"),
     )
-    return tx.filter(pl.col("_valid") & pl.col("client").is_not_null()
-                     & pl.col("script").is_not_null()).drop("_valid")
+    return tx.filter(
+        pl.col("_valid") & pl.col("client").is_not_null() & pl.col("script").is_not_null()
+    ).drop("_valid")
 
 
 def read_txlogs(files: dict[int, Path], spec: TxLogSpec) -> pl.DataFrame:
@@ -149,21 +183,25 @@ def read_txlogs(files: dict[int, Path], spec: TxLogSpec) -> pl.DataFrame:
 
 
 def _aggregations() -> list[pl.Expr]:
-    ok = pl.col("status") == "ok"
-    lat_ms = pl.col("latency_us").filter(ok) / 1000.0
-    lag_ms = pl.col("lag_us").filter(ok) / 1000.0
+    # Statistics in µs (exact integers), converted to ms afterwards. latency_us and lag_us
+    # are null except for successful transactions.
+    lat, lag = pl.col("latency_us"), pl.col("lag_us")
+
+    def ms(expr: pl.Expr) -> pl.Expr:
+        return expr.cast(pl.Float64()) / 1000.0
+
     return [
-        ok.sum().cast(pl.Int64()).alias("n_ok"),
+        (pl.col("status") == "ok").sum().cast(pl.Int64()).alias("n_ok"),
         pl.col("status").is_in(FAILURE_STATUSES).sum().cast(pl.Int64()).alias("failures"),
         (pl.col("status") == "skipped").sum().cast(pl.Int64()).alias("skipped"),
         pl.col("retries").cast(pl.Int64()).sum().alias("retries"),
-        lat_ms.mean().alias("lat_avg_ms"),
-        lat_ms.quantile(0.50, _QUANTILE_METHOD).alias("lat_p50_ms"),
-        lat_ms.quantile(0.95, _QUANTILE_METHOD).alias("lat_p95_ms"),
-        lat_ms.quantile(0.99, _QUANTILE_METHOD).alias("lat_p99_ms"),
-        lat_ms.max().cast(pl.Float64()).alias("lat_max_ms"),
-        lag_ms.mean().alias("lag_avg_ms"),
-        lag_ms.max().cast(pl.Float64()).alias("lag_max_ms"),
+        ms(lat.mean()).alias("lat_avg_ms"),
+        ms(lat.quantile(0.50, _QUANTILE_METHOD)).alias("lat_p50_ms"),
+        ms(lat.quantile(0.95, _QUANTILE_METHOD)).alias("lat_p95_ms"),
+        ms(lat.quantile(0.99, _QUANTILE_METHOD)).alias("lat_p99_ms"),
+        ms(lat.max()).alias("lat_max_ms"),
+        ms(lag.mean()).alias("lag_avg_ms"),
+        ms(lag.max()).alias("lag_max_ms"),
     ]
 
 
@@ -174,8 +212,7 @@ def _load_bounds(tx: pl.DataFrame) -> tuple[int, int]:
     return int(row[0]), int(row[1])
 
 
-def per_second_series(tx: pl.DataFrame, warmup_s: int,
-                      sampling_rate: float = 1.0) -> pl.DataFrame:
+def per_second_series(tx: pl.DataFrame, warmup_s: int, sampling_rate: float = 1.0) -> pl.DataFrame:
     """Per-second statistics by completion second, per job and for all jobs (job null).
 
     Seconds run from the one holding load_start (the earliest transaction start) to the
@@ -198,8 +235,9 @@ def per_second_series(tx: pl.DataFrame, warmup_s: int,
     per_job = seconds.join(jobs, how="cross").join(
         data.group_by("sec", "job").agg(_aggregations()), on=["sec", "job"], how="left"
     )
-    all_jobs = seconds.join(data.group_by("sec").agg(_aggregations()), on="sec", how="left"
-                            ).with_columns(pl.lit(None, dtype=pl.Int16()).alias("job"))
+    all_jobs = seconds.join(
+        data.group_by("sec").agg(_aggregations()), on="sec", how="left"
+    ).with_columns(pl.lit(None, dtype=pl.Int16()).alias("job"))
     combined = pl.concat([all_jobs.select(per_job.columns), per_job], how="vertical")
 
     start_us = pl.col("sec") * US
@@ -212,8 +250,11 @@ def per_second_series(tx: pl.DataFrame, warmup_s: int,
         pl.col("retries").fill_null(0),
         start_us.cast(pl.Datetime("us")).dt.replace_time_zone("UTC").alias("t"),
     )
-    return (out.select(list(SERIES_SCHEMA)).cast(SERIES_SCHEMA)  # type: ignore[arg-type]
-            .sort(["t", "job"], nulls_last=False))
+    return (
+        out.select(list(SERIES_SCHEMA))
+        .cast(SERIES_SCHEMA)  # type: ignore[arg-type]
+        .sort(["t", "job"], nulls_last=False)
+    )
 
 
 @dataclass(frozen=True)
@@ -238,17 +279,27 @@ def _opt_float(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
 
-def measured_window_stats(tx: pl.DataFrame, series: pl.DataFrame,
-                          sampling_rate: float = 1.0) -> WindowStats:
+def measured_window_stats(
+    tx: pl.DataFrame,
+    series: pl.DataFrame,
+    sampling_rate: float = 1.0,
+    max_seconds: int | None = None,
+) -> WindowStats:
     """Statistics of the transactions completing in the measured seconds of `series`.
 
     Counts are of logged transactions (a sample with --sampling-rate); only tps is scaled.
     Percentiles use linear interpolation (see the module docstring). Zeros and None when
-    there is no measured second.
+    there is no measured second. With `max_seconds`, only the first that many measured
+    seconds count (pglab runs pgbench one second longer than the duration asked for).
     """
-    measured = series.filter(
-        pl.col("job").is_null() & ~pl.col("warmup") & ~pl.col("partial")
-    ).select(pl.col("t").dt.epoch("us") // US).to_series()
+    measured = (
+        series.filter(pl.col("job").is_null() & ~pl.col("warmup") & ~pl.col("partial"))
+        .select(pl.col("t").dt.epoch("us") // US)
+        .to_series()
+        .sort()
+    )
+    if max_seconds is not None:
+        measured = measured.head(max_seconds)
     seconds = measured.len()
     if seconds == 0 or tx.height == 0:
         return WindowStats(seconds, 0, 0.0, 0, 0, 0, None, None, None, None, None, None)

