@@ -1,17 +1,21 @@
 """How fast is pglab's server-log parser next to pgBadger, on the same big stderr log?
 
-    python bench/log_throughput.py [--size-mb 512] [--keep DIR] [--skip-pgbadger]
+    python bench/log_throughput.py [--size-mb 512] [--mix default|maintenance|statements]
+                                   [--keep DIR] [--skip-pgbadger]
 
 1. Generates a PostgreSQL stderr log (log_line_prefix '%m [%p] ') of --size-mb MB in a
    temp dir, from message blocks of the real PostgreSQL 15 sample
-   (tests/samples/serverlog/pg15/postgresql.log), re-timed and varied: per simulated
-   second about 20 slow-statement lines (duration: ... statement/execute), a lock wait
-   every ~2 s (still waiting + DETAIL + CONTEXT, acquired, the statement's duration), an
-   autovacuum + autoanalyze every ~3 s (multi-line), a checkpoint (starting ... complete)
-   every 60 s, and a "checkpoints are occurring too frequently" now and then.
+   (tests/samples/serverlog/pg15/postgresql.log), re-timed and varied. The default mix,
+   per simulated second: 10-30 slow-statement lines (duration: ... statement/execute),
+   a lock wait every ~2 s (still waiting + DETAIL + CONTEXT, acquired, the statement's
+   duration), an autovacuum + autoanalyze every ~3 s (multi-line), a checkpoint
+   (starting ... complete) every 60 s and now and then "checkpoints are occurring too
+   frequently". `--mix maintenance` is mostly lock waits, autovacuum and checkpoints
+   (what pglab's own log settings produce); `--mix statements` only durations.
 2. Installs pgBadger if missing (Debian package: apt-get update, apt-get install).
-3. Runs pglab's parser on it in a child process (single process, streaming, every event
-   built), then pgBadger (`-f stderr --prefix '%m [%p] ' -o out.json`, default -j 1).
+3. Runs pglab's parser on it in a child process (single process, streaming, every
+   event built: iter_event_batches), then pgBadger (`-f stderr --prefix '%m [%p] '
+   -o out.json`, its default single process).
 4. Prints MB/s of both, the ratio (target >= 20x), pglab's peak RSS, and compares the
    number of checkpoints, autovacuum and autoanalyze runs both found (must be equal).
 

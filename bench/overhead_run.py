@@ -8,6 +8,8 @@ Pairs alternate which side goes first, to cancel drift on a shared, noisy machin
     python bench/overhead_run.py [--pairs 5] [--duration 15] [--clients 8] [--scale 10]
 
 Prints each pair and the median ratio of pglab TPS to plain pgbench TPS (target ≥ 0.99).
+`--telemetry off` (default) measures what pglab's load driver adds (progress reports,
+per-transaction logs, -r); `--telemetry on` adds the probes as well.
 Both TPS figures are pgbench's own "tps = ..." line, so they are defined alike.
 """
 
@@ -39,12 +41,13 @@ def plain_pgbench(bin_dir: Path, env: dict[str, str], clients: int, jobs: int,
 
 
 def pglab_run(dsn: str, results: Path, clients: int, jobs: int, duration: int,
-              scale: int) -> float:
+              scale: int, telemetry: bool) -> float:
     scenario = results / "overhead.toml"
     scenario.write_text(
         f'name = "overhead"\n[server]\ntarget = "dsn"\ndsn = "{dsn}"\nallow_writes = true\n'
         f"[workload]\nscale = {scale}\nclients = {clients}\njobs = {jobs}\n"
         f'duration = "{duration}s"\nwarmup = "0s"\n'
+        f"[telemetry]\nenabled = {'true' if telemetry else 'false'}\n"
     )
     subprocess.run([sys.executable, "-m", "pglab", "run", str(scenario), "--results",
                     str(results)], check=True, capture_output=True, text=True)
@@ -60,6 +63,9 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--scale", type=int, default=10)
+    parser.add_argument("--telemetry", choices=["on", "off"], default="off",
+                        help="off measures the load driver alone (the default); on adds the "
+                             "probes (bench/observer_overhead.py isolates their cost)")
     args = parser.parse_args()
 
     scenario = load_text(f'name = "overhead-server"\n[workload]\nscale = {args.scale}\n',
@@ -72,7 +78,8 @@ def main() -> None:
         env = lab.primary.libpq_env()
         ratios = []
         print(f"PostgreSQL {lab.bins.version}, scale {args.scale}, {args.clients} clients, "
-              f"{args.jobs} jobs, {args.duration}s per side, {args.pairs} pairs")
+              f"{args.jobs} jobs, {args.duration}s per side, {args.pairs} pairs, "
+              f"pglab telemetry {args.telemetry}")
         for pair in range(args.pairs):
             sides = ["plain", "pglab"] if pair % 2 == 0 else ["pglab", "plain"]
             tps: dict[str, float] = {}
@@ -82,7 +89,7 @@ def main() -> None:
                                               args.duration)
                 else:
                     tps[side] = pglab_run(dsn, Path(tmp), args.clients, args.jobs,
-                                          args.duration, args.scale)
+                                          args.duration, args.scale, args.telemetry == "on")
             ratio = tps["pglab"] / tps["plain"]
             ratios.append(ratio)
             print(f"pair {pair + 1} ({' then '.join(sides)}): plain {tps['plain']:.1f} tps, "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import threading
 import time
@@ -19,6 +20,7 @@ from pglab.probes import make_probes
 from pglab.probes.base import NodeHandle, ProbeContext
 from pglab.probes.catalog import canonical_wait
 from pglab.probes.dbsessions import DbSessions
+from pglab.probes.serverlog_probe import ServerLogEvents
 from pglab.probes.sink import TelemetrySink, consolidate
 from pglab.telemetry import TelemetryRunner
 
@@ -42,6 +44,9 @@ def server(request: pytest.FixtureRequest, pglab_home: Path) -> Iterator[LocalSe
     with srv.connect() as conn:
         conn.execute("CREATE TABLE hot (id int PRIMARY KEY, v int)")
         conn.execute("INSERT INTO hot VALUES (1, 0)")
+        # log_lock_waits reports a wait after deadlock_timeout: make the test quick
+        conn.execute("ALTER SYSTEM SET deadlock_timeout = '200ms'")
+        conn.execute("SELECT pg_reload_conf()")
     yield srv
     srv.stop()
     shutil.rmtree(srv.node_dir)
@@ -106,6 +111,50 @@ def test_lock_wait_and_checkpoint_are_seen(server: LocalServer, tmp_path: Path) 
     written = ts.filter((pl.col("source") == "db.checkpointer")
                         & (pl.col("metric") == "buffers_checkpoint"))
     assert written["value"].sum() > 0
+
+
+def test_forced_checkpoint_and_lock_wait_become_log_events(server: LocalServer,
+                                                          tmp_path: Path) -> None:
+    ctx = _context(server)
+    sink = TelemetrySink(tmp_path)
+    runner = TelemetryRunner([ServerLogEvents()], ctx, sink)
+    runner.start()
+    try:
+        holder = server.connect(autocommit=False)
+        holder.execute("UPDATE hot SET v = v + 1 WHERE id = 1")
+        holder_pid = holder.info.backend_pid
+
+        def blocked_update() -> None:
+            with server.connect() as conn:
+                conn.execute("UPDATE hot SET v = v + 1 WHERE id = 1")
+
+        waiter = threading.Thread(target=blocked_update)
+        waiter.start()
+        time.sleep(0.8)  # past deadlock_timeout: "still waiting" is logged
+        holder.rollback()
+        holder.close()
+        waiter.join(timeout=10)
+        with server.connect() as conn:
+            conn.execute("CHECKPOINT")
+        time.sleep(1.5)
+    finally:
+        runner.stop()
+        sink.close()
+    consolidate(tmp_path)
+    events = pl.read_parquet(tmp_path / "events.parquet")
+    checkpoints = [json.loads(a) for a in
+                   events.filter(pl.col("kind") == "checkpoint")["attrs"].to_list()]
+    forced = [c for c in checkpoints if "force" in c["flags"] and "immediate" in c["flags"]]
+    assert forced, checkpoints
+    assert forced[-1]["total_s"] >= 0 and "buffers" in forced[-1]
+    # the server's log also holds earlier tests' episodes: this one is told by its holder
+    mine = [(row["t_start"], row["t_end"], json.loads(row["attrs"]))
+            for row in events.filter(pl.col("kind") == "lock-wait").iter_rows(named=True)
+            if json.loads(row["attrs"])["holders"] == [holder_pid]]
+    assert len(mine) == 1
+    start, end, attrs = mine[0]
+    assert attrs["outcome"] == "acquired" and attrs["lock_mode"] == "ShareLock"
+    assert 0.5 < (end - start).total_seconds() < 3
 
 
 def test_probe_survives_a_server_restart(server: LocalServer, tmp_path: Path) -> None:

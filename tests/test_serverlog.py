@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+import pglab.serverlog.formats as formats_module
 import pglab.serverlog.reader as reader_module
 from pglab.events import Event
 from pglab.serverlog import (
@@ -19,6 +20,7 @@ from pglab.serverlog import (
     ParseStats,
     detect_format,
     extract_events,
+    iter_event_batches,
     parse_log_file,
     parse_log_files,
     read_records,
@@ -453,6 +455,31 @@ def test_small_chunks_change_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(reader_module, "CHUNK_BYTES", 97)
         assert comparable(parse_sample("pg18", fmt)[0]) == expected
         monkeypatch.undo()
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_general_stderr_scanner_agrees(version: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The general scanner (any prefix) and the fast one (`%m [%p] `) read alike."""
+    expected = comparable(parse_sample(version, "stderr")[0])
+    records_fast = list(read_records(SAMPLES / version / FILES["stderr"])[0])
+    monkeypatch.setattr(formats_module, "_looks_shaped", lambda buf: False)
+    assert comparable(parse_sample(version, "stderr")[0]) == expected
+    assert list(read_records(SAMPLES / version / FILES["stderr"])[0]) == records_fast
+
+
+def test_event_batches_and_stats() -> None:
+    stats: list[ParseStats] = []
+    batches = list(
+        iter_event_batches([SAMPLES / "pg18" / FILES["jsonlog"]], "standby1", None, stats)
+    )
+    events = [e for batch in batches for e in batch]
+    assert comparable(events) == comparable(
+        [
+            Event(e.t_start, e.kind, "standby1", e.t_end, e.attrs)
+            for e in parse_sample("pg18", "jsonlog")[0]
+        ]
+    )
+    assert stats[0].format == "jsonlog" and stats[0].records == 131
 
 
 @pytest.mark.parametrize("fmt", list(FILES))

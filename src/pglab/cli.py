@@ -128,6 +128,15 @@ def _summary_json(run: StoredRun) -> dict[str, Any]:
     }
 
 
+def _show_json(run: StoredRun) -> dict[str, Any]:
+    from pglab.report.telemetry_summary import summarize
+
+    info = _summary_json(run)
+    telemetry = summarize(run.path)
+    info["telemetry"] = telemetry.to_dict() if telemetry is not None else None
+    return info
+
+
 @cli.command()
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
@@ -135,7 +144,7 @@ def show(run_dir: Path, as_json: bool) -> int:
     """Summarise one run folder."""
     run = load_run(run_dir)
     if as_json:
-        click.echo(json.dumps(_summary_json(run), indent=2))
+        click.echo(json.dumps(_show_json(run), indent=2))
     else:
         print_summary(out, run)
     return ExitCode.OK

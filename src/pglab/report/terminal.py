@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from pglab.report.telemetry_summary import summarize, summary_lines
 from pglab.store import StoredRun
 from pglab.workload.pgbench_output import ProgressLine
 
@@ -126,6 +127,10 @@ def print_summary(console: Console, run: StoredRun) -> None:
     if series:
         console.print(f"  TPS/s  {sparkline(series)}  "
                       f"(min {min(series):,.0f}, max {max(series):,.0f})")
+    telemetry = summarize(run.path)
+    if telemetry is not None:
+        for line in summary_lines(telemetry):
+            console.print(f"  {line}", highlight=False)
     console.print(f"  results: {run.path}")
 
 

@@ -176,8 +176,15 @@ _SHAPE_CANDIDATE_RE = re.compile(
     + ")"
 )
 _SHAPE_ANY_RE = re.compile(
-    "\n" + _SHAPE_HEAD + "(?:" + _SHAPE_DURATION + "|(" + "|".join(_SEVERITIES) + ")"
-    + _SHAPE_TAIL + ")"
+    "\n"
+    + _SHAPE_HEAD
+    + "(?:"
+    + _SHAPE_DURATION
+    + "|("
+    + "|".join(_SEVERITIES)
+    + ")"
+    + _SHAPE_TAIL
+    + ")"
 )
 _SHAPE_LINE_RE = re.compile(_SHAPE_HEAD + r"[A-Z0-9]+:  ")
 _SHAPE_ATTACHED_RE = re.compile(_SHAPE_HEAD + "(?:" + "|".join(sorted(_ATTACHED)) + "):  ")
@@ -308,12 +315,11 @@ class StderrDecoder:
         zone_seen: str | None = None
         offset, zone_unknown = _NO_OFFSET, False
         claimed = 0
-        direct = 0  # slow statements turned into events without a record
+        skipped = 0
         count_lines = self._all
+        found = self._shape_re.findall(buf, 0, end)
         # One iteration per message: the hot loop of a big log.
-        for (stamp, zone, pid, ms, phase, name, sql, severity, text, block) in (
-            self._shape_re.findall(buf, 0, end)
-        ):
+        for stamp, zone, pid, ms, phase, name, sql, sev, text, block in found:
             if zone != zone_seen:
                 zone_seen = zone
                 offset, zone_unknown = timestamps.zone(zone)
@@ -325,22 +331,22 @@ class StderrDecoder:
             except ValueError:
                 parsed = timestamps.parse(stamp, None)
                 if parsed is None:
-                    self.stats.skipped += 1
+                    skipped += 1
                     continue
                 t = parsed
             if offset:
                 t -= offset
             if ms:  # a one-line slow statement
-                claimed += 1
                 if extractor is not None:
-                    direct += 1
                     add_event(slow_statement_event(node, t, int(pid), ms, phase, name, sql))
                     continue
-                text = f"duration: {ms} ms  {phase}{name}: {sql}"
-                severity = "LOG"
-            elif count_lines:
-                claimed += 1 + text.count("\n") + block.count("\n")
-            message = text.replace("\n\t", "\n") if "\n" in text else text
+                claimed += 1
+                severity, message = "LOG", f"duration: {ms} ms  {phase}{name}: {sql}"
+            else:
+                if count_lines:
+                    claimed += 1 + text.count("\n") + block.count("\n")
+                severity = sev
+                message = text.replace("\n\t", "\n") if "\n" in text else text
             if block:
                 attached = _split_attached(block, f"\n{stamp} {zone} [{pid}] ")
                 record = new_record(
@@ -366,7 +372,9 @@ class StderrDecoder:
             if extractor is not None:
                 events.extend(extractor.feed(record))
             add_record(record)
-        self.stats.records += len(records) + direct
+        # every message found is a record, whether it was kept or went straight to an event
+        self.stats.records += len(found) - skipped
+        self.stats.skipped += skipped
         return records, events, end, claimed
 
     @staticmethod
