@@ -23,11 +23,12 @@ SAMPLES = Path(__file__).resolve().parent / "samples"
 @pytest.fixture(scope="session", autouse=True)
 def pglab_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     home = tmp_path_factory.mktemp("pglab-home")
-    # The unprivileged server user must traverse down to the data dirs.
-    for parent in [home, *home.parents]:
-        if parent == Path("/"):
-            break
-        os.chmod(parent, os.stat(parent).st_mode | 0o011)
+    if os.geteuid() == 0:
+        # As root the server runs as an unprivileged user, who must reach the data dirs.
+        for parent in [home, *home.parents]:
+            if parent == Path("/"):
+                break
+            os.chmod(parent, os.stat(parent).st_mode | 0o011)
     old = os.environ.get("PGLAB_HOME")
     os.environ["PGLAB_HOME"] = str(home)
     yield home
