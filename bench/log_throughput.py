@@ -161,6 +161,7 @@ def generate_log(path: Path, size_bytes: int, mix: Mix, seed: int = 42) -> Count
     written = 0
     second = 0
     checkpointer = 3001
+    waiter_pid = 4000
     with path.open("w") as out:
         while written < size_bytes:
             base = second * 1000
@@ -181,7 +182,10 @@ def generate_log(path: Path, size_bytes: int, mix: Mix, seed: int = 42) -> Count
             if rnd.random() < mix.lock_waits:  # a lock wait, acquired later
                 wait = rnd.choice(waits)
                 ms = base + rnd.randrange(1000)
-                pid, holder = rnd.randint(4000, 65000), rnd.randint(4000, 65000)
+                # a process waits for one lock at a time: waiters' pids never repeat
+                # while an earlier wait of theirs may still be open
+                waiter_pid = 4000 + (waiter_pid - 3999) % 60000
+                pid, holder = waiter_pid, rnd.randint(4000, 65000)
                 waited = rnd.randint(101, 3000)
                 swap = {wait.pid: str(pid)}
                 text = wait.render(clock.stamp(ms), pid, swap)

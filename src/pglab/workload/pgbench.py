@@ -30,6 +30,7 @@ from pglab.workload.pgbench_output import (
 from pglab.workload.txlog import TxLogSpec
 
 TXLOG_PREFIX = "txlog"
+EXTRA_SECONDS = 2
 # pgbench keeps running past -T until in-flight transactions finish; a stuck commit (a
 # paused synchronous standby) could hold it forever, so pglab waits this much longer.
 FINISH_GRACE_S = 60.0
@@ -58,16 +59,17 @@ def init_data(bins: PgBinaries, conn_env: dict[str, str], scale: int) -> InitTim
 class PgbenchCommand:
     argv: list[str]
     txlog_spec: TxLogSpec
-    total_s: int  # warmup + duration + 1: one pgbench process, warmup cut out afterwards
+    total_s: int  # warmup + duration + EXTRA_SECONDS: one pgbench process for it all
     jobs: int
 
 
 def build_command(bins: PgBinaries, workload: Workload, clients: int, raw_dir: Path,
                   scripts_base: Path) -> PgbenchCommand:
     jobs = min(workload.jobs, clients)  # pgbench refuses more threads than clients
-    # One more second than asked: the load starts mid-second, and only whole seconds are
-    # measured, so this makes exactly `duration` whole seconds after the warmup.
-    total = int(workload.warmup + workload.duration) + 1
+    # Two more seconds than asked: only whole seconds are measured, the load starts
+    # mid-second, and pgbench's -T clock starts before its clients have connected; the
+    # measured window is then cut to exactly `duration` whole seconds after the warmup.
+    total = int(workload.warmup + workload.duration) + EXTRA_SECONDS
     argv = [
         str(bins.tool("pgbench")),
         "-c", str(clients), "-j", str(jobs), "-T", str(total),
