@@ -68,8 +68,11 @@ def main() -> None:
                              "probes (bench/observer_overhead.py isolates their cost)")
     args = parser.parse_args()
 
-    scenario = load_text(f'name = "overhead-server"\n[workload]\nscale = {args.scale}\n',
-                         "bench")
+    # Both sides write to one dataset: a checkpoint landing inside one side would decide
+    # the pair. So no checkpoint is due during a side, and each side starts from a fresh one.
+    scenario = load_text(f'name = "overhead-server"\n[workload]\nscale = {args.scale}\n'
+                         '[server.settings]\nmax_wal_size = "16GB"\n'
+                         'checkpoint_timeout = "1h"\n', "bench")
     with tempfile.TemporaryDirectory() as tmp, Lab(scenario.scenario, "bench",
                                                    "bench-overhead") as lab:
         assert lab.primary is not None and lab.bins is not None
@@ -84,6 +87,8 @@ def main() -> None:
             sides = ["plain", "pglab"] if pair % 2 == 0 else ["pglab", "plain"]
             tps: dict[str, float] = {}
             for side in sides:
+                with lab.connect() as conn:
+                    conn.execute("CHECKPOINT")
                 if side == "plain":
                     tps[side] = plain_pgbench(lab.bins.bin_dir, env, args.clients, args.jobs,
                                               args.duration)
