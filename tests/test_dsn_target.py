@@ -54,7 +54,7 @@ def _tables(srv: LocalServer) -> int:
     with srv.connect() as conn:
         row = conn.execute("SELECT count(*) FROM pg_class "
                            "WHERE relname LIKE 'pgbench_%' AND relkind = 'r'").fetchone()
-    return int(row[0]) if row else 0
+    return int(str(row[0])) if row else 0
 
 
 def test_no_init_on_a_server_pglab_did_not_create(existing: LocalServer,
