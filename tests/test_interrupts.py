@@ -122,5 +122,8 @@ def test_kill_9_of_pglab_takes_the_server_down(tmp_path: Path, pglab_home: Path)
     lab_dirs = list((pglab_home / "labs").iterdir())
     socket_dirs = [Path((d / "primary" / "socket_dir").read_text()) for d in lab_dirs]
     assert len(lab_dirs) == 1 and all(s.is_dir() for s in socket_dirs)
+    spools = [p for p in Path("/dev/shm").glob("pglab-txlog-*")
+              if (p / "owner.pid").read_text() == str(proc.pid)]
     assert reap_stale_labs() == lab_dirs
     assert not any(s.exists() for s in socket_dirs) and not lab_dirs[0].exists()
+    assert not any(s.exists() for s in spools)

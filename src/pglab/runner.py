@@ -132,7 +132,8 @@ def run_variant(loaded: LoadedScenario, variant: Variant, options: RunOptions, u
             lab.logs_to = folder.raw
             assert lab.bins is not None
             cmd = pgbench.build_command(lab.bins, scenario.workload, variant.clients,
-                                        folder.raw, loaded.base_dir)
+                                        folder.raw, loaded.base_dir,
+                                        pgbench.txlog_spool_dir())
             data_dir = lab.primary.data_dir if lab.primary else None
             manifest["host"] = host_facts(data_dir)
             manifest["nodes"] = {"primary": lab.node_facts()}
@@ -198,6 +199,7 @@ def _finish(folder: RunFolder, manifest: dict[str, Any], cmd: pgbench.PgbenchCom
             workload: Workload, error: BaseException | None) -> None:
     """Whatever happened: keep the client data that exists, and say how the run ended."""
     if cmd is not None:
+        pgbench.collect_txlogs(cmd, folder.raw)
         try:
             measured = _process_client_data(folder, cmd, int(workload.warmup),
                                             int(workload.duration))

@@ -259,6 +259,9 @@ class Lab:
 
 def reap_stale_labs() -> list[Path]:
     """Stop servers and remove dirs of labs whose pglab process no longer exists."""
+    from pglab.workload.pgbench import reap_stale_spools
+
+    reap_stale_spools()
     root = labs_dir()
     reaped: list[Path] = []
     if not root.is_dir():
