@@ -15,6 +15,7 @@ from pglab.probes.db_activity import (
     WaitSampler,
 )
 from pglab.probes.db_stats import CheckpointerStats, DatabaseStats, IoStats, WalStats
+from pglab.probes.os_probes import OS_PROBES
 from pglab.probes.serverlog_probe import ServerLogEvents
 
 PROBES: tuple[type[Probe], ...] = (
@@ -28,6 +29,7 @@ PROBES: tuple[type[Probe], ...] = (
     VacuumProgress,
     Replication,
     ServerLogEvents,
+    *OS_PROBES,
 )
 
 
