@@ -19,6 +19,7 @@ from rich.table import Table
 
 from pglab import __version__
 from pglab.errors import ExitCode, Interrupted, PglabError
+from pglab.lab.lab import check_supported
 from pglab.lab.processes import signals_as_exceptions
 from pglab.report.terminal import TerminalUI, print_summary, print_sweep
 from pglab.runner import RunOptions, run_scenario
@@ -102,6 +103,8 @@ def demo(duration: str | None, overrides: tuple[str, ...], results: Path,
 def validate(scenario: str, overrides: tuple[str, ...]) -> int:
     """Check SCENARIO without starting anything; print the runs it makes."""
     loaded = _load(scenario, overrides)
+    for variant in loaded.variants:
+        check_supported(variant.scenario, loaded.where)
     out.print(f"{loaded.where}: ok, {len(loaded.variants)} run(s)")
     for variant in loaded.variants:
         if variant.overrides:

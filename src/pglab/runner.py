@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import os
 import secrets
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,12 +21,13 @@ from typing import Any, Protocol
 from pglab import __version__
 from pglab.errors import Interrupted, PglabError
 from pglab.hostfacts import host_facts
-from pglab.lab.lab import Lab, redact_dsn
+from pglab.lab.faults import FaultTimeline
+from pglab.lab.lab import Lab, check_supported, redact_dsn
 from pglab.lab.processes import pending_signal, shielded
 from pglab.probes import make_probes
-from pglab.probes.base import ProbeContext
+from pglab.probes.base import ProbeContext, ProbeOutput
 from pglab.probes.dbsessions import DbSessions
-from pglab.probes.sink import TelemetrySink, consolidate
+from pglab.probes.sink import TelemetrySink, consolidate, event_record
 from pglab.scenario import LoadedScenario, Scenario, Variant, Workload
 from pglab.store import (
     MANIFEST_FORMAT,
@@ -136,7 +138,7 @@ def run_variant(loaded: LoadedScenario, variant: Variant, options: RunOptions, u
                                         pgbench.txlog_spool_dir())
             data_dir = lab.primary.data_dir if lab.primary else None
             manifest["host"] = host_facts(data_dir)
-            manifest["nodes"] = {"primary": lab.node_facts()}
+            manifest["nodes"] = lab.nodes_facts()
             if lab.template is not None:
                 manifest["nodes"]["primary"]["template"] = {
                     "key": lab.template.key, "reused": lab.template.reused,
@@ -148,17 +150,30 @@ def run_variant(loaded: LoadedScenario, variant: Variant, options: RunOptions, u
             folder.write_manifest(manifest)
             client_pids: list[int] = []
             telemetry = _telemetry_for(scenario, lab, folder, client_pids)
+            sink = telemetry.sink if telemetry is not None else (
+                TelemetrySink(folder.path) if scenario.faults else None)
+            timeline = FaultTimeline(
+                scenario.faults, lab.fault_target,
+                lambda event: sink.write(ProbeOutput(events=[event])) if sink else None)
+
+            def load_started(pid: int) -> None:
+                client_pids.append(pid)
+                timeline.start(time.time() + scenario.workload.warmup)
+
             ui.load_started(cmd.total_s, variant.label() or scenario.name)
             try:
                 result = pgbench.run(cmd, lab.client_env(), folder.raw, ui.progress,
-                                     on_started=client_pids.append)
+                                     on_started=load_started)
             finally:
                 ui.load_finished()
-                if telemetry is not None:
-                    with shielded():
+                with shielded():
+                    timeline.stop()  # undo what is still active before anything stops
+                    manifest["faults"] = [event_record(e) for e in timeline.recorded]
+                    if telemetry is not None:
                         telemetry.stop()
-                        telemetry.sink.close()
                         manifest["telemetry"] = telemetry.summary()
+                    if sink is not None:
+                        sink.close()
         manifest["workload"].update(
             started_at=iso(result.started_at), ended_at=iso(result.ended_at),
             returncode=result.returncode,
@@ -170,7 +185,12 @@ def run_variant(loaded: LoadedScenario, variant: Variant, options: RunOptions, u
                              "after its duration (stuck transactions?)")
         if result.returncode != 0:
             last = result.stderr_tail[-1] if result.stderr_tail else "(no message)"
-            raise PglabError(f"pgbench exited with code {result.returncode}: {last}")
+            if any(e.attrs.get("action") == "crash" for e in timeline.recorded):
+                # A crash fault cuts every client's connection and pgbench does not
+                # reconnect: the seconds after it are the point of the run, not a failure.
+                manifest["results"]["clients_aborted_by_crash"] = last
+            else:
+                raise PglabError(f"pgbench exited with code {result.returncode}: {last}")
     except BaseException as exc:
         error = exc
         raise
@@ -232,6 +252,8 @@ def run_scenario(loaded: LoadedScenario, options: RunOptions, ui: RunUI,
                  on_run: Callable[[StoredRun], None] | None = None) -> list[StoredRun]:
     """All variants of a scenario, in order; a study file when there is more than one."""
     variants = loaded.variants
+    for variant in variants:  # every point of a sweep, before the first one starts
+        check_supported(variant.scenario, loaded.where)
     study_id = None
     if len(variants) > 1:
         study_id = f"{utc_now():%Y%m%dT%H%M%SZ}-{secrets.token_hex(2)}"

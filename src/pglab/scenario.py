@@ -15,7 +15,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
@@ -109,6 +109,8 @@ class Topology(StrictModel):
     standbys: int = Field(0, ge=0, le=8)
     synchronous: str = "off"
     pooler: Literal["none", "pgbouncer"] = "none"
+    # PgBouncer's default_pool_size: server connections per database/user pair.
+    pool_size: int = Field(20, ge=1, le=1000)
 
     @field_validator("synchronous")
     @classmethod
@@ -236,11 +238,18 @@ class Telemetry(StrictModel):
 
 
 class Fault(StrictModel):
-    at: Duration
-    action: str
+    at: Duration  # from the start of the measured window (after warmup)
+    action: str  # a name from lab/faults.py's registry; checked there with its args
     node: str = "primary"
     duration: Duration | None = None
     args: dict[str, Any] = Field(default_factory=dict)
+
+
+class NodeSpec(StrictModel):
+    """What differs on one standby (or on all of them, as [nodes.standbys])."""
+
+    settings: dict[str, SettingValue] = Field(default_factory=dict)
+    envelope: Envelope = Envelope()
 
 
 class Scenario(StrictModel):
@@ -252,7 +261,18 @@ class Scenario(StrictModel):
     workload: Workload = Workload()
     telemetry: Telemetry = Telemetry()
     faults: list[Fault] = Field(default_factory=list)
+    nodes: dict[str, NodeSpec] = Field(default_factory=dict)
     matrix: dict[str, list[Any]] = Field(default_factory=dict)
+
+    def node_names(self) -> list[str]:
+        return ["primary", *(f"standby{i}" for i in range(1, self.topology.standbys + 1))]
+
+    def node_spec(self, name: str) -> NodeSpec:
+        """A standby's own settings and envelope: [nodes.standbys], then [nodes.standbyN]."""
+        shared = self.nodes.get("standbys", NodeSpec())
+        own = self.nodes.get(name, NodeSpec())
+        envelope = own.envelope if not own.envelope.is_unlimited() else shared.envelope
+        return NodeSpec(settings={**shared.settings, **own.settings}, envelope=envelope)
 
 
 # --- loading, errors ---------------------------------------------------------------------
@@ -281,13 +301,18 @@ def _did_you_mean(word: str, choices: list[str] | tuple[str, ...], prefix: str =
 def _fields_at(path: tuple[str, ...]) -> list[str] | None:
     """Field names of the model at a dotted path, or None where any key is allowed."""
     model: type[BaseModel] = Scenario
-    for part in path:
-        info = model.model_fields.get(part)
+    parts = list(path)
+    while parts:
+        info = model.model_fields.get(parts.pop(0))
         if info is None:
             return None
         annotation = info.annotation
+        value_type = get_args(annotation)[-1] if get_origin(annotation) is dict else None
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             model = annotation
+        elif isinstance(value_type, type) and issubclass(value_type, BaseModel) and parts:
+            parts.pop(0)  # a table of models such as [nodes.standby1]: any key, known fields
+            model = value_type
         else:
             return None
     return list(model.model_fields)

@@ -24,11 +24,21 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pglab.errors import BadInput, EnvironmentProblem
 from pglab.lab.binaries import PgBinaries, find_binaries, runnable_by
+from pglab.lab.fault_actions import FaultTarget
+from pglab.lab.faults import check_faults
 from pglab.lab.local import LocalServer, remove_socket_dir
 from pglab.lab.osuser import ServerUser, server_user
+from pglab.lab.pooler import PgBouncer, find_pgbouncer, pgbouncer_version
 from pglab.lab.processes import kill_tree, shielded
 from pglab.lab.settings import apply_settings, check_managed, non_default_settings
 from pglab.lab.template import Template, copy_data_dir, get_template
+from pglab.lab.topology import (
+    make_standby,
+    replication_states,
+    standby_names,
+    synchronous_standby_names,
+    wait_for_replication,
+)
 from pglab.paths import ensure_dir, labs_dir
 from pglab.probes.base import NodeHandle
 from pglab.scenario import Scenario
@@ -48,18 +58,12 @@ def redact_dsn(dsn: str) -> str:
 
 
 def check_supported(scenario: Scenario, where: str) -> None:
-    """Refuse, before anything starts, what this version of pglab cannot do yet."""
-    if not scenario.envelope.is_unlimited():
+    """Refuse, before anything starts, what cannot work: one line naming the key."""
+    if not scenario.envelope.is_unlimited() or any(
+            not n.envelope.is_unlimited() for n in scenario.nodes.values()):
         raise BadInput(f"{where}: [envelope] limits are not supported by this pglab version yet")
-    topo = scenario.topology
-    if topo.standbys or topo.synchronous != "off" or topo.pooler != "none":
-        raise BadInput(f"{where}: [topology] standbys and poolers are not supported by this "
-                       "pglab version yet")
-    if scenario.faults:
-        raise BadInput(f"{where}: [[faults]] are not supported by this pglab version yet")
-    if scenario.workload.on != "primary":
-        raise BadInput(f"{where}: workload.on = 'standbys' needs standbys, which this pglab "
-                       "version does not start yet")
+    _check_topology(scenario, where)
+    check_faults(scenario, where)
     if scenario.server.target == "dsn":
         if not scenario.server.dsn:
             raise BadInput(f"{where}: server.dsn is empty: target = 'dsn' needs a connection "
@@ -76,6 +80,45 @@ def check_supported(scenario: Scenario, where: str) -> None:
         check_managed(scenario.server.settings, where)
 
 
+def _check_topology(scenario: Scenario, where: str) -> None:
+    topo, workload = scenario.topology, scenario.workload
+    local = scenario.server.target == "local"
+    if topo.standbys and not local:
+        raise BadInput(f"{where}: topology.standbys = {topo.standbys} needs server.target = "
+                       "'local': pglab makes standbys only of servers it starts")
+    if topo.pooler != "none" and not local:
+        raise BadInput(f"{where}: topology.pooler = '{topo.pooler}' needs server.target = "
+                       "'local'")
+    if topo.synchronous != "off":
+        need = 1 if topo.synchronous == "on" else int(topo.synchronous.split(":")[1])
+        if topo.standbys < need:
+            raise BadInput(f"{where}: topology.synchronous = '{topo.synchronous}' needs at "
+                           f"least {need} standby(s), topology.standbys = {topo.standbys}")
+    if workload.on == "standbys":
+        if not topo.standbys:
+            raise BadInput(f"{where}: workload.on = 'standbys' needs topology.standbys ≥ 1")
+        if not workload.is_read_only():
+            raise BadInput(f"{where}: workload.on = 'standbys': hot standbys are read-only; "
+                           "use a read-only mix such as ['select-only']")
+        if topo.pooler != "none":
+            raise BadInput(f"{where}: topology.pooler fronts the primary; it cannot be used "
+                           "with workload.on = 'standbys'")
+    if topo.pooler == "pgbouncer":
+        if workload.protocol == "prepared":
+            raise BadInput(f"{where}: workload.protocol = 'prepared' does not work through "
+                           "PgBouncer in transaction mode; use 'simple' or 'extended'")
+        find_pgbouncer()
+    names = scenario.node_names()
+    for name, spec in scenario.nodes.items():
+        if name == "primary":
+            raise BadInput(f"{where}: nodes.primary: the primary is set by [server.settings] "
+                           "and [envelope]")
+        if name != "standbys" and name not in names:
+            raise BadInput(f"{where}: nodes.{name}: no such standby (topology.standbys = "
+                           f"{topo.standbys}; names are standby1.., or 'standbys' for all)")
+        check_managed(spec.settings, f"{where}: nodes.{name}")
+
+
 class Lab:
     """Servers for one run. Use as `with Lab(...) as lab:`."""
 
@@ -90,6 +133,8 @@ class Lab:
         self.user: ServerUser = server_user()
         self.bins: PgBinaries | None = None
         self.primary: LocalServer | None = None
+        self.standbys: list[LocalServer] = []
+        self.pooler: PgBouncer | None = None
         self.template: Template | None = None
         self.lab_dir = labs_dir() / run_id
         self._dsn_env: dict[str, str] = {}
@@ -102,11 +147,31 @@ class Lab:
     def is_local(self) -> bool:
         return self.scenario.server.target == "local"
 
+    @property
+    def servers(self) -> list[LocalServer]:
+        return [s for s in (self.primary, *self.standbys) if s is not None]
+
+    def server(self, name: str) -> LocalServer:
+        return next(s for s in self.servers if s.name == name)
+
     def client_env(self) -> dict[str, str]:
-        """libpq environment for pgbench and probes (password only ever in env)."""
+        """libpq environment for pgbench (password only ever in env)."""
+        if self.pooler is not None:
+            return self.pooler.libpq_env()
+        if self.scenario.workload.on == "standbys" and self.standbys:
+            # libpq 16+ picks one of several hosts at random per connection: the clients
+            # spread across the standbys (older libpq takes the first that answers).
+            env = self.standbys[0].libpq_env()
+            env["PGHOST"] = ",".join(str(s.socket_dir) for s in self.standbys)
+            env["PGPORT"] = ",".join(str(s.port) for s in self.standbys)
+            env["PGLOADBALANCEHOSTS"] = "random"
+            return env
         if self.primary is not None:
             return self.primary.libpq_env()
         return dict(self._dsn_env)
+
+    def fault_target(self, node: str) -> FaultTarget:
+        return FaultTarget(node, self.server(node))
 
     def connect(self) -> psycopg.Connection[tuple[Any, ...]]:
         if self.primary is not None:
@@ -115,26 +180,51 @@ class Lab:
 
     def probe_nodes(self) -> list[NodeHandle]:
         """What telemetry may know about each node."""
-        server = self.primary
-        if server is None:
+        if self.primary is None:
             return [NodeHandle("primary", self.connect, None, lambda: None)]
 
-        def postmaster_pid() -> int | None:
-            proc = server.process
-            return proc.pid if proc is not None and proc.poll() is None else None
+        def handle(server: LocalServer) -> NodeHandle:
+            def postmaster_pid() -> int | None:
+                proc = server.process
+                return proc.pid if proc is not None and proc.poll() is None else None
 
-        return [NodeHandle("primary", server.connect, server.data_dir, postmaster_pid,
-                           server.log_dir)]
+            return NodeHandle(server.name, server.connect, server.data_dir, postmaster_pid,
+                              server.log_dir)
 
-    def node_facts(self) -> dict[str, Any]:
-        with self.connect() as conn:
+        return [handle(server) for server in self.servers]
+
+    def nodes_facts(self) -> dict[str, dict[str, Any]]:
+        """What each node is: version, settings, where its data is; the topology's state."""
+        if self.primary is None:
+            return {"primary": self._facts(self.connect, "primary")}
+        facts = {s.name: self._facts(s.connect, s.name, s) for s in self.servers}
+        if self.standbys:
+            states = replication_states(self.primary)
+            for standby in self.standbys:
+                state, sync = states.get(standby.name, ("not connected", "-"))
+                facts[standby.name].update(role="standby", replication_state=state,
+                                           sync_state=sync)
+            facts["primary"]["synchronous_standby_names"] = synchronous_standby_names(
+                self.scenario.topology.synchronous, [s.name for s in self.standbys])
+        if self.pooler is not None:
+            facts["primary"]["pooler"] = {
+                "kind": "pgbouncer", "version": pgbouncer_version(self.pooler.binary),
+                "pool_mode": "transaction", "pool_size": self.pooler.pool_size,
+                "port": self.pooler.port,
+            }
+        return facts
+
+    def _facts(self, connect: Callable[[], psycopg.Connection[Any]], name: str,
+               server: LocalServer | None = None) -> dict[str, Any]:
+        with connect() as conn:
             version = conn.execute("SHOW server_version").fetchone()
             num = conn.execute("SHOW server_version_num").fetchone()
             checksums = conn.execute("SHOW data_checksums").fetchone()
             segsize = conn.execute("SHOW wal_segment_size").fetchone()
             settings = non_default_settings(conn)
         facts: dict[str, Any] = {
-            "name": "primary",
+            "name": name,
+            "role": "primary",
             "target": self.scenario.server.target,
             "server_version": version[0] if version else None,
             "server_version_num": int(num[0]) if num else None,
@@ -142,10 +232,10 @@ class Lab:
             "wal_segment_size": segsize[0] if segsize else None,
             "settings": settings,
         }
-        if self.primary is not None and self.bins is not None:
+        if server is not None and self.bins is not None:
             facts.update(
                 bin_dir=str(self.bins.bin_dir), bin_source=self.bins.source,
-                data_dir=str(self.primary.data_dir), os_user=self.user.name,
+                data_dir=str(server.data_dir), os_user=self.user.name,
             )
         else:
             facts["dsn"] = redact_dsn(self.scenario.server.dsn)
@@ -185,9 +275,38 @@ class Lab:
         copy_data_dir(self.template, server.data_dir)
         server.prepare_dirs()
         self.primary = server
+        topo = self.scenario.topology
+        if topo.standbys:
+            server.allow_replication_over_tcp()
         self.on_status(f"starting PostgreSQL {self.bins.version}")
         server.start()
         apply_settings(server, server_spec.settings, self.where)
+        if topo.standbys:
+            self._start_standbys(server)
+        if topo.pooler == "pgbouncer":
+            self.on_status("starting PgBouncer")
+            clients = max(self.scenario.workload.clients)
+            self.pooler = PgBouncer(find_pgbouncer(), self.lab_dir / "pgbouncer", self.user,
+                                    server, topo.pool_size, max_clients=clients + 20)
+            self.pooler.start()
+
+    def _start_standbys(self, primary: LocalServer) -> None:
+        topo = self.scenario.topology
+        for name in standby_names(topo.standbys):
+            self.on_status(f"pg_basebackup for {name}")
+            standby = make_standby(primary, name, self.lab_dir / name)
+            self.standbys.append(standby)
+            standby.start()
+            apply_settings(standby, self.scenario.node_spec(name).settings,
+                           f"{self.where}: nodes.{name}")
+        names = [s.name for s in self.standbys]
+        if topo.synchronous != "off":
+            primary.extra_conf["synchronous_standby_names"] = (
+                f"'{synchronous_standby_names(topo.synchronous, names)}'")
+            primary.reload()
+        self.on_status(f"waiting for {', '.join(names)} to stream"
+                       + (f" ({topo.synchronous})" if topo.synchronous != "off" else ""))
+        wait_for_replication(primary, self.standbys, topo.synchronous)
 
     def _attach_dsn(self) -> None:
         spec = self.scenario.server
@@ -231,24 +350,29 @@ class Lab:
     def collect_logs(self, raw_dir: Path) -> list[Path]:
         """Copy the server's log files into the run's raw/ folder."""
         copied: list[Path] = []
-        if self.primary is None:
-            return copied
-        for source in (self.primary.log_dir, self.primary.postmaster_out):
-            paths = sorted(source.iterdir()) if source.is_dir() else [source]
-            for path in paths:
-                if path.is_file():
-                    dest = raw_dir / f"primary-{path.name}"
-                    shutil.copyfile(path, dest)
-                    copied.append(dest)
+        sources = [(s.name, [s.log_dir, s.postmaster_out]) for s in self.servers]
+        if self.pooler is not None:
+            sources.append(("pgbouncer", [self.pooler.log_file]))
+        for name, paths in sources:
+            for source in paths:
+                files = sorted(source.iterdir()) if source.is_dir() else [source]
+                for path in files:
+                    if path.is_file():
+                        dest = raw_dir / f"{name}-{path.name}"
+                        shutil.copyfile(path, dest)
+                        copied.append(dest)
         return copied
 
     def _teardown(self) -> None:
         with shielded():
-            if self.primary is not None:
-                self.primary.stop()
-                if self.logs_to is not None:
-                    with contextlib.suppress(OSError):
-                        self.collect_logs(self.logs_to)
+            if self.pooler is not None:
+                self.pooler.stop()
+            # Standbys first: a primary's shutdown waits for its walsenders.
+            for server in reversed(self.servers):
+                server.stop()
+            if self.servers and self.logs_to is not None:
+                with contextlib.suppress(OSError):
+                    self.collect_logs(self.logs_to)
             if not self.lab_dir.exists():
                 return
             if self.keep:

@@ -50,6 +50,10 @@ MANAGED = frozenset(
         "hba_file",
         "ident_file",
         "config_file",
+        # Replication is wired by the topology: a wrong standby name silently blocks commits.
+        "primary_conninfo",
+        "primary_slot_name",
+        "synchronous_standby_names",
     }
 )
 
@@ -87,6 +91,10 @@ class LocalServer:
     user: ServerUser
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
+    # Settings the topology adds to pglab.conf (primary_conninfo, synchronous names, ...).
+    extra_conf: dict[str, str] = field(default_factory=dict)
+    # cgroup.procs files the postmaster joins before exec (its children inherit them).
+    cgroup_procs: list[Path] = field(default_factory=list)
     _socket_dir: Path | None = None
 
     @property
@@ -187,6 +195,7 @@ class LocalServer:
             "log_autovacuum_min_duration": "0",
             "log_lock_waits": "on",
             "log_temp_files": "0",
+            **self.extra_conf,
         }
         conf = self.data_dir / "pglab.conf"
         conf.write_text("".join(f"{k} = {v}\n" for k, v in lines.items()))
@@ -273,11 +282,38 @@ class LocalServer:
     def is_running(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
+    def allow_replication_over_tcp(self) -> None:
+        """Let standbys stream over loopback TCP (real sockets, visible to the TCP probe);
+        every other TCP login stays rejected."""
+        hba = self.data_dir / "pg_hba.conf"
+        line = "host replication postgres 127.0.0.1/32 trust\n"
+        text = hba.read_text()
+        if line not in text:
+            hba.write_text(line + text)
+
+    def reload(self) -> None:
+        self.write_config()
+        with self.connect("postgres") as conn:
+            conn.execute("SELECT pg_reload_conf()")
+
+    def signal_tree(self, sig: int) -> None:
+        """Send a signal to the postmaster and all its children (SIGSTOP/SIGCONT)."""
+        import psutil
+
+        if self.process is None:
+            return
+        with contextlib.suppress(psutil.NoSuchProcess):
+            root = psutil.Process(self.process.pid)
+            for proc in [root, *root.children(recursive=True)]:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    proc.send_signal(sig)
+
     def stop(self, fast_timeout: float = 30.0, immediate_timeout: float = 10.0) -> None:
         """Fast shutdown, then immediate, then SIGKILL of the whole tree."""
         proc = self.process
         if proc is None:
             return
+        self.signal_tree(signal.SIGCONT)  # a paused node would ignore the shutdown request
         for sig, wait in ((signal.SIGINT, fast_timeout), (signal.SIGQUIT, immediate_timeout)):
             if proc.poll() is not None:
                 break

@@ -1,0 +1,276 @@
+"""What each fault does to a node: one small class per action, listed in ACTIONS.
+
+An action begins (and, when it has a duration, ends) on the run's timeline; what it
+returns is recorded in the fault's event. Actions that run SQL for as long as they take
+(VACUUM, a bulk UPDATE) run in their own thread and end when the statement does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import subprocess
+import sys
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import psutil
+import psycopg
+from psycopg import sql
+
+from pglab.lab.local import LocalServer
+from pglab.lab.processes import kill_tree, spawn
+
+ArgSpec = tuple[type, Any]  # (type, default)
+
+
+@dataclass
+class FaultTarget:
+    """The node a fault acts on, and what the lab offers for it."""
+
+    node: str
+    server: LocalServer
+    set_disk_limits: Callable[[dict[str, float]], dict[str, Any]] | None = None
+    memory_cgroup_procs: list[Any] | None = None  # cgroup.procs paths of the node, if any
+
+
+class FaultAction(ABC):
+    name: ClassVar[str]
+    help: ClassVar[str]
+    nodes: ClassVar[Literal["any", "standby", "primary"]] = "any"
+    duration: ClassVar[Literal["required", "optional", "none"]] = "optional"
+    args: ClassVar[dict[str, ArgSpec]] = {}
+    runs_until_done: ClassVar[bool] = False  # ends by itself (a statement), not by duration
+    default_duration: ClassVar[float | None] = None  # None: active until the run ends
+
+    def __init__(self, args: dict[str, Any]) -> None:
+        self.values: dict[str, Any] = {name: args.get(name, default) for name, (_t, default) in
+                       self.args.items()}
+
+    @abstractmethod
+    def begin(self, target: FaultTarget) -> dict[str, Any]:
+        """Do it; returns attributes for the fault's event."""
+
+    def end(self, target: FaultTarget) -> dict[str, Any]:
+        """Undo it (resume, unthrottle...); must be safe to call after a failed begin."""
+        return {}
+
+    def wait_done(self, timeout: float | None) -> bool:
+        """For runs_until_done actions: True once the work has finished."""
+        return True
+
+
+def _walreceiver_pids(server: LocalServer) -> list[int]:
+    if server.process is None:
+        return []
+    pids = []
+    with contextlib.suppress(psutil.NoSuchProcess):
+        for child in psutil.Process(server.process.pid).children():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                if "walreceiver" in " ".join(child.cmdline()):
+                    pids.append(child.pid)
+    return pids
+
+
+class PauseStandby(FaultAction):
+    name = "pause-standby"
+    help = ("SIGSTOP a standby (part = 'node': every process; 'walreceiver': only its WAL "
+            "receiver) and SIGCONT it after `duration` (or at the end of the run)")
+    nodes = "standby"
+    args: ClassVar[dict[str, ArgSpec]] = {"part": (str, "node")}
+
+    def __init__(self, args: dict[str, Any]) -> None:
+        super().__init__(args)
+        self._stopped: list[int] = []
+
+    def begin(self, target: FaultTarget) -> dict[str, Any]:
+        if self.values["part"] == "walreceiver":
+            self._stopped = _walreceiver_pids(target.server)
+            for pid in self._stopped:
+                with contextlib.suppress(ProcessLookupError):
+                    psutil.Process(pid).send_signal(signal.SIGSTOP)
+            return {"paused_pids": self._stopped}
+        target.server.signal_tree(signal.SIGSTOP)
+        self._stopped = [-1]
+        return {}
+
+    def end(self, target: FaultTarget) -> dict[str, Any]:
+        if self._stopped == [-1]:
+            target.server.signal_tree(signal.SIGCONT)
+        else:
+            for pid in self._stopped:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    psutil.Process(pid).send_signal(signal.SIGCONT)
+        self._stopped = []
+        return {}
+
+
+class ThrottleDisk(FaultAction):
+    name = "throttle-disk"
+    help = ("change the node's disk limits (write_mbps, read_mbps, write_iops, read_iops; "
+            "0 = unlimited) and put the envelope's limits back after `duration`")
+    args: ClassVar[dict[str, ArgSpec]] = {
+        "write_mbps": (float, 0.0), "read_mbps": (float, 0.0),
+        "write_iops": (int, 0), "read_iops": (int, 0),
+    }
+
+    def begin(self, target: FaultTarget) -> dict[str, Any]:
+        assert target.set_disk_limits is not None  # checked before the run
+        return target.set_disk_limits({k: float(v) for k, v in self.values.items()})
+
+    def end(self, target: FaultTarget) -> dict[str, Any]:
+        assert target.set_disk_limits is not None
+        return {"restored": target.set_disk_limits({})}
+
+
+class _Statement(FaultAction):
+    """SQL on a side connection, in a thread, for as long as it takes."""
+
+    duration = "none"
+    runs_until_done = True
+
+    def __init__(self, args: dict[str, Any]) -> None:
+        super().__init__(args)
+        self._thread: threading.Thread | None = None
+        self._conn: psycopg.Connection[Any] | None = None
+        self.result: dict[str, Any] = {}
+
+    @abstractmethod
+    def statement(self) -> sql.Composed: ...
+
+    def begin(self, target: FaultTarget) -> dict[str, Any]:
+        self._conn = target.server.connect()
+        query = self.statement()
+        conn = self._conn
+
+        def work() -> None:
+            started = time.monotonic()
+            try:
+                cur = conn.execute(query)
+                self.result = {"rows": cur.rowcount} if cur.rowcount >= 0 else {}
+            except psycopg.Error as exc:
+                self.result = {"error": (exc.diag.message_primary or str(exc)).strip()}
+            self.result["elapsed_s"] = round(time.monotonic() - started, 3)
+
+        self._thread = threading.Thread(target=work, name=f"fault-{self.name}", daemon=True)
+        self._thread.start()
+        return {"statement": query.as_string(conn)}
+
+    def wait_done(self, timeout: float | None) -> bool:
+        if self._thread is None:
+            return True
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def end(self, target: FaultTarget) -> dict[str, Any]:
+        """At the end of the run: cancel a statement still running, then close."""
+        if self._conn is not None:
+            if self._thread is not None and self._thread.is_alive():
+                with contextlib.suppress(psycopg.Error):
+                    self._conn.cancel()
+                self._thread.join(10)
+                self.result.setdefault("cancelled", True)
+            with contextlib.suppress(psycopg.Error):
+                self._conn.close()
+            self._conn = None
+        return dict(self.result)
+
+
+class Vacuum(_Statement):
+    name = "vacuum"
+    help = "VACUUM a table (args: table, full = false, analyze = false) on a side connection"
+    nodes = "primary"
+    args: ClassVar[dict[str, ArgSpec]] = {
+        "table": (str, "pgbench_accounts"), "full": (bool, False), "analyze": (bool, False),
+    }
+
+    def statement(self) -> sql.Composed:
+        options = [sql.SQL(o) for o, on in (("FULL", self.values["full"]),
+                                             ("ANALYZE", self.values["analyze"])) if on]
+        opts = sql.SQL(" ({})").format(sql.SQL(", ").join(options)) if options else sql.SQL("")
+        return sql.SQL("VACUUM{} {}").format(opts, sql.Identifier(self.values["table"]))
+
+
+class BulkUpdate(_Statement):
+    name = "bulk-update"
+    help = ("UPDATE the first `rows` rows of pgbench_accounts (args: rows = 100000) in one "
+            "transaction: a burst of WAL, dirty pages and dead tuples")
+    nodes = "primary"
+    args: ClassVar[dict[str, ArgSpec]] = {"rows": (int, 100000)}
+
+    def statement(self) -> sql.Composed:
+        return sql.SQL("UPDATE pgbench_accounts SET abalance = abalance + 1 "
+                       "WHERE aid <= {}").format(sql.Literal(int(self.values["rows"])))
+
+
+class Checkpoint(FaultAction):
+    name = "checkpoint"
+    help = "CHECKPOINT now (a restartpoint on a standby)"
+    duration = "none"
+
+    def begin(self, target: FaultTarget) -> dict[str, Any]:
+        started = time.monotonic()
+        with target.server.connect() as conn:
+            conn.execute("CHECKPOINT")
+        return {"elapsed_s": round(time.monotonic() - started, 3)}
+
+
+class Crash(FaultAction):
+    name = "crash"
+    help = ("kill -9 every process of the node (like a power loss), keep it down for "
+            "`duration` (default 0), restart it and record the recovery time")
+    duration = "optional"
+    default_duration = 0.0
+
+    def begin(self, target: FaultTarget) -> dict[str, Any]:
+        server = target.server
+        if server.process is not None:
+            kill_tree(server.process.pid)
+            server.process.wait(timeout=10)
+        return {"killed": True}
+
+    def end(self, target: FaultTarget) -> dict[str, Any]:
+        server = target.server
+        if server.is_running():
+            return {}
+        started = time.monotonic()
+        server.start(timeout=300)
+        return {"recovery_s": round(time.monotonic() - started, 3)}
+
+
+class MemoryPressure(FaultAction):
+    name = "memory-pressure"
+    help = ("a process that allocates and touches `mb` MB (args: mb = 1024), inside the "
+            "node's memory envelope when it has one, until `duration` ends")
+    args: ClassVar[dict[str, ArgSpec]] = {"mb": (int, 1024)}
+
+    def __init__(self, args: dict[str, Any]) -> None:
+        super().__init__(args)
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def begin(self, target: FaultTarget) -> dict[str, Any]:
+        code = ("import time\nb = bytearray({n})\nfor i in range(0, len(b), 4096):\n"
+                "    b[i] = 1\ntime.sleep(1e6)\n").format(n=int(self.values["mb"]) << 20)
+        self._proc = spawn([sys.executable, "-c", code],
+                           cgroup_procs=list(target.memory_cgroup_procs or []),
+                           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+        return {"pid": self._proc.pid}
+
+    def end(self, target: FaultTarget) -> dict[str, Any]:
+        if self._proc is None:
+            return {}
+        killed_by_oom = self._proc.poll() is not None
+        kill_tree(self._proc.pid)
+        self._proc.wait(timeout=10)
+        self._proc = None
+        return {"ended_early": killed_by_oom}
+
+
+ACTIONS: tuple[type[FaultAction], ...] = (
+    PauseStandby, ThrottleDisk, Vacuum, BulkUpdate, Checkpoint, Crash, MemoryPressure,
+)

@@ -1,0 +1,217 @@
+"""Faults on the run's timeline: checked before anything starts, fired on time, undone.
+
+`at` counts from the start of the measured window (the end of the warmup), so a fault at
+"30s" lands 30 s into the seconds that the statistics cover. Every fault becomes a
+`fault` event (start, end, node, action, args and what the action reported), and every
+fault still active when the run ends (success, failure, Ctrl-C) is undone.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import difflib
+import shutil
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pglab.errors import BadInput
+from pglab.events import Event
+from pglab.lab.fault_actions import ACTIONS, FaultAction, FaultTarget
+from pglab.scenario import Fault, Scenario
+
+ACTION_NAMES = [a.name for a in ACTIONS]
+NETWORK_LATENCY = "network-latency"
+
+
+def _hint(word: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def netem_problem() -> str | None:
+    """Why latency cannot be added on this machine, or None when it can."""
+    if shutil.which("ip") is None or shutil.which("tc") is None:
+        return "the `ip` and `tc` commands (iproute2) are missing"
+    name = f"pglab-probe-{uuid.uuid4().hex[:6]}"
+    try:
+        made = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
+        if made.returncode != 0:
+            return f"cannot create a network namespace ({made.stderr.strip() or 'ip netns'})"
+        tc = subprocess.run(["ip", "netns", "exec", name, "tc", "qdisc", "add", "dev", "lo",
+                             "root", "netem", "delay", "1ms"], capture_output=True, text=True)
+        if tc.returncode != 0:
+            return f"the kernel has no netem qdisc ({tc.stderr.strip()})"
+    finally:
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+    return None
+
+
+def check_faults(scenario: Scenario, where: str) -> None:
+    """Every fault's action, node, timing and args, before anything starts."""
+    nodes = scenario.node_names()
+    measured = scenario.workload.duration
+    for index, fault in enumerate(scenario.faults):
+        at = f"{where}: faults[{index}]"
+        if fault.action == NETWORK_LATENCY:
+            why = netem_problem() if scenario.topology.standbys else "it needs standbys"
+            raise BadInput(f"{at}: action 'network-latency' is unsupported here: "
+                           f"{why or 'standbys do not run in their own network namespace yet'}")
+        action = next((a for a in ACTIONS if a.name == fault.action), None)
+        if action is None:
+            raise BadInput(f"{at}: unknown action '{fault.action}'"
+                           f"{_hint(fault.action, ACTION_NAMES)}; known: "
+                           f"{', '.join(ACTION_NAMES)}")
+        if fault.node not in nodes:
+            raise BadInput(f"{at}: node '{fault.node}' is not in this topology"
+                           f"{_hint(fault.node, nodes)}; nodes: {', '.join(nodes)}")
+        if action.nodes == "standby" and not fault.node.startswith("standby"):
+            raise BadInput(f"{at}: '{fault.action}' acts on a standby, not on '{fault.node}'")
+        if action.nodes == "primary" and fault.node != "primary":
+            raise BadInput(f"{at}: '{fault.action}' runs on the primary, not on '{fault.node}'")
+        if fault.at >= measured:
+            raise BadInput(f"{at}: at = {fault.at:g}s is after the run ends (the measured "
+                           f"window is workload.duration = {measured:g}s; `at` counts from "
+                           "the end of the warmup)")
+        if action.duration == "required" and fault.duration is None:
+            raise BadInput(f"{at}: '{fault.action}' needs a duration, like duration = \"10s\"")
+        if action.duration == "none" and fault.duration is not None:
+            raise BadInput(f"{at}: '{fault.action}' takes no duration (it ends when done)")
+        for name, value in fault.args.items():
+            spec = action.args.get(name)
+            if spec is None:
+                known = ", ".join(action.args) or "none"
+                raise BadInput(f"{at}: '{fault.action}' has no argument '{name}'"
+                               f"{_hint(name, list(action.args))}; arguments: {known}")
+            wanted = spec[0]
+            ok = isinstance(value, wanted) and not (wanted is not bool and
+                                                     isinstance(value, bool))
+            if wanted is float and isinstance(value, int) and not isinstance(value, bool):
+                ok = True
+            if not ok or (isinstance(value, int | float) and not isinstance(value, bool)
+                          and value < 0):
+                raise BadInput(f"{at}: args.{name} = {value!r} is not valid: expected "
+                               f"{'a number ≥ 0' if wanted in (int, float) else wanted.__name__}")
+        if fault.action == "pause-standby" and fault.args.get("part", "node") not in (
+                "node", "walreceiver"):
+            raise BadInput(f"{at}: args.part = {fault.args['part']!r} is not valid: "
+                           "expected 'node' or 'walreceiver'")
+
+
+def _utc(epoch: float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(epoch, dt.timezone.utc)
+
+
+@dataclass
+class _Active:
+    fault: Fault
+    action: FaultAction
+    target: FaultTarget
+    started: float
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+
+class FaultTimeline:
+    """Fires the scenario's faults at their times in a thread; `stop()` undoes the rest."""
+
+    def __init__(self, faults: list[Fault], targets: Callable[[str], FaultTarget],
+                 record: Callable[[Event], None], clock: Callable[[], float] = time.time
+                 ) -> None:
+        self.faults = sorted(faults, key=lambda f: f.at)
+        self.targets = targets
+        self.record = record
+        self.clock = clock
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._active: list[_Active] = []
+        self._lock = threading.Lock()
+        self.recorded: list[Event] = []
+
+    def start(self, measured_start: float) -> None:
+        """Begin the timeline; `measured_start` is the epoch second the window opens."""
+        if not self.faults:
+            return
+        self._thread = threading.Thread(target=self._run, args=(measured_start,),
+                                        name="pglab-faults", daemon=True)
+        self._thread.start()
+
+    def _sleep_until(self, epoch: float) -> bool:
+        return not self._stop.wait(max(0.0, epoch - self.clock()))
+
+    def _run(self, t0: float) -> None:
+        # Ends are scheduled beside begins: one loop over a merged, time-ordered plan.
+        pending: list[tuple[float, int, Fault | _Active]] = [
+            (t0 + f.at, i, f) for i, f in enumerate(self.faults)]
+        seq = len(pending)
+        while pending and not self._stop.is_set():
+            pending.sort(key=lambda p: (p[0], p[1]))
+            when, _, item = pending.pop(0)
+            if not self._sleep_until(when):
+                break
+            if isinstance(item, _Active):
+                self._finish(item)
+                continue
+            active = self._begin(item)
+            if active is None:
+                continue
+            if active.action.runs_until_done:
+                seq += 1
+                threading.Thread(target=self._finish_when_done, args=(active,),
+                                 daemon=True).start()
+            elif (length := item.duration if item.duration is not None
+                  else active.action.default_duration) is not None:
+                seq += 1
+                pending.append((self.clock() + length, seq, active))
+
+    def _begin(self, fault: Fault) -> _Active | None:
+        action_type = next(a for a in ACTIONS if a.name == fault.action)
+        action = action_type(fault.args)
+        target = self.targets(fault.node)
+        started = self.clock()
+        active = _Active(fault, action, target, started)
+        with self._lock:
+            self._active.append(active)
+        try:
+            active.attrs.update(action.begin(target))
+        except Exception as exc:  # recorded, never fatal to the run
+            active.attrs["error"] = f"{type(exc).__name__}: {exc}"
+            self._finish(active)
+            return None
+        return active
+
+    def _finish_when_done(self, active: _Active) -> None:
+        while not self._stop.is_set():
+            if active.action.wait_done(0.5):
+                self._finish(active)
+                return
+
+    def _finish(self, active: _Active) -> None:
+        with self._lock:
+            if active not in self._active:
+                return
+            self._active.remove(active)
+        try:
+            active.attrs.update(active.action.end(active.target))
+        except Exception as exc:
+            active.attrs["end_error"] = f"{type(exc).__name__}: {exc}"
+        fault = active.fault
+        event = Event(_utc(active.started), "fault", fault.node, _utc(self.clock()),
+                      {"action": fault.action, "at_s": fault.at, "args": dict(fault.args),
+                       **active.attrs})
+        self.recorded.append(event)
+        self.record(event)
+
+    def stop(self) -> None:
+        """Stop firing, undo every active fault (resume, unthrottle, cancel, restart)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        with self._lock:
+            remaining = list(self._active)
+        for active in remaining:
+            active.attrs["ended_by"] = "end of run"
+            self._finish(active)

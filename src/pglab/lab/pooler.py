@@ -1,0 +1,158 @@
+"""A real PgBouncer in transaction mode in front of the primary, with a generated config.
+
+It runs as the server user in its own private socket dir, is pglab's child with a
+parent-death signal like the postmaster, and listens on a free loopback port too (TCP
+logins are trusted only on 127.0.0.1 and only reach the throwaway server behind it).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+
+from pglab.errors import EnvironmentProblem, PglabError
+from pglab.lab.local import BENCH_DB, SOCKET_PARENT, SUPERUSER, LocalServer, free_port
+from pglab.lab.osuser import ServerUser
+from pglab.lab.processes import spawn, stop_child
+
+INSTALL_HINT = "install it with `apt-get install pgbouncer` (Debian/Ubuntu)"
+
+
+def find_pgbouncer() -> Path:
+    explicit = os.environ.get("PGLAB_PGBOUNCER")
+    if explicit:
+        if not os.access(explicit, os.X_OK):
+            raise EnvironmentProblem(f"PGLAB_PGBOUNCER={explicit} is not an executable file")
+        return Path(explicit)
+    found = shutil.which("pgbouncer") or next(
+        (p for p in ("/usr/sbin/pgbouncer", "/usr/local/sbin/pgbouncer")
+         if Path(p).is_file()), None)
+    if found is None:
+        raise EnvironmentProblem(f"topology.pooler = 'pgbouncer' needs PgBouncer, which is not "
+                                 f"on PATH or in /usr/sbin: {INSTALL_HINT}")
+    return Path(found)
+
+
+def pgbouncer_version(binary: Path) -> str:
+    result = subprocess.run([str(binary), "--version"], capture_output=True, text=True)
+    first = (result.stdout.strip().splitlines() or ["PgBouncer ?"])[0]
+    return first.removeprefix("PgBouncer ").strip()
+
+
+@dataclass
+class PgBouncer:
+    binary: Path
+    node_dir: Path  # config, user list and log live here
+    user: ServerUser
+    backend: LocalServer
+    pool_size: int
+    max_clients: int
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+    socket_dir: Path | None = None
+
+    @property
+    def log_file(self) -> Path:
+        return self.node_dir / "pgbouncer.log"
+
+    def libpq_env(self) -> dict[str, str]:
+        assert self.socket_dir is not None
+        return {"PGHOST": str(self.socket_dir), "PGPORT": str(self.port),
+                "PGUSER": SUPERUSER, "PGDATABASE": BENCH_DB}
+
+    def _write_config(self) -> Path:
+        assert self.socket_dir is not None
+        backend = (f"host={self.backend.socket_dir} port={self.backend.port} "
+                   f"user={SUPERUSER}")
+        users = self.node_dir / "userlist.txt"
+        users.write_text(f'"{SUPERUSER}" ""\n')
+        ini = self.node_dir / "pgbouncer.ini"
+        ini.write_text("\n".join([
+            "[databases]",
+            f"{BENCH_DB} = {backend} dbname={BENCH_DB}",
+            f"postgres = {backend} dbname=postgres",
+            "[pgbouncer]",
+            "listen_addr = 127.0.0.1",
+            f"listen_port = {self.port}",
+            f"unix_socket_dir = {self.socket_dir}",
+            "auth_type = trust",
+            f"auth_file = {users}",
+            "pool_mode = transaction",
+            f"default_pool_size = {self.pool_size}",
+            f"max_client_conn = {self.max_clients}",
+            f"admin_users = {SUPERUSER}",
+            f"stats_users = {SUPERUSER}",
+            f"logfile = {self.log_file}",
+            # pgbench and psycopg send these; PgBouncer refuses unknown startup parameters.
+            "ignore_startup_parameters = extra_float_digits,options",
+            "",
+        ]))
+        for path in (users, ini):
+            self.user.chown(path)
+        return ini
+
+    def start(self, timeout: float = 20.0) -> None:
+        self.node_dir.mkdir(parents=True, exist_ok=True)
+        self.user.chown(self.node_dir)
+        self.socket_dir = Path(tempfile.mkdtemp(prefix="pglab-", dir=SOCKET_PARENT))
+        self.user.chown(self.socket_dir)
+        (self.node_dir / "socket_dir").write_text(str(self.socket_dir))
+        ini = self._write_config()
+        with open(self.node_dir / "pgbouncer.out", "ab") as out:
+            self.process = spawn([str(self.binary), str(ini)], death_signal=signal.SIGKILL,
+                                 stdout=out, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL, cwd=self.node_dir,
+                                 **self.user.popen_kwargs())
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise PglabError(f"PgBouncer exited at start: {self._last_error()}")
+            if self._answers():
+                return
+            time.sleep(0.1)
+        raise PglabError(f"PgBouncer did not accept connections within {timeout:.0f}s: "
+                         f"{self._last_error()}")
+
+    def _answers(self) -> bool:
+        try:
+            with psycopg.connect(host=str(self.socket_dir), port=self.port, user=SUPERUSER,
+                                 dbname="pgbouncer", autocommit=True, connect_timeout=2,
+                                 prepare_threshold=None) as conn:
+                conn.execute("SHOW VERSION")
+            return True
+        except psycopg.Error:
+            return False
+
+    def _last_error(self) -> str:
+        for path in (self.log_file, self.node_dir / "pgbouncer.out"):
+            try:
+                lines = [ln for ln in path.read_text(errors="replace").splitlines()
+                         if "ERROR" in ln or "FATAL" in ln]
+            except OSError:
+                continue
+            if lines:
+                return lines[-1]
+        return f"(see {self.log_file})"
+
+    def admin_connect(self) -> psycopg.Connection[tuple[object, ...]]:
+        """The admin console (SHOW POOLS, SHOW STATS): simple protocol only."""
+        return psycopg.connect(host=str(self.socket_dir), port=self.port, user=SUPERUSER,
+                               dbname="pgbouncer", autocommit=True, connect_timeout=5,
+                               prepare_threshold=None)
+
+    def stop(self) -> None:
+        if self.process is not None:
+            stop_child(self.process, grace=5.0)
+            self.process = None
+        if self.socket_dir is not None:
+            shutil.rmtree(self.socket_dir, ignore_errors=True)
+            (self.node_dir / "socket_dir").unlink(missing_ok=True)
+            self.socket_dir = None

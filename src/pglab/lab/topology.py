@@ -1,0 +1,122 @@
+"""Standbys made with pg_basebackup, and synchronous replication that is checked, not hoped.
+
+A standby streams from the primary over loopback TCP through a physical replication slot
+(so a slow or paused standby holds WAL back instead of failing with a removed segment).
+Its application_name is its node name, and synchronous_standby_names is built from those
+same names: a misspelt name would silently block every commit, so before the load starts
+pglab waits until pg_stat_replication shows every standby streaming and, when synchronous,
+in the sync or quorum state the scenario asked for.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from pglab.errors import PglabError
+from pglab.lab.local import SUPERUSER, LocalServer
+
+
+def standby_names(count: int) -> list[str]:
+    return [f"standby{i}" for i in range(1, count + 1)]
+
+
+def synchronous_standby_names(mode: str, names: list[str]) -> str:
+    """'on' makes the first standby synchronous; 'any:K' a quorum of K among all."""
+    if mode == "off" or not names:
+        return ""
+    if mode == "on":
+        return names[0]
+    k = int(mode.split(":", 1)[1])
+    return f"ANY {k} ({', '.join(names)})"
+
+
+def expected_sync_states(mode: str, names: list[str]) -> dict[str, str]:
+    if mode == "off":
+        return {name: "async" for name in names}
+    if mode == "on":
+        return {name: ("sync" if i == 0 else "async") for i, name in enumerate(names)}
+    return {name: "quorum" for name in names}
+
+
+def make_standby(primary: LocalServer, name: str, node_dir: Path) -> LocalServer:
+    """A hot standby of `primary` from pg_basebackup, configured but not started."""
+    standby = LocalServer(name, primary.bins, node_dir, primary.user)
+    standby.prepare_dirs()
+    argv = [
+        str(primary.bins.tool("pg_basebackup")), "-D", str(standby.data_dir),
+        "-h", str(primary.socket_dir), "-p", str(primary.port), "-U", SUPERUSER,
+        "-X", "stream", "-c", "fast", "--no-sync",
+        "-C", "-S", name,  # a physical slot named after the standby
+    ]
+    result = subprocess.run(argv, capture_output=True, text=True, cwd=node_dir,
+                            **primary.user.popen_kwargs())
+    if result.returncode != 0:
+        last = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise PglabError(f"pg_basebackup for {name} failed: {last}")
+    # The copy carries the primary's log files; the standby's log must be its own.
+    shutil.rmtree(standby.log_dir, ignore_errors=True)
+    (standby.data_dir / "standby.signal").touch()
+    primary.user.chown(standby.data_dir / "standby.signal")
+    standby.extra_conf.update(
+        primary_conninfo=(f"'host=127.0.0.1 port={primary.port} user={SUPERUSER} "
+                          f"application_name={name}'"),
+        primary_slot_name=f"'{name}'",
+        hot_standby="on",
+    )
+    return standby
+
+
+def replication_states(primary: LocalServer) -> dict[str, tuple[str, str]]:
+    """application_name -> (state, sync_state) from pg_stat_replication."""
+    with primary.connect("postgres") as conn:
+        rows = conn.execute(
+            "SELECT application_name, state, sync_state FROM pg_stat_replication"
+        ).fetchall()
+    return {str(app): (str(state), str(sync)) for app, state, sync in rows}
+
+
+def wait_for_replication(primary: LocalServer, standbys: list[LocalServer], mode: str,
+                         timeout: float = 60.0) -> dict[str, tuple[str, str]]:
+    """Until every standby streams in the expected sync state; a clear error otherwise."""
+    names = [s.name for s in standbys]
+    expected = expected_sync_states(mode, names)
+    deadline = time.monotonic() + timeout
+    states: dict[str, tuple[str, str]] = {}
+    while time.monotonic() < deadline:
+        states = replication_states(primary)
+        if all(states.get(n) == ("streaming", expected[n]) for n in names):
+            return states
+        for standby in standbys:
+            if not standby.is_running():
+                raise PglabError(f"{standby.name} stopped while connecting to the primary "
+                                 f"(see its log in the run's raw/ folder)")
+        time.sleep(0.2)
+    problems = []
+    for name in names:
+        state, sync = states.get(name, ("not connected", "-"))
+        if (state, sync) != ("streaming", expected[name]):
+            problems.append(f"{name} is {state}/{sync}, expected streaming/{expected[name]}")
+    raise PglabError("replication not ready after "
+                     f"{timeout:.0f}s: {'; '.join(problems)} "
+                     f"(synchronous_standby_names = "
+                     f"'{synchronous_standby_names(mode, names)}')")
+
+
+def wait_caught_up(primary: LocalServer, standby: LocalServer, timeout: float = 60.0) -> None:
+    """Until the standby has replayed what the primary had written when this was called."""
+    with primary.connect("postgres") as conn:
+        row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+    target = str(row[0]) if row else "0/0"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with standby.connect("postgres") as conn:
+            done = conn.execute(
+                "SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", [target]
+            ).fetchone()
+        if done and done[0]:
+            return
+        time.sleep(0.1)
+    raise PglabError(f"{standby.name} did not replay up to {target} within {timeout:.0f}s")

@@ -1,0 +1,222 @@
+"""Standbys, synchronous replication, PgBouncer and faults, against real servers."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import polars as pl
+import psycopg
+import pytest
+
+from conftest import processes_under, run_cli, write_scenario
+from pglab.lab.lab import Lab
+from pglab.scenario import load_text
+
+SYNC_LAB = """
+name = "sync"
+[topology]
+standbys = 2
+synchronous = "on"
+[workload]
+scale = 1
+"""
+
+
+@pytest.fixture(scope="module")
+def sync_lab(pglab_home: Path) -> Iterator[Lab]:
+    loaded = load_text(SYNC_LAB, "sync.toml")
+    with Lab(loaded.scenario, "sync.toml", f"topo-{time.time_ns()}") as lab:
+        yield lab
+    assert processes_under(lab.lab_dir) == []
+
+
+def _commit_in_thread(lab: Lab) -> tuple[threading.Thread, list[float]]:
+    done: list[float] = []
+
+    def commit() -> None:
+        assert lab.primary is not None
+        with lab.primary.connect() as conn:
+            conn.execute("UPDATE pgbench_branches SET bbalance = bbalance + 1 WHERE bid = 1")
+        done.append(time.monotonic())
+
+    thread = threading.Thread(target=commit)
+    thread.start()
+    return thread, done
+
+
+def _wait_events(lab: Lab) -> list[str]:
+    assert lab.primary is not None
+    with lab.primary.connect() as conn:
+        rows = conn.execute("SELECT wait_event FROM pg_stat_activity "
+                            "WHERE backend_type = 'client backend' AND wait_event IS NOT NULL"
+                            ).fetchall()
+    return [str(r[0]) for r in rows]
+
+
+def test_standbys_stream_and_first_is_synchronous(sync_lab: Lab) -> None:
+    facts = sync_lab.nodes_facts()
+    assert facts["standby1"]["replication_state"] == "streaming"
+    assert facts["standby1"]["sync_state"] == "sync"
+    assert facts["standby2"]["sync_state"] == "async"
+    assert facts["primary"]["synchronous_standby_names"] == "standby1"
+    # A write on the primary is readable on both hot standbys.
+    assert sync_lab.primary is not None
+    with sync_lab.primary.connect() as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS marker (v int)")
+        conn.execute("INSERT INTO marker VALUES (42)")
+    for standby in sync_lab.standbys:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with standby.connect() as conn, conn.cursor() as cur:
+                try:
+                    if cur.execute("SELECT v FROM marker").fetchall() == [(42,)]:
+                        break
+                except psycopg.errors.UndefinedTable:
+                    pass
+            time.sleep(0.1)
+        else:
+            pytest.fail(f"{standby.name} did not replay the insert")
+
+
+def test_paused_sync_standby_blocks_commits_and_resume_releases_them(sync_lab: Lab) -> None:
+    sync = sync_lab.server("standby1")
+    sync.signal_tree(signal.SIGSTOP)
+    try:
+        thread, done = _commit_in_thread(sync_lab)
+        time.sleep(2.0)
+        assert done == [], "a commit returned while the synchronous standby was paused"
+        assert "SyncRep" in _wait_events(sync_lab)
+    finally:
+        resumed = time.monotonic()
+        sync.signal_tree(signal.SIGCONT)
+    thread.join(timeout=15)
+    assert done and done[0] >= resumed, "the commit was not released by resuming the standby"
+
+
+def test_paused_async_standby_does_not_block(sync_lab: Lab) -> None:
+    other = sync_lab.server("standby2")
+    other.signal_tree(signal.SIGSTOP)
+    try:
+        thread, done = _commit_in_thread(sync_lab)
+        thread.join(timeout=10)
+        assert done, "pausing an asynchronous standby blocked a commit"
+    finally:
+        other.signal_tree(signal.SIGCONT)
+
+
+@pytest.fixture(scope="session")
+def pgbouncer_binary() -> str:
+    """PgBouncer from Debian's package; installed here when root (as CI is)."""
+    found = shutil.which("pgbouncer") or ("/usr/sbin/pgbouncer"
+                                          if Path("/usr/sbin/pgbouncer").is_file() else None)
+    if found is None and shutil.which("apt-get") and Path("/proc/self").owner() == "root":
+        subprocess.run(["apt-get", "update", "-qq"], capture_output=True, check=False)
+        subprocess.run(["apt-get", "install", "-y", "-qq", "-o", "DPkg::Lock::Timeout=600",
+                        "pgbouncer"], capture_output=True, check=False)
+        found = "/usr/sbin/pgbouncer" if Path("/usr/sbin/pgbouncer").is_file() else None
+    if found is None:
+        pytest.skip("PgBouncer is not installed (apt-get install pgbouncer) and not root")
+    return found
+
+
+def _backends(run_dir: Path, node: str) -> pl.DataFrame:
+    frame = pl.read_parquet(run_dir / "timeseries.parquet")
+    return frame.filter((pl.col("source") == "db.backends") & (pl.col("node") == node))
+
+
+def test_pgbench_through_pgbouncer_uses_pool_size_connections(
+        tmp_path: Path, pgbouncer_binary: str) -> None:
+    scenario = write_scenario(tmp_path, """
+[topology]
+pooler = "pgbouncer"
+pool_size = 3
+[workload]
+scale = 1
+clients = 12
+jobs = 2
+duration = "4s"
+warmup = "1s"
+""")
+    result = run_cli("run", str(scenario), "--results", str(tmp_path / "r"))
+    assert result.returncode == 0, result.stderr
+    run_dir = next((tmp_path / "r" / "t").iterdir())
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["nodes"]["primary"]["pooler"]["pool_mode"] == "transaction"
+    assert manifest["results"]["measured"]["transactions"] > 0
+    assert (run_dir / "raw" / "pgbouncer-pgbouncer.log").is_file()
+    # 12 pgbench clients, but the server saw at most pool_size client backends from them
+    # (plus pglab's own telemetry connection).
+    clients = _backends(run_dir, "primary").filter(pl.col("metric") == "client_backends")
+    assert clients.height > 0
+    assert clients["value"].max() <= 3 + 2
+
+
+def test_read_only_load_spreads_across_standbys(tmp_path: Path) -> None:
+    scenario = write_scenario(tmp_path, """
+[topology]
+standbys = 2
+[workload]
+scale = 1
+mix = ["select-only"]
+clients = 8
+jobs = 2
+duration = "3s"
+warmup = "1s"
+on = "standbys"
+""")
+    result = run_cli("run", str(scenario), "--results", str(tmp_path / "r"))
+    assert result.returncode == 0, result.stderr
+    run_dir = next((tmp_path / "r" / "t").iterdir())
+    stats = pl.read_parquet(run_dir / "timeseries.parquet").filter(
+        (pl.col("source") == "db.database") & (pl.col("metric") == "xact_commit"))
+    per_node = dict(stats.group_by("node").agg(pl.col("value").sum()).iter_rows())
+    assert per_node.get("standby1", 0) > 0 and per_node.get("standby2", 0) > 0, per_node
+
+
+def _faults(run_dir: Path) -> list[dict[str, object]]:
+    events = pl.read_parquet(run_dir / "events.parquet").filter(pl.col("kind") == "fault")
+    return [{**json.loads(a), "node": n} for a, n in zip(events["attrs"], events["node"],
+                                                            strict=True)]
+
+
+def test_faults_fire_on_the_timeline_and_are_recorded(tmp_path: Path) -> None:
+    scenario = write_scenario(tmp_path, """
+[workload]
+scale = 1
+clients = 2
+jobs = 1
+duration = "6s"
+warmup = "1s"
+[[faults]]
+at = "1s"
+action = "checkpoint"
+[[faults]]
+at = "2s"
+action = "bulk-update"
+args = { rows = 20000 }
+[[faults]]
+at = "3s"
+action = "vacuum"
+args = { table = "pgbench_history" }
+[[faults]]
+at = "4s"
+action = "crash"
+""")
+    result = run_cli("run", str(scenario), "--results", str(tmp_path / "r"))
+    assert result.returncode == 0, result.stderr
+    run_dir = next((tmp_path / "r" / "t").iterdir())
+    faults = {f["action"]: f for f in _faults(run_dir)}
+    assert set(faults) == {"checkpoint", "bulk-update", "vacuum", "crash"}
+    assert faults["bulk-update"]["rows"] == 20000
+    assert "error" not in faults["vacuum"]
+    assert float(str(faults["crash"]["recovery_s"])) > 0
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "completed"
+    assert "clients_aborted_by_crash" in manifest["results"]
