@@ -7,6 +7,7 @@ template is built once and reused, exactly as repeated runs reuse it for a user.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -36,6 +37,21 @@ def pglab_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         del os.environ["PGLAB_HOME"]
     else:
         os.environ["PGLAB_HOME"] = old
+
+
+@pytest.fixture(scope="session")
+def pgbouncer_binary() -> str:
+    """PgBouncer from Debian's package; installed here when root (as CI is)."""
+    found = shutil.which("pgbouncer") or ("/usr/sbin/pgbouncer"
+                                          if Path("/usr/sbin/pgbouncer").is_file() else None)
+    if found is None and shutil.which("apt-get") and os.geteuid() == 0:
+        subprocess.run(["apt-get", "update", "-qq"], capture_output=True, check=False)
+        subprocess.run(["apt-get", "install", "-y", "-qq", "-o", "DPkg::Lock::Timeout=600",
+                        "pgbouncer"], capture_output=True, check=False)
+        found = "/usr/sbin/pgbouncer" if Path("/usr/sbin/pgbouncer").is_file() else None
+    if found is None:
+        pytest.skip("PgBouncer is not installed (apt-get install pgbouncer) and not root")
+    return found
 
 
 def processes_under(path: Path) -> list[str]:

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import shutil
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -109,21 +107,6 @@ def test_paused_async_standby_does_not_block(sync_lab: Lab) -> None:
         assert done, "pausing an asynchronous standby blocked a commit"
     finally:
         other.signal_tree(signal.SIGCONT)
-
-
-@pytest.fixture(scope="session")
-def pgbouncer_binary() -> str:
-    """PgBouncer from Debian's package; installed here when root (as CI is)."""
-    found = shutil.which("pgbouncer") or ("/usr/sbin/pgbouncer"
-                                          if Path("/usr/sbin/pgbouncer").is_file() else None)
-    if found is None and shutil.which("apt-get") and Path("/proc/self").owner() == "root":
-        subprocess.run(["apt-get", "update", "-qq"], capture_output=True, check=False)
-        subprocess.run(["apt-get", "install", "-y", "-qq", "-o", "DPkg::Lock::Timeout=600",
-                        "pgbouncer"], capture_output=True, check=False)
-        found = "/usr/sbin/pgbouncer" if Path("/usr/sbin/pgbouncer").is_file() else None
-    if found is None:
-        pytest.skip("PgBouncer is not installed (apt-get install pgbouncer) and not root")
-    return found
 
 
 def _backends(run_dir: Path, node: str) -> pl.DataFrame:

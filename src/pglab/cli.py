@@ -197,6 +197,8 @@ def scenarios() -> int:
     for name in builtin_names():
         loaded = load_builtin(name)
         out.print(f"[bold]{name}[/bold]  {loaded.scenario.description}")
+        if loaded.scenario.expect:
+            out.print(f"  expect: {loaded.scenario.expect}")
     return ExitCode.OK
 
 

@@ -144,6 +144,9 @@ class Workload(StrictModel):
     protocol: Literal["simple", "extended", "prepared"] = "simple"
     per_statement: bool = True
     max_tries: int = Field(1, ge=1)
+    # pgbench -C: a new connection for every transaction, like an application without a
+    # connection pool (each one forks a backend on the server).
+    reconnect: bool = False
     # Fraction of transactions pgbench logs; lower it only for very high rates. TPS per
     # second stays exact for all jobs together (pgbench's own progress report).
     log_sampling: float = Field(1.0, gt=0, le=1)
@@ -254,7 +257,8 @@ class NodeSpec(StrictModel):
 
 class Scenario(StrictModel):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$", max_length=64)
-    description: str = ""
+    description: str = ""  # the story: why this scenario exists
+    expect: str = ""  # the signal a run should show (listed by `pglab scenarios`)
     server: ServerSpec = ServerSpec()
     envelope: Envelope = Envelope()
     topology: Topology = Topology()

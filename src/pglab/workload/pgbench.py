@@ -121,6 +121,8 @@ def build_command(bins: PgBinaries, workload: Workload, clients: int, raw_dir: P
         argv += ["-L", f"{workload.latency_limit * 1000:g}"]
     if workload.per_statement:
         argv.append("-r")
+    if workload.reconnect:
+        argv.append("-C")
     if workload.max_tries != 1:
         if bins.major < 15:
             raise BadInput(f"workload.max_tries needs pgbench 15 or newer (found {bins.version})")

@@ -1,0 +1,108 @@
+"""Every built-in scenario, run for real (shortened), shows its defining signal.
+
+The checks read only the recorded data (client.parquet, timeseries.parquet,
+events.parquet), the way an analysis or a person reading the results folder would.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import statistics
+from pathlib import Path
+
+import polars as pl
+
+from conftest import run_cli
+from pglab.scenarios import builtin_names, load_builtin
+
+
+def _run(tmp_path: Path, name: str, *sets: str) -> list[Path]:
+    args = ["run", name, "--results", str(tmp_path / "r")]
+    for item in sets:
+        args += ["--set", item]
+    result = run_cli(*args, timeout=600)
+    assert result.returncode == 0, result.stderr + result.stdout[-2000:]
+    runs = sorted(p for p in (tmp_path / "r" / name).iterdir() if p.is_dir())
+    for run in runs:
+        assert json.loads((run / "manifest.json").read_text())["status"] == "completed"
+    return runs
+
+
+def measured_tps(run: Path) -> pl.Series:
+    """TPS per measured second, all jobs together: the first `duration` whole seconds
+    after the warmup (pgbench runs a little longer; see README, client.parquet)."""
+    manifest = json.loads((run / "manifest.json").read_text())
+    duration = int(manifest["scenario"]["workload"]["duration"])
+    client = pl.read_parquet(run / "client.parquet")
+    whole = client.filter(pl.col("job").is_null() & ~pl.col("warmup") & ~pl.col("partial"))
+    return whole.sort("t").head(duration)["tps"]
+
+
+def low_seconds(run: Path, fraction: float = 0.1) -> int:
+    tps = measured_tps(run)
+    median = statistics.median(tps.to_list())
+    return int((tps < fraction * median).sum())
+
+
+def wait_shares(run: Path, node: str = "primary", start: dt.datetime | None = None,
+                end: dt.datetime | None = None) -> dict[str, float]:
+    """Share of client-backend wait samples per wait (CPU included), optionally in a window."""
+    frame = pl.read_parquet(run / "timeseries.parquet").filter(
+        (pl.col("source") == "db.waits") & (pl.col("node") == node)
+        & (pl.col("label") == "client backend"))
+    if start is not None and end is not None:
+        frame = frame.filter(pl.col("t").is_between(start, end))
+    totals = frame.group_by("metric").agg(pl.col("value").sum())
+    whole = float(totals["value"].sum()) or 1.0
+    return {str(m): float(v) / whole for m, v in totals.iter_rows()}
+
+
+def test_catalogue_lists_story_and_expected_signal() -> None:
+    names = builtin_names()
+    for wanted in ("healthy-control", "hot-row-contention", "sync-standby-paused",
+                   "too-many-connections"):
+        assert wanted in names
+    for name in names:
+        scenario = load_builtin(name).scenario
+        assert scenario.description, name
+        assert scenario.expect or name == "demo", name
+    result = run_cli("scenarios")
+    assert result.returncode == 0
+    assert "expect:" in result.stdout and "sync-standby-paused" in result.stdout
+
+
+def test_healthy_control_has_no_low_second(tmp_path: Path) -> None:
+    (run,) = _run(tmp_path, "healthy-control", "workload.duration=10s", "workload.warmup=2s")
+    assert measured_tps(run).len() == 10
+    assert low_seconds(run) == 0
+
+
+def test_hot_row_contention_is_dominated_by_lock_waits(tmp_path: Path) -> None:
+    (run,) = _run(tmp_path, "hot-row-contention", "workload.duration=10s",
+                  "workload.warmup=2s")
+    shares = wait_shares(run)
+    lock = sum(v for k, v in shares.items() if k.startswith("Lock:"))
+    assert lock > 0.5, shares
+    events = pl.read_parquet(run / "events.parquet")
+    assert events.filter(pl.col("kind") == "lock-wait").height > 0
+
+
+def test_sync_standby_paused_stops_commits_on_syncrep(tmp_path: Path) -> None:
+    (run,) = _run(tmp_path, "sync-standby-paused", "workload.duration=16s",
+                  "workload.warmup=2s",
+                  'faults=[{at="5s", action="pause-standby", node="standby1", '
+                  'duration="6s"}]')
+    assert low_seconds(run) >= 4
+    events = pl.read_parquet(run / "events.parquet").filter(pl.col("kind") == "fault")
+    start, end = events["t_start"][0], events["t_end"][0]
+    shares = wait_shares(run, start=start, end=end)
+    assert max(shares, key=lambda k: shares[k]) == "IPC:SyncRep", shares
+
+
+def test_too_many_connections_pooler_wins(tmp_path: Path, pgbouncer_binary: str) -> None:
+    runs = _run(tmp_path, "too-many-connections", "workload.duration=8s",
+                "workload.warmup=2s")
+    by_pooler = {json.loads((r / "manifest.json").read_text())["variant"]["topology.pooler"]:
+                 statistics.fmean(measured_tps(r).to_list()) for r in runs}
+    assert by_pooler["pgbouncer"] > 2 * by_pooler["none"], by_pooler
