@@ -55,14 +55,14 @@ def pgbouncer_binary() -> str:
 
 
 def processes_under(path: Path) -> list[str]:
-    """postgres/pgbench processes whose command line mentions `path`."""
+    """postgres/pgbench/pgbouncer processes whose command line mentions `path`."""
     found = []
     for proc in psutil.process_iter(["cmdline", "name"]):
         try:
             cmd = " ".join(proc.info["cmdline"] or [])
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-        if str(path) in cmd and ("postgres" in cmd or "pgbench" in cmd):
+        if str(path) in cmd and any(n in cmd for n in ("postgres", "pgbench", "pgbouncer")):
             found.append(f"{proc.pid} {cmd}")
     return found
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -12,6 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import psutil
 import pytest
 
 from conftest import TINY, processes_under, write_scenario
@@ -127,3 +129,49 @@ def test_kill_9_of_pglab_takes_the_server_down(tmp_path: Path, pglab_home: Path)
     assert reap_stale_labs() == lab_dirs
     assert not any(s.exists() for s in socket_dirs) and not lab_dirs[0].exists()
     assert not any(s.exists() for s in spools)
+
+
+TOPOLOGY = TINY.replace('duration = "3s"', 'duration = "60s"') + """
+[topology]
+standbys = 1
+synchronous = "on"
+pooler = "pgbouncer"
+
+[[faults]]
+at = "1s"
+action = "pause-standby"
+node = "standby1"
+"""
+
+
+@pytest.mark.parametrize(("sig", "moment"), [(signal.SIGINT, "waiting for standby1"),
+                                             (signal.SIGTERM, "paused standby")])
+def test_signal_with_standby_and_pooler(tmp_path: Path, pglab_home: Path, sig: signal.Signals,
+                                        moment: str, pgbouncer_binary: str) -> None:
+    results = tmp_path / "results"
+    scenario = write_scenario(tmp_path, TOPOLOGY)
+    proc, lines = _start(["run", str(scenario), "--results", str(results)],
+                         {**os.environ, "NO_COLOR": "1"})
+    if moment == "paused standby":
+        def paused() -> bool:
+            return any(p.status() == "stopped" for p in _postgres_processes(pglab_home))
+
+        _wait_for(paused, 120, lines)
+    else:
+        _wait_for(lambda: any(moment in ln for ln in lines), 120, lines)
+    sockets = [Path(r.read_text()) for r in (pglab_home / "labs").glob("*/*/socket_dir")]
+    assert len(sockets) >= 2  # primary and standby (and PgBouncer once it started)
+    proc.send_signal(sig)
+    assert proc.wait(timeout=90) == 128 + sig.value, "".join(lines)
+    _check_clean(tmp_path, pglab_home, results, sig.name)
+    # the private socket dirs of primary, standby and PgBouncer are gone
+    assert not [d for d in sockets if d.exists()]
+
+
+def _postgres_processes(home: Path) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if str(home) in " ".join(proc.info["cmdline"] or []):
+                found.append(proc)
+    return found
