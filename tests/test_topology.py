@@ -139,6 +139,10 @@ warmup = "1s"
     clients = _backends(run_dir, "primary").filter(pl.col("metric") == "client_backends")
     assert clients.height > 0
     assert max(clients["value"].to_list()) <= 3 + 2
+    # ... while the rest queued in PgBouncer, which pooler.pools saw.
+    pools = pl.read_parquet(run_dir / "timeseries.parquet").filter(
+        (pl.col("source") == "pooler.pools") & (pl.col("metric") == "cl_waiting"))
+    assert max(pools["value"].to_list()) > 0
 
 
 def test_read_only_load_spreads_across_standbys(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from pglab.probes.db_activity import (
 )
 from pglab.probes.db_stats import CheckpointerStats, DatabaseStats, IoStats, WalStats
 from pglab.probes.os_probes import OS_PROBES
+from pglab.probes.pooler_probe import PoolerPools
 from pglab.probes.serverlog_probe import ServerLogEvents
 
 PROBES: tuple[type[Probe], ...] = (
@@ -29,6 +30,7 @@ PROBES: tuple[type[Probe], ...] = (
     VacuumProgress,
     Replication,
     ServerLogEvents,
+    PoolerPools,
     *OS_PROBES,
 )
 

@@ -53,6 +53,7 @@ class ProbeContext:
     client_pid: Callable[[], int | None]  # the running pgbench, if any
     clock: Callable[[], float]  # epoch seconds; injectable for tests
     db: Any = None  # probes.dbsessions.DbSessions: one connection per node and thread
+    pooler: Callable[[], Any] | None = None  # PgBouncer's admin console, when there is one
 
 
 Cadence = Literal["interval", "fast"]  # every telemetry.interval, or wait_sampling_hz
