@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import get_args, get_origin
 
 from conftest import run_cli
 from pglab.probes import PROBES
@@ -30,6 +32,11 @@ def test_every_scenario_key_is_in_the_readme() -> None:
     for section, info in Scenario.model_fields.items():
         annotation = info.annotation
         fields = getattr(annotation, "model_fields", None)
+        value_type = get_args(annotation)[-1] if get_origin(annotation) is dict else None
+        if fields is None and value_type is not None and hasattr(value_type, "model_fields"):
+            missing += [f"{section}.<name>.{key}" for key in value_type.model_fields
+                        if not re.search(rf"\[{section}\.[a-z0-9]+\.{key}\]", readme)]
+            continue
         if fields is None:
             if f"{section} =" not in readme and f"[{section}]" not in readme:
                 missing.append(section)
@@ -38,3 +45,14 @@ def test_every_scenario_key_is_in_the_readme() -> None:
             if f"{key} =" not in readme and f"[{section}.{key}]" not in readme:
                 missing.append(f"{section}.{key}")
     assert missing == []
+
+
+def test_every_fault_action_is_documented_and_listed() -> None:
+    from pglab.lab.fault_actions import ACTIONS
+
+    readme = (ROOT / "README.md").read_text()
+    result = run_cli("faults")
+    assert result.returncode == 0
+    for action in ACTIONS:
+        assert f"`{action.name}`" in readme
+        assert action.name in result.stdout

@@ -281,6 +281,21 @@ def probes() -> int:
     return ExitCode.OK
 
 
+@cli.command()
+def faults() -> int:
+    """List the fault actions for [[faults]] (with their nodes, duration and args)."""
+    from pglab.lab.fault_actions import ACTIONS
+
+    table = Table(header_style="bold", box=None)
+    for column in ("action", "nodes", "duration", "args (default)", "what it does"):
+        table.add_column(column)
+    for action in ACTIONS:
+        args = ", ".join(f"{name}={default!r}" for name, (_t, default) in action.args.items())
+        table.add_row(action.name, action.nodes, action.duration, args or "-", action.help)
+    out.print(table)
+    return ExitCode.OK
+
+
 def _invoke(func: Callable[[], Any]) -> int:
     try:
         with signals_as_exceptions():
