@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import math
 import os
 import re
 import time
@@ -178,11 +179,17 @@ class NodeCgroup:
         """Write the limits; unlimited values are written too, so apply() can loosen."""
         v1 = self.support.version == 1
         quota = int(limits.cpus * _CFS_PERIOD_US) if limits.cpus else None
+        # A cgroup competes for CPU as ONE scheduling entity, weighted like one process by
+        # default: on a busy machine a whole postmaster tree would then get no more than a
+        # single pgbench thread. Weight it like as many processes as it may use CPUs.
+        width = math.ceil(limits.cpus or len(os.sched_getaffinity(0)))
         if v1:
             _write(self.dirs["cpu"] / "cpu.cfs_period_us", str(_CFS_PERIOD_US))
             _write(self.dirs["cpu"] / "cpu.cfs_quota_us", str(quota or -1))
+            _write(self.dirs["cpu"] / "cpu.shares", str(1024 * width))
         else:
             _write(self.dirs[""] / "cpu.max", f"{quota or 'max'} {_CFS_PERIOD_US}")
+            _write(self.dirs[""] / "cpu.weight", str(min(100 * width, 10_000)))
         cpuset = self._dir("cpuset")
         parent_cpus = (cpuset.parent / "cpuset.cpus").read_text().strip()
         if v1 or limits.cpuset:  # v2: an empty cpuset.cpus already means the parent's

@@ -153,8 +153,8 @@ def cpu_list(text: str) -> set[int]:
     """'0-2,5' -> {0, 1, 2, 5}; ValueError when malformed."""
     cpus: set[int] = set()
     for part in text.split(","):
-        low, _, high = part.strip().partition("-")
-        if not low.isdigit() or (high and not high.isdigit()) or (high and int(high) < int(low)):
+        low, dash, high = part.strip().partition("-")
+        if not low.isdigit() or (dash and not high.isdigit()) or (dash and int(high) < int(low)):
             raise ValueError("expected CPU numbers and ranges like '0', '0-1' or '0,2-3'")
         cpus.update(range(int(low), int(high or low) + 1))
     return cpus

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import psutil
 
-from pglab.errors import EnvironmentProblem
+from pglab.errors import BadInput, EnvironmentProblem
 from pglab.paths import pglab_home
 from pglab.units import parse_size
 
@@ -144,13 +144,13 @@ def _state_dir() -> Path:
     return pglab_home() / "kernel-knobs"
 
 
-def _originals_for(wanted: Mapping[str, KnobValue]) -> dict[str, KnobValue | None]:
+def _originals_for(wanted: Mapping[str, object]) -> dict[str, KnobValue | None]:
     names = set(wanted) | {_BY_NAME[n].pair for n in wanted if _BY_NAME[n].pair}
     return {name: _read(_BY_NAME[name]) for name in sorted(names)}
 
 
 @contextlib.contextmanager
-def kernel_knobs(wanted: Mapping[str, KnobValue]) -> Iterator[dict[str, KnobValue | None]]:
+def kernel_knobs(wanted: Mapping[str, object]) -> Iterator[dict[str, KnobValue | None]]:
     """Set the knobs for the body and restore them after; yields the values in effect."""
     from pglab.lab.processes import shielded
     from pglab.store import write_json
@@ -158,6 +158,10 @@ def kernel_knobs(wanted: Mapping[str, KnobValue]) -> Iterator[dict[str, KnobValu
     if not wanted:
         yield read_knobs()
         return
+    try:
+        values = check_knobs(wanted)  # parsed: '64MB' -> bytes (the scenario did it already)
+    except ValueError as exc:
+        raise BadInput(f"kernel: {exc}") from None
     if os.geteuid() != 0:
         raise EnvironmentProblem(f"kernel: setting {', '.join(wanted)} needs root (pglab runs "
                                  f"as uid {os.geteuid()}); run as root or remove [kernel]")
@@ -173,7 +177,7 @@ def kernel_knobs(wanted: Mapping[str, KnobValue]) -> Iterator[dict[str, KnobValu
         state_dir.mkdir(parents=True, exist_ok=True)
         write_json(state, {"pid": os.getpid(), "originals": originals})
     try:
-        for name, value in wanted.items():
+        for name, value in values.items():
             _write(_BY_NAME[name], value)
         yield read_knobs()
     finally:
