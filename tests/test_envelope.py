@@ -19,6 +19,7 @@ import pytest
 from pglab.errors import EnvironmentProblem
 from pglab.lab.cgroups import (
     CgroupLimits,
+    CgroupSupport,
     NodeCgroup,
     detect_cgroups,
     pglab_cgroups,
@@ -343,3 +344,42 @@ def test_stale_cgroups_of_a_killed_pglab_are_reaped(tmp_path: Path) -> None:
         time.sleep(0.1)
     assert _of(proc.pid) == []
     assert {p.name for p in removed} == {f"pglab-{proc.pid}-held"}
+
+
+# --- cgroup v2, where this machine has a unified hierarchy besides v1 ---------------------
+
+def _unified() -> Path | None:
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        parts = line.split()
+        if parts[2] == "cgroup2":
+            return Path(parts[1])
+    return None
+
+
+UNIFIED = _unified()
+
+
+@pytest.mark.skipif(SUPPORT.version != 1 or UNIFIED is None or os.geteuid() != 0,
+                    reason="needs root and a v2 hierarchy beside v1 (hybrid) to test v2 here")
+def test_v2_create_join_destroy_and_reap_on_the_unified_hierarchy() -> None:
+    # The v2 limits need controllers that v1 holds on a hybrid machine; creating, joining,
+    # evicting, removing and reaping are the same code as on a v2-only machine.
+    assert UNIFIED is not None
+    v2 = CgroupSupport(2, (), {"": UNIFIED})
+    for i in range(20):
+        group = NodeCgroup.create(f"v2-{i}", v2)
+        proc = spawn(["sleep", "30"], cgroup_procs=group.procs_files())
+        deadline = time.monotonic() + 5
+        while group.pids() != [proc.pid] and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert group.pids() == [proc.pid]
+        assert group.cpu_usage_seconds() >= 0
+        group.destroy()  # evicts the sleep to the root, where v2 allows processes
+        assert str(proc.pid) in (UNIFIED / "cgroup.procs").read_text().split()
+        proc.kill()
+        proc.wait()
+    assert not (UNIFIED / "pglab").exists()
+    stale = UNIFIED / "pglab" / "pglab-999999999-crashed"  # above any pid_max: dead
+    stale.mkdir(parents=True)
+    assert reap_stale_cgroups(v2) == [stale]
+    assert not (UNIFIED / "pglab").exists()

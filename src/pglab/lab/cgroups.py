@@ -156,17 +156,13 @@ class NodeCgroup:
                         for knob in ("cpuset.cpus", "cpuset.mems"):
                             _write(path / knob, (path.parent / knob).read_text().strip())
             else:
-                mount = support.mounts[""]
-                parent = mount / "pglab"
-                parent.mkdir(exist_ok=True)
-                wanted = " ".join(f"+{c}" for c in V2_CONTROLLERS)
-                for level in (mount, parent):
-                    _write(level / "cgroup.subtree_control", wanted)
-                (parent / leaf).mkdir()
-                dirs[""] = parent / leaf
+                dirs[""] = _make_v2(support.mounts[""], leaf)
         except FileExistsError:
             group.destroy()
             raise EnvironmentProblem(f"cgroup {leaf} exists already (name used twice?)") from None
+        except OSError as exc:
+            group.destroy()
+            raise EnvironmentProblem(f"cgroup: cannot create {leaf}: {exc}") from None
         except BaseException:
             group.destroy()
             raise
@@ -246,6 +242,32 @@ class NodeCgroup:
         for ctl, path in list(self.dirs.items()):
             _remove(path, _evict_to(path, self.support), timeout)
             del self.dirs[ctl]
+            if self.support.version == 2:
+                with contextlib.suppress(OSError):  # still holds other pglab runs' cgroups
+                    path.parent.rmdir()
+
+
+def _make_v2(mount: Path, leaf: str) -> Path:
+    available = set((mount / "cgroup.controllers").read_text().split())
+    wanted = " ".join(f"+{c}" for c in V2_CONTROLLERS if c in available)
+    parent = mount / "pglab"
+    for _attempt in range(3):  # another pglab may remove an empty `pglab/` between our steps
+        try:
+            parent.mkdir(exist_ok=True)
+            for level in (mount, parent):
+                if wanted:
+                    (level / "cgroup.subtree_control").write_text(wanted)
+            (parent / leaf).mkdir()
+            return parent / leaf
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            if exc.errno != errno.EBUSY:
+                raise
+            raise EnvironmentProblem(
+                f"cgroup v2: cannot enable {wanted} below {level}: processes live in it (a "
+                "container sharing its cgroup? give pglab a delegated cgroup)") from None
+    raise EnvironmentProblem(f"cgroup v2: {parent} keeps disappearing")
 
 
 def _evict_to(path: Path, support: CgroupSupport) -> Path:
@@ -303,4 +325,7 @@ def reap_stale_cgroups(support: CgroupSupport | None = None) -> list[Path]:
             with contextlib.suppress(EnvironmentProblem):
                 _remove(path, _evict_to(path, support), timeout=2.0)
                 removed.append(path)
+            if support.version == 2:
+                with contextlib.suppress(OSError):
+                    path.parent.rmdir()
     return removed
