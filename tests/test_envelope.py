@@ -242,6 +242,20 @@ def test_memory_limit_is_enforced_page_cache_included(tmp_path: Path) -> None:
 
 
 @needs_cgroups
+def test_apply_can_loosen_limits(tmp_path: Path) -> None:
+    group = NodeCgroup.create("loosen", SUPPORT)
+    try:
+        for memory in (64 * MB, 48 * MB, 128 * MB, None):  # lower, raise, lift
+            group.apply(CgroupLimits(cpus=0.5, memory=memory))
+        hog = spawn([sys.executable, "-c", _HOG], cgroup_procs=group.procs_files(),
+                    stdout=subprocess.PIPE)
+        out, _ = hog.communicate(timeout=60)
+        assert out.strip() == str(256 << 20).encode()  # no limit left to kill it
+    finally:
+        group.destroy()
+
+
+@needs_cgroups
 def test_spawned_server_user_and_its_children_are_inside(tmp_path: Path) -> None:
     user = server_user()
     group = NodeCgroup.create("spawn", SUPPORT)

@@ -190,11 +190,20 @@ class NodeCgroup:
         parent_cpus = (cpuset.parent / "cpuset.cpus").read_text().strip()
         if v1 or limits.cpuset:  # v2: an empty cpuset.cpus already means the parent's
             _write(cpuset / "cpuset.cpus", limits.cpuset or parent_cpus)
+        # No swapping past the limit, like a pod: v1 memsw (memory + swap) equal to the
+        # limit, v2 swap.max 0. Those files exist only when swap accounting is on.
         memory = self._dir("memory")
         if v1:
-            _write(memory / "memory.limit_in_bytes", str(limits.memory or -1))
+            files = ["memory.limit_in_bytes", "memory.memsw.limit_in_bytes"]
+            # memsw may never be below the plain limit: when raising, memsw goes first.
+            current = int((memory / files[0]).read_text())
+            for name in files[::-1] if (limits.memory or 1 << 63) > current else files:
+                if (memory / name).exists():
+                    _write(memory / name, str(limits.memory or -1))
         else:
             _write(memory / "memory.max", str(limits.memory or "max"))
+            if (memory / "memory.swap.max").exists():
+                _write(memory / "memory.swap.max", "0" if limits.memory else "max")
         if limits.device:
             self._apply_disk(limits)
 
