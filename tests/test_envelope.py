@@ -139,12 +139,12 @@ def _ours() -> list[Path]:
 def test_write_throughput_inside_a_10_mbps_envelope(tmp_path: Path) -> None:
     with applied_envelope("free", EnvelopeLimits(cpus=2.0), tmp_path) as free:
         assert free is not None
-        unlimited = verify_disk(free.cgroup, tmp_path, seconds=1.0).write_mbps
+        unlimited = verify_disk(free.cgroup, tmp_path, seconds=1.0).measured
     if unlimited < 20:
         pytest.skip(f"this disk writes only {unlimited} MB/s unthrottled: 10 MB/s proves nothing")
     with applied_envelope("w10", EnvelopeLimits(write_mbps=10), tmp_path) as env:
         assert env is not None and env.disk_check is not None
-        measured = env.disk_check.write_mbps
+        measured = env.disk_check.measured
         record = env.to_manifest()
     print(f"unlimited {unlimited} MB/s, in a 10 MB/s envelope {measured} MB/s")
     assert 9.0 <= measured <= 11.0
@@ -152,6 +152,17 @@ def test_write_throughput_inside_a_10_mbps_envelope(tmp_path: Path) -> None:
     assert record["device"]["major_minor"] == block_device_for(tmp_path).major_minor
     assert "flusher" in record["disk_throttling"]
     assert _ours() == []
+
+
+@needs_cgroups
+def test_write_iops_inside_a_50_iops_envelope(tmp_path: Path) -> None:
+    with applied_envelope("iops", EnvelopeLimits(write_iops=50), tmp_path) as env:
+        assert env is not None
+        record = env.to_manifest()
+    print(f"4 KiB direct writes in a 50 IOPS envelope: {record['measured_write_iops']} IOPS")
+    assert 45 <= record["measured_write_iops"] <= 55
+    assert record["checks"][0]["reached_limit"] is True
+    assert record["measured_write_mbps"] is None
 
 
 _BUFFERED = """

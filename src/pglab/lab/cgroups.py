@@ -246,6 +246,18 @@ class NodeCgroup:
         stat = dict(line.split() for line in (self.dirs[""] / "cpu.stat").read_text().splitlines())
         return int(stat["usage_usec"]) / 1e6
 
+    def written_bytes(self, device: str) -> int:
+        """Bytes the cgroup's processes submitted for writing to `device` ("major:minor")."""
+        if self.support.version == 1:
+            text = (self.dirs["blkio"] / "blkio.throttle.io_service_bytes").read_text()
+            return sum(int(f[2]) for f in map(str.split, text.splitlines())
+                       if len(f) == 3 and f[0] == device and f[1] == "Write")
+        for line in (self.dirs[""] / "io.stat").read_text().splitlines():
+            dev, *pairs = line.split()
+            if dev == device:
+                return int(dict(p.split("=") for p in pairs).get("wbytes", 0))
+        return 0
+
     def destroy(self, timeout: float = 5.0) -> None:
         """Move leftover processes to the parent, then remove every directory."""
         for ctl, path in list(self.dirs.items()):

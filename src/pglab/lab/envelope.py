@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -204,51 +204,86 @@ def check_possible(limits: EnvelopeLimits, support: CgroupSupport | None = None)
     return support
 
 
-# A WAL-like writer: 1 MiB writes, each made durable, so the kernel's flusher never holds
-# our data (its writeback would escape v1 throttling) and every byte passes the limit.
+# Two writers, run from a process inside the cgroup:
+# - "mbps": 1 MiB writes, each made durable with fdatasync like WAL, so the kernel's
+#   flusher never holds our data (its writeback would escape v1 throttling);
+# - "iops": 4 KiB O_DIRECT writes, one I/O request each, as the IOPS limit counts them.
 _WRITER = """
-import json, os, sys, time
-path, seconds = sys.argv[1], float(sys.argv[2])
-block = b"\\xa5" * (1 << 20)
-fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-written, start = 0, time.monotonic()
+import json, mmap, os, sys, time
+path, seconds, mode = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+size = 1 << 20 if mode == "mbps" else 4096
+block = mmap.mmap(-1, size)  # page-aligned, as O_DIRECT requires
+block.write(b"\\xa5" * size)
+flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | (os.O_DIRECT if mode == "iops" else 0)
+fd = os.open(path, flags, 0o600)
+ops, start = 0, time.monotonic()
 try:
-    while time.monotonic() - start < seconds or written < 2 * len(block):
-        written += os.write(fd, block)
-        os.fdatasync(fd)
-        if written >= 1 << 30:
+    while time.monotonic() - start < seconds or ops < 2:
+        os.pwrite(fd, block, (ops % 1024) * size if mode == "iops" else ops * size)
+        if mode == "mbps":
+            os.fdatasync(fd)
+        ops += 1
+        if ops * size >= 1 << 30:
             break
     elapsed = time.monotonic() - start
 finally:
     os.close(fd)
     os.unlink(path)
-print(json.dumps({"bytes": written, "seconds": elapsed}))
+print(json.dumps({"ops": ops, "bytes": ops * size, "seconds": elapsed}))
 """
 
 
 @dataclass(frozen=True)
 class DiskCheck:
-    write_mbps: float  # measured
-    bytes: int
+    """What a writer inside the envelope achieved; `limit` is what was asked (0: none)."""
+
+    measured: float  # MB/s or IOPS
+    unit: str  # "MB/s" or "IOPS"
+    limit: float
     seconds: float
-    method: str = "1 MiB writes, each followed by fdatasync, from a process in the cgroup"
+    method: str
+
+    @property
+    def reached_limit(self) -> bool:
+        """False when the disk itself is slower than the limit (the limit never bound)."""
+        return bool(self.limit) and self.measured >= 0.9 * self.limit
 
 
-def verify_disk(cgroup: NodeCgroup, path: Path, seconds: float = 2.5) -> DiskCheck:
-    """Measure write throughput from inside the cgroup, on the filesystem holding `path`."""
+_METHODS = {
+    "mbps": "1 MiB writes, each followed by fdatasync, from a process in the cgroup",
+    "iops": "4 KiB O_DIRECT writes from a process in the cgroup",
+}
+
+
+def _run_writer(cgroup: NodeCgroup, path: Path, mode: str, seconds: float) -> dict[str, float]:
     from pglab.lab.processes import spawn
 
     target = path / f".pglab-disk-check-{os.getpid()}"
-    proc = spawn([sys.executable, "-c", _WRITER, str(target), str(seconds)],
+    proc = spawn([sys.executable, "-c", _WRITER, str(target), str(seconds), mode],
                  cgroup_procs=cgroup.procs_files(), stdout=subprocess.PIPE,
                  stderr=subprocess.PIPE)
     out, err = proc.communicate(timeout=seconds * 4 + 60)
     if proc.returncode != 0:
         last = (err.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
         raise EnvironmentProblem(f"envelope: disk check in {path} failed: {last}")
-    data = json.loads(out)
-    return DiskCheck(round(data["bytes"] / MB / data["seconds"], 2), data["bytes"],
-                     round(data["seconds"], 3))
+    data: dict[str, float] = json.loads(out)
+    return data
+
+
+def verify_disk(cgroup: NodeCgroup, path: Path, seconds: float = 2.5,
+                limit_mbps: float = 0) -> DiskCheck:
+    """Write throughput (MB/s) measured inside the cgroup, on the filesystem holding `path`."""
+    data = _run_writer(cgroup, path, "mbps", seconds)
+    return DiskCheck(round(data["bytes"] / MB / data["seconds"], 2), "MB/s", limit_mbps,
+                     round(data["seconds"], 3), _METHODS["mbps"])
+
+
+def verify_iops(cgroup: NodeCgroup, path: Path, seconds: float = 2.0,
+                limit_iops: int = 0) -> DiskCheck:
+    """Write requests per second measured inside the cgroup (direct I/O, 4 KiB)."""
+    data = _run_writer(cgroup, path, "iops", seconds)
+    return DiskCheck(round(data["ops"] / data["seconds"], 1), "IOPS", limit_iops,
+                     round(data["seconds"], 3), _METHODS["iops"])
 
 
 _SPINNER = "import time\nend = time.monotonic() + float(__import__('sys').argv[1])\n" \
@@ -290,32 +325,39 @@ class AppliedEnvelope:
     limits: EnvelopeLimits
     device: BlockDevice | None
     disk_throttling: str
-    disk_check: DiskCheck | None = None
+    checks: list[DiskCheck] = field(default_factory=list)
+
+    @property
+    def disk_check(self) -> DiskCheck | None:
+        """The write throughput check, when a write MB/s limit was verified."""
+        return next((c for c in self.checks if c.unit == "MB/s"), None)
 
     def procs_files(self) -> list[Path]:
         return self.cgroup.procs_files()
 
     def to_manifest(self) -> dict[str, Any]:
+        iops = next((c for c in self.checks if c.unit == "IOPS"), None)
         return {
             "cgroup_version": self.cgroup.support.version,
             "cgroup": [str(d) for d in self.cgroup.dirs.values()],
             "limits": asdict(self.limits),
             "device": asdict(self.device) if self.device else None,
             "disk_throttling": self.disk_throttling if self.device else None,
-            "measured_write_mbps": self.disk_check.write_mbps if self.disk_check else None,
-            "disk_check": asdict(self.disk_check) if self.disk_check else None,
+            "measured_write_mbps": self.disk_check.measured if self.disk_check else None,
+            "measured_write_iops": iops.measured if iops else None,
+            "checks": [{**asdict(c), "reached_limit": c.reached_limit} for c in self.checks],
         }
 
 
 @contextlib.contextmanager
 def applied_envelope(
-    name: str, limits: EnvelopeLimits, data_path: Path, verify: bool = True
+    name: str, limits: EnvelopeLimits, data_path: Path | None = None, verify: bool = True
 ) -> Iterator[AppliedEnvelope | None]:
     """A cgroup with `limits` for the body, destroyed after on every path (None: unlimited).
 
-    `data_path` is a directory on the node's data filesystem: the disk limits apply to
-    its device and the verification writes there. Spawn the node's processes with
-    `cgroup_procs=applied.procs_files()`.
+    `data_path` is an existing directory on the node's data filesystem: the disk limits
+    apply to its device and the checks write there (needed only with disk limits). Spawn
+    the node's processes with `cgroup_procs=applied.procs_files()`.
     """
     from pglab.lab.processes import shielded
 
@@ -323,16 +365,21 @@ def applied_envelope(
         yield None
         return
     support = check_possible(limits)
-    device = block_device_for(data_path) if limits.has_disk else None
+    device = None
+    if limits.has_disk:
+        if data_path is None:
+            raise ValueError("applied_envelope: disk limits need the data path")
+        device = block_device_for(data_path)
     with shielded():
         cgroup = NodeCgroup.create(name, support)
     try:
         cgroup.apply(cgroup_limits(limits, device))
         applied = AppliedEnvelope(cgroup, limits, device, disk_throttling(support))
-        if verify and limits.write_mbps:
-            applied.disk_check = verify_disk(cgroup, data_path, seconds=2.5)
+        if verify and data_path is not None and limits.write_mbps:
+            applied.checks.append(verify_disk(cgroup, data_path, limit_mbps=limits.write_mbps))
+        if verify and data_path is not None and limits.write_iops:
+            applied.checks.append(verify_iops(cgroup, data_path, limit_iops=limits.write_iops))
         yield applied
     finally:
         with shielded():
             cgroup.destroy()
-
