@@ -42,6 +42,7 @@ from pglab.lab.processes import spawn
 from pglab.scenario import load_text
 
 SUPPORT = detect_cgroups()
+HIERARCHIES = len(set(SUPPORT.mounts.values()))
 needs_cgroups = pytest.mark.skipif(not SUPPORT.usable, reason=SUPPORT.problem or "cgroups")
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -306,10 +307,27 @@ def test_no_cgroup_left_after_20_create_apply_destroy(tmp_path: Path) -> None:
 
 
 @needs_cgroups
+@pytest.mark.skipif(SUPPORT.version != 1, reason="v1 only")
+def test_co_mounted_v1_controllers_share_one_directory() -> None:
+    # systemd mounts cpu and cpuacct together; here they are apart, so point both at one.
+    mounts = {"cpu": SUPPORT.mounts["cpu"], "cpuacct": SUPPORT.mounts["cpu"],
+              "memory": SUPPORT.mounts["memory"]}
+    group = NodeCgroup.create("comount", CgroupSupport(1, tuple(mounts), mounts))
+    try:
+        assert group.dirs["cpu"] == group.dirs["cpuacct"]
+        assert len(group.procs_files()) == 2
+        proc = spawn(["true"], cgroup_procs=group.procs_files())
+        proc.wait()
+    finally:
+        group.destroy()
+    assert _ours() == []
+
+
+@needs_cgroups
 def test_cleanup_after_a_failure(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError), applied_envelope("fail", EnvelopeLimits(cpus=1.0),
                                                        tmp_path):
-        assert len(_ours()) == len(SUPPORT.mounts)
+        assert len(_ours()) == HIERARCHIES
         raise RuntimeError("the run failed")
     assert _ours() == []
 
@@ -348,7 +366,7 @@ def _of(pid: int) -> list[Path]:
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_cleanup_after_a_signal(tmp_path: Path, sig: signal.Signals) -> None:
     proc = _holder(tmp_path)
-    assert len(_of(proc.pid)) == len(SUPPORT.mounts)
+    assert len(_of(proc.pid)) == HIERARCHIES
     proc.send_signal(sig)
     out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 130
@@ -361,7 +379,7 @@ def test_stale_cgroups_of_a_killed_pglab_are_reaped(tmp_path: Path) -> None:
     proc = _holder(tmp_path)
     proc.kill()
     proc.wait()
-    assert len(_of(proc.pid)) == len(SUPPORT.mounts)  # kill -9: nothing could clean up
+    assert len(_of(proc.pid)) == HIERARCHIES  # kill -9: nothing could clean up
     deadline = time.monotonic() + 10  # the sleep inside dies of its parent-death signal
     removed = reap_stale_cgroups(SUPPORT)
     while _of(proc.pid) and time.monotonic() < deadline:

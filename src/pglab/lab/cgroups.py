@@ -150,7 +150,8 @@ class NodeCgroup:
             if support.version == 1:
                 for ctl, mount in support.mounts.items():
                     path = mount / own_cgroup(ctl).lstrip("/") / leaf
-                    path.mkdir()
+                    if path not in dirs.values():  # co-mounted, like systemd's cpu,cpuacct
+                        path.mkdir()
                     dirs[ctl] = path
                     if ctl == "cpuset":  # v1 leaves these empty, and then no task may join
                         for knob in ("cpuset.cpus", "cpuset.mems"):
@@ -224,7 +225,7 @@ class NodeCgroup:
 
     def procs_files(self) -> list[Path]:
         """The cgroup.procs files a process writes its pid into to join (spawn hook)."""
-        return [d / "cgroup.procs" for d in self.dirs.values()]
+        return [d / "cgroup.procs" for d in dict.fromkeys(self.dirs.values())]
 
     def add_pid(self, pid: int) -> None:
         for procs in self.procs_files():
@@ -261,7 +262,7 @@ class NodeCgroup:
     def destroy(self, timeout: float = 5.0) -> None:
         """Move leftover processes to the parent, then remove every directory."""
         for ctl, path in list(self.dirs.items()):
-            _remove(path, _evict_to(path, self.support), timeout)
+            _remove(path, _evict_to(path, self.support), timeout)  # once per co-mount
             del self.dirs[ctl]
             if self.support.version == 2:
                 with contextlib.suppress(OSError):  # still holds other pglab runs' cgroups

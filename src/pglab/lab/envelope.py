@@ -339,7 +339,7 @@ class AppliedEnvelope:
         iops = next((c for c in self.checks if c.unit == "IOPS"), None)
         return {
             "cgroup_version": self.cgroup.support.version,
-            "cgroup": [str(d) for d in self.cgroup.dirs.values()],
+            "cgroup": [str(d) for d in dict.fromkeys(self.cgroup.dirs.values())],
             "limits": asdict(self.limits),
             "device": asdict(self.device) if self.device else None,
             "disk_throttling": self.disk_throttling if self.device else None,
