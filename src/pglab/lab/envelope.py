@@ -56,7 +56,7 @@ class DiskProfile:
 
 
 def _cloud_ssd(gib: float) -> DiskFigures:
-    # Throughput: the issue's model of a size-scaled cloud SSD, 120 MB/s + 0.5 MB/s per GiB
+    # Throughput: pglab's model (issue 4) of a size-scaled cloud SSD, 120 MB/s + 0.5 MB/s per GiB
     # up to 350 MB/s (between AWS gp2, 128-250 MiB/s by size, and GCP pd-ssd, 0.48 MB/s per
     # GB). IOPS: AWS EBS gp2 baseline, 3 IOPS per GiB, at least 100, at most 16,000
     # (docs.aws.amazon.com/ebs/latest/userguide/general-purpose.html).
@@ -178,7 +178,9 @@ def block_device_for(path: Path) -> BlockDevice:
             f"one (device {major}:{minor}: tmpfs, overlay, NFS?); put PGLAB_WORKDIR on a real disk")
     real = sysdir.resolve()
     partition = None
-    if (real / "partition").exists():  # v1 throttling acts on the disk's queue, not a partition
+    if (real / "partition").exists():
+        # Throttle rules name whole disks: the kernel's blkcg config rejects a partition's
+        # number (ENODEV). This machine has no partitions, so that path is untested here.
         partition, real = real.name, real.parent
     return BlockDevice(real.name, (real / "dev").read_text().strip(), partition)
 
@@ -262,7 +264,13 @@ def _run_writer(cgroup: NodeCgroup, path: Path, mode: str, seconds: float) -> di
     proc = spawn([sys.executable, "-c", _WRITER, str(target), str(seconds), mode],
                  cgroup_procs=cgroup.procs_files(), stdout=subprocess.PIPE,
                  stderr=subprocess.PIPE)
-    out, err = proc.communicate(timeout=seconds * 4 + 60)
+    try:
+        out, err = proc.communicate(timeout=seconds * 4 + 60)
+    except BaseException:  # Ctrl-C or a timeout: the writer must not outlive the check
+        proc.kill()
+        proc.wait()
+        target.unlink(missing_ok=True)
+        raise
     if proc.returncode != 0:
         last = (err.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
         raise EnvironmentProblem(f"envelope: disk check in {path} failed: {last}")
