@@ -166,6 +166,32 @@ def test_write_iops_inside_a_50_iops_envelope(tmp_path: Path) -> None:
     assert record["measured_write_mbps"] is None
 
 
+_READER = """
+import mmap, os, sys, time
+block = mmap.mmap(-1, 1 << 20)  # page-aligned for O_DIRECT: the page cache must not answer
+fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECT)
+done, start = 0, time.monotonic()
+while time.monotonic() - start < 2.5:
+    done += os.preadv(fd, [block], done % (48 << 20))
+print(done / (1 << 20) / (time.monotonic() - start))
+"""
+
+
+@needs_cgroups
+def test_read_throughput_inside_a_10_mbps_envelope(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with open(data, "wb") as out:
+        out.write(os.urandom(48 << 20))
+        os.fsync(out.fileno())
+    with applied_envelope("r10", EnvelopeLimits(read_mbps=10), tmp_path) as env:
+        assert env is not None
+        proc = spawn([sys.executable, "-c", _READER, str(data)], cgroup_procs=env.procs_files(),
+                     stdout=subprocess.PIPE)
+        out, _ = proc.communicate(timeout=60)
+    print(f"direct reads in a 10 MB/s envelope: {float(out):.2f} MB/s")
+    assert 9.0 <= float(out) <= 11.0
+
+
 _BUFFERED = """
 import os, sys, time
 start = time.monotonic()
