@@ -180,16 +180,16 @@ print(done / (1 << 20) / (time.monotonic() - start))
 @needs_cgroups
 def test_read_throughput_inside_a_10_mbps_envelope(tmp_path: Path) -> None:
     data = tmp_path / "data"
-    with open(data, "wb") as out:
-        out.write(os.urandom(48 << 20))
-        os.fsync(out.fileno())
+    with open(data, "wb") as file:
+        file.write(os.urandom(48 << 20))
+        os.fsync(file.fileno())
     with applied_envelope("r10", EnvelopeLimits(read_mbps=10), tmp_path) as env:
         assert env is not None
         proc = spawn([sys.executable, "-c", _READER, str(data)], cgroup_procs=env.procs_files(),
                      stdout=subprocess.PIPE)
-        out, _ = proc.communicate(timeout=60)
-    print(f"direct reads in a 10 MB/s envelope: {float(out):.2f} MB/s")
-    assert 9.0 <= float(out) <= 11.0
+        rate = float(proc.communicate(timeout=60)[0])
+    print(f"direct reads in a 10 MB/s envelope: {rate:.2f} MB/s")
+    assert 9.0 <= rate <= 11.0
 
 
 _BUFFERED = """
