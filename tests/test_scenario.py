@@ -37,6 +37,29 @@ BASE = 'name = "t"\n'
         ("[workload]\nscale = 1", "missing key 'name'"),
         (BASE + "[workload\n", "invalid TOML"),
         (BASE + "[telemetry]\nwait_sampling_hz = 1000", "expected a number ≤ 100"),
+        (BASE + '[envelope]\ndisk_profile = "cloud-sdd:300GB"', "envelope.disk_profile = "
+         "'cloud-sdd:300GB' is not valid: unknown disk profile 'cloud-sdd' (did you mean "
+         "'cloud-ssd'?)"),
+        (BASE + '[envelope]\ndisk_profile = "cloud-ssd"', "expected 'cloud-ssd:SIZE'"),
+        (BASE + '[envelope]\ndisk_profile = "local-nvme:1TB"', "takes no size"),
+        (BASE + '[envelope]\ncpuset = "0-"', "envelope.cpuset = '0-' is not valid: expected "
+                                              "CPU numbers"),
+        (BASE + '[envelope]\nmemory = "lots"', "envelope.memory = 'lots' is not valid: "
+                                                "expected a size"),
+        (BASE + '[envelope]\nmemory = "8MB"', "expected a size of at least 32MB"),
+        (BASE + "[envelope]\ncpus = 0", "envelope.cpus = 0 is not valid: expected a number > 0"),
+        (BASE + "[envelope]\ndisk = { write_mbps = -1 }", "envelope.disk.write_mbps = -1 is not "
+                                                         "valid"),
+        (BASE + "[envelope]\ndisk = { write_mpbs = 1 }", "unknown key 'envelope.disk.write_mpbs'"
+                                                        " (did you mean 'envelope.disk.write_mbps"),
+        (BASE + "[envelope]\ndisks = 1", "did you mean 'envelope.disk'"),
+        (BASE + "[kernel]\nvm.dirty_ration = 5", "kernel: unknown kernel knob 'vm.dirty_ration' "
+                                                 "(did you mean 'vm.dirty_ratio'?)"),
+        (BASE + '[kernel]\ntransparent_hugepage = "off"', "kernel: 'transparent_hugepage' = "
+                                                          "'off': expected one of"),
+        (BASE + "[kernel]\nvm.swappiness = 300", "'vm.swappiness' = 300: expected a whole "
+                                                 "number from 0 to 200"),
+        (BASE + "kernel = 5", "kernel = 5 is not valid: expected a table"),
     ],
 )
 def test_bad_scenarios_get_one_line_errors(text: str, expected: str) -> None:
@@ -130,3 +153,18 @@ def test_builtin_scenarios_are_valid() -> None:
     assert "demo" in builtin_names()
     for name in builtin_names():
         assert load_builtin(name).scenario.name == name
+
+
+def test_envelope_and_kernel_tables() -> None:
+    text = (BASE + '[envelope]\ncpus = 0.5\ncpuset = "0"\nmemory = "1GB"\n'
+            'disk_profile = "cloud-ssd:300GB"\ndisk = { write_mbps = 10 }\n'
+            '[kernel]\n"vm.dirty_ratio" = 40\nvm.dirty_background_bytes = "64MB"\n')
+    scenario = load_text(text, "s.toml", ["kernel.vm.swappiness=10"]).scenario
+    assert scenario.envelope.memory == 1 << 30
+    assert scenario.envelope.disk.write_mbps == 10
+    assert scenario.envelope.disk.read_mbps is None  # not given: the profile's applies
+    assert scenario.kernel == {"vm.dirty_ratio": 40, "vm.dirty_background_bytes": 64 << 20,
+                               "vm.swappiness": 10}
+    assert not scenario.envelope.is_unlimited()
+    assert load_text(BASE + '[envelope]\ndisk_profile = "local-nvme"', "s.toml").scenario \
+        .envelope.is_unlimited()

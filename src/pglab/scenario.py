@@ -90,19 +90,75 @@ class ServerSpec(StrictModel):
 
 
 class DiskLimits(StrictModel):
-    write_mbps: float = Field(0, ge=0)
-    read_mbps: float = Field(0, ge=0)
-    write_iops: int = Field(0, ge=0)
-    read_iops: int = Field(0, ge=0)
+    # None: not given (a disk_profile's figure applies); 0: explicitly unlimited.
+    write_mbps: float | None = Field(None, ge=0)
+    read_mbps: float | None = Field(None, ge=0)
+    write_iops: int | None = Field(None, ge=0)
+    read_iops: int | None = Field(None, ge=0)
+
+
+_MIN_MEMORY = 32 * 1024 * 1024
 
 
 class Envelope(StrictModel):
+    """Limits for one node (lab/envelope.py applies them with cgroups)."""
+
     cpus: float | None = Field(None, gt=0)
-    memory: Size | None = None
+    cpuset: str | None = None  # CPUs to pin to, like "0" or "0-1,3"
+    memory: Size | None = None  # page cache included, like a container's limit
     disk: DiskLimits = DiskLimits()
+    disk_profile: str | None = None  # like "cloud-ssd:300GB", see lab/envelope.py
+
+    @field_validator("cpuset")
+    @classmethod
+    def _cpuset(cls, value: str | None) -> str | None:
+        from pglab.lab.envelope import cpu_list
+
+        if value is not None:
+            cpu_list(value)
+        return value
+
+    @field_validator("memory")
+    @classmethod
+    def _memory(cls, value: int | None) -> int | None:
+        if value is not None and value < _MIN_MEMORY:
+            raise ValueError("expected a size of at least 32MB (PostgreSQL needs that much)")
+        return value
+
+    @field_validator("disk_profile")
+    @classmethod
+    def _profile(cls, value: str | None) -> str | None:
+        from pglab.lab.envelope import profile_figures
+
+        if value is not None:
+            profile_figures(value)
+        return value
 
     def is_unlimited(self) -> bool:
-        return self.cpus is None and self.memory is None and self.disk == DiskLimits()
+        from pglab.lab.envelope import resolve_envelope
+
+        return resolve_envelope(self).is_unlimited()
+
+
+def _flat_knobs(value: Any, prefix: str = "") -> Any:
+    # `vm.dirty_ratio = 5` unquoted in TOML, or `--set kernel.vm.dirty_ratio=5`, nest.
+    if not isinstance(value, dict):
+        return value
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        if isinstance(item, dict):
+            out.update(_flat_knobs(item, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = item
+    return out
+
+
+def _kernel_knobs(value: Any) -> Any:
+    from pglab.lab.kernel import check_knobs
+
+    # Checked before pydantic coerces anything (true is not a swappiness of 1).
+    flat = _flat_knobs(value)
+    return check_knobs(flat) if isinstance(flat, dict) else flat
 
 
 class Topology(StrictModel):
@@ -261,6 +317,9 @@ class Scenario(StrictModel):
     expect: str = ""  # the signal a run should show (listed by `pglab scenarios`)
     server: ServerSpec = ServerSpec()
     envelope: Envelope = Envelope()
+    # Machine-wide knobs set for the run and restored after (lab/kernel.py: KNOBS).
+    kernel: Annotated[dict[str, int | str], BeforeValidator(_kernel_knobs)] = Field(
+        default_factory=dict)
     topology: Topology = Topology()
     workload: Workload = Workload()
     telemetry: Telemetry = Telemetry()

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -35,14 +37,43 @@ def _parent_death_signal(sig: int) -> Callable[[], None]:
     return set_it
 
 
+def _join_cgroups_then(
+    procs_files: list[Path], uid: int | None, gid: int | None, then: Callable[[], None]
+) -> Callable[[], None]:
+    def join() -> None:
+        # In the child before exec, so the postmaster and every child it forks start
+        # inside. Joining needs root, so the user switch Popen would have done before
+        # preexec_fn is done here, after joining.
+        pid = str(os.getpid()).encode()
+        for procs in procs_files:
+            fd = os.open(procs, os.O_WRONLY)
+            try:
+                os.write(fd, pid)
+            finally:
+                os.close(fd)
+        if uid is not None:
+            os.setgroups([])
+            os.setgid(gid if gid is not None else os.getgid())
+            os.setuid(uid)
+        then()
+
+    return join
+
+
 def spawn(
-    argv: list[str], death_signal: int = signal.SIGKILL, **kwargs: Any
+    argv: list[str], death_signal: int = signal.SIGKILL,
+    cgroup_procs: list[Path] | None = None, **kwargs: Any
 ) -> subprocess.Popen[bytes]:
-    """Start a child in its own session that dies with pglab."""
+    """Start a child in its own session that dies with pglab (inside cgroups if given)."""
+    setup = _parent_death_signal(death_signal)
+    if cgroup_procs:
+        uid, gid = kwargs.pop("user", None), kwargs.pop("group", None)
+        kwargs.pop("extra_groups", None)  # the switch below drops all supplementary groups
+        setup = _join_cgroups_then(cgroup_procs, uid, gid, setup)
     return subprocess.Popen(
         argv,
         start_new_session=True,
-        preexec_fn=_parent_death_signal(death_signal),  # noqa: PLW1509 - needed, see above
+        preexec_fn=setup,  # noqa: PLW1509 - needed, see above
         **kwargs,
     )
 
