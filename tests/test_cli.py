@@ -99,7 +99,16 @@ BAD_SCENARIOS = {
     "invalid-parameter-value": (TINY + "[server.settings]\nmax_connections = 0\n",
                                 'outside the valid range for parameter "max_connections"'),
     "managed-parameter": (TINY + "[server.settings]\nport = 5999\n", "set by pglab itself"),
-    "envelope-not-yet": (TINY + "[envelope]\ncpus = 1\n", "not supported by this pglab"),
+    "unknown-disk-profile": (TINY + '[envelope]\ndisk_profile = "cloud-sdd:300GB"\n',
+                             "did you mean 'cloud-ssd'?"),
+    "standbys-on-dsn": (TINY + '[server]\ntarget = "dsn"\ndsn = "host=db1"\n'
+                        "[topology]\nstandbys = 1\n", "needs server.target = 'local'"),
+    "fault-after-the-end": (TINY + '[[faults]]\nat = "5s"\naction = "checkpoint"\n',
+                            "is after the run ends"),
+    "unknown-fault-action": (TINY + '[[faults]]\nat = "1s"\naction = "chekpoint"\n',
+                             "did you mean 'checkpoint'?"),
+    "sync-without-standbys": (TINY + '[topology]\nsynchronous = "on"\n',
+                              "needs at least 1 standby"),
 }
 
 
@@ -113,6 +122,15 @@ def test_bad_input_is_one_line_and_nonzero(tmp_path: Path, case: str) -> None:
     assert len(lines) == 1 and expected in lines[0], result.stderr
     assert "Traceback" not in result.stderr
     assert processes_under(labs_dir()) == []
+
+
+def test_missing_pooler_binary_is_one_line(tmp_path: Path) -> None:
+    scenario = write_scenario(tmp_path, TINY + '[topology]\npooler = "pgbouncer"\n')
+    result = run_cli("run", str(scenario), "--results", str(tmp_path / "r"),
+                     env={"PGLAB_PGBOUNCER": str(tmp_path / "no-pgbouncer")})
+    assert result.returncode == 3, result.stderr
+    assert result.stderr.strip().startswith("pglab: PGLAB_PGBOUNCER=")
+    assert not (tmp_path / "r").exists()  # refused before anything started
 
 
 def test_missing_file(tmp_path: Path) -> None:

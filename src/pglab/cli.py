@@ -53,6 +53,8 @@ def _load(source: str, overrides: tuple[str, ...]) -> LoadedScenario:
 
 def _run(loaded: LoadedScenario, results: Path, keep: bool, pg_bin: str | None) -> int:
     ui = TerminalUI(err)
+    for variant in loaded.variants:  # every point, before anything starts or is printed
+        check_supported(variant.scenario, loaded.where)
     desc = loaded.scenario.description
     err.print(f"[bold]{loaded.scenario.name}[/bold]" + (f": {desc}" if desc else ""))
     if len(loaded.variants) > 1:

@@ -139,6 +139,10 @@ def run_variant(loaded: LoadedScenario, variant: Variant, options: RunOptions, u
             data_dir = lab.primary.data_dir if lab.primary else None
             manifest["host"] = host_facts(data_dir)
             manifest["nodes"] = lab.nodes_facts()
+            resources = lab.resources.manifest()
+            manifest["kernel"] = resources["kernel"]
+            for node, envelope in resources["envelopes"].items():
+                manifest["nodes"].setdefault(node, {})["envelope"] = envelope
             if lab.template is not None:
                 manifest["nodes"]["primary"]["template"] = {
                     "key": lab.template.key, "reused": lab.template.reused,
@@ -163,7 +167,8 @@ def run_variant(loaded: LoadedScenario, variant: Variant, options: RunOptions, u
             ui.load_started(cmd.total_s, variant.label() or scenario.name)
             try:
                 result = pgbench.run(cmd, lab.client_env(), folder.raw, ui.progress,
-                                     on_started=load_started)
+                                     on_started=load_started,
+                                     cgroup_procs=lab.client_cgroup)
             finally:
                 ui.load_finished()
                 with shielded():

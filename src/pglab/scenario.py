@@ -207,6 +207,8 @@ class Workload(StrictModel):
     # second stays exact for all jobs together (pgbench's own progress report).
     log_sampling: float = Field(1.0, gt=0, le=1)
     on: Literal["primary", "standbys"] = "primary"
+    # Limits for pgbench itself (a load generator with the CPU of a small client VM).
+    envelope: Envelope = Envelope()
 
     @field_validator("duration")
     @classmethod

@@ -359,22 +359,24 @@ class AppliedEnvelope:
 
 @contextlib.contextmanager
 def applied_envelope(
-    name: str, limits: EnvelopeLimits, data_path: Path | None = None, verify: bool = True
+    name: str, limits: EnvelopeLimits, data_path: Path | None = None, verify: bool = True,
+    always: bool = False,
 ) -> Iterator[AppliedEnvelope | None]:
     """A cgroup with `limits` for the body, destroyed after on every path (None: unlimited).
 
     `data_path` is an existing directory on the node's data filesystem: the disk limits
     apply to its device and the checks write there (needed only with disk limits). Spawn
-    the node's processes with `cgroup_procs=applied.procs_files()`.
+    the node's processes with `cgroup_procs=applied.procs_files()`. With `always`, the
+    cgroup is made even without limits (a throttle-disk fault will set some mid-run).
     """
     from pglab.lab.processes import shielded
 
-    if limits.is_unlimited():
+    if limits.is_unlimited() and not always:
         yield None
         return
     support = check_possible(limits)
     device = None
-    if limits.has_disk:
+    if limits.has_disk or (always and data_path is not None):
         if data_path is None:
             raise ValueError("applied_envelope: disk limits need the data path")
         device = block_device_for(data_path)

@@ -30,6 +30,7 @@ from pglab.lab.local import LocalServer, remove_socket_dir
 from pglab.lab.osuser import ServerUser, server_user
 from pglab.lab.pooler import PgBouncer, find_pgbouncer, pgbouncer_version
 from pglab.lab.processes import kill_tree, shielded
+from pglab.lab.resources import LabResources, check_resources, node_envelope
 from pglab.lab.settings import apply_settings, check_managed, non_default_settings
 from pglab.lab.template import Template, copy_data_dir, get_template
 from pglab.lab.topology import (
@@ -59,11 +60,9 @@ def redact_dsn(dsn: str) -> str:
 
 def check_supported(scenario: Scenario, where: str) -> None:
     """Refuse, before anything starts, what cannot work: one line naming the key."""
-    if not scenario.envelope.is_unlimited() or any(
-            not n.envelope.is_unlimited() for n in scenario.nodes.values()):
-        raise BadInput(f"{where}: [envelope] limits are not supported by this pglab version yet")
     _check_topology(scenario, where)
     check_faults(scenario, where)
+    check_resources(scenario, where)
     if scenario.server.target == "dsn":
         if not scenario.server.dsn:
             raise BadInput(f"{where}: server.dsn is empty: target = 'dsn' needs a connection "
@@ -135,6 +134,8 @@ class Lab:
         self.primary: LocalServer | None = None
         self.standbys: list[LocalServer] = []
         self.pooler: PgBouncer | None = None
+        self.resources = LabResources(scenario, run_id)
+        self.client_cgroup: list[Path] = []
         self.template: Template | None = None
         self.lab_dir = labs_dir() / run_id
         self._dsn_env: dict[str, str] = {}
@@ -171,7 +172,11 @@ class Lab:
         return dict(self._dsn_env)
 
     def fault_target(self, node: str) -> FaultTarget:
-        return FaultTarget(node, self.server(node))
+        def set_disk_limits(overrides: dict[str, float]) -> dict[str, Any]:
+            return self.resources.set_disk_limits(node, overrides)
+
+        return FaultTarget(node, self.server(node), set_disk_limits,
+                           self.resources.memory_cgroup(node))
 
     def connect(self) -> psycopg.Connection[tuple[Any, ...]]:
         if self.primary is not None:
@@ -261,6 +266,7 @@ class Lab:
 
     def _start_local(self) -> None:
         reap_stale_labs()
+        self.resources.set_kernel_knobs()
         self.bins = runnable_by(find_binaries(self.pg_bin), self.user)
         server_spec = self.scenario.server
         self.template = get_template(
@@ -275,6 +281,8 @@ class Lab:
         copy_data_dir(self.template, server.data_dir)
         server.prepare_dirs()
         self.primary = server
+        self._enter_envelope(server)
+        self.client_cgroup = self.resources.enter_envelope("client", server.data_dir)
         topo = self.scenario.topology
         if topo.standbys:
             server.allow_replication_over_tcp()
@@ -296,6 +304,7 @@ class Lab:
             self.on_status(f"pg_basebackup for {name}")
             standby = make_standby(primary, name, self.lab_dir / name)
             self.standbys.append(standby)
+            self._enter_envelope(standby)
             standby.start()
             apply_settings(standby, self.scenario.node_spec(name).settings,
                            f"{self.where}: nodes.{name}")
@@ -307,6 +316,11 @@ class Lab:
         self.on_status(f"waiting for {', '.join(names)} to stream"
                        + (f" ({topo.synchronous})" if topo.synchronous != "off" else ""))
         wait_for_replication(primary, self.standbys, topo.synchronous)
+
+    def _enter_envelope(self, server: LocalServer) -> None:
+        if not node_envelope(self.scenario, server.name).is_unlimited():
+            self.on_status(f"applying the envelope of {server.name} and measuring it")
+        server.cgroup_procs = self.resources.enter_envelope(server.name, server.data_dir)
 
     def _attach_dsn(self) -> None:
         spec = self.scenario.server
@@ -373,6 +387,7 @@ class Lab:
             if self.servers and self.logs_to is not None:
                 with contextlib.suppress(OSError):
                     self.collect_logs(self.logs_to)
+            self.resources.close()  # envelopes after their processes, kernel knobs last
             if not self.lab_dir.exists():
                 return
             if self.keep:
@@ -383,9 +398,13 @@ class Lab:
 
 def reap_stale_labs() -> list[Path]:
     """Stop servers and remove dirs of labs whose pglab process no longer exists."""
+    from pglab.lab.cgroups import reap_stale_cgroups
+    from pglab.lab.kernel import restore_stale_knobs
     from pglab.workload.pgbench import reap_stale_spools
 
     reap_stale_spools()
+    reap_stale_cgroups()
+    restore_stale_knobs()
     root = labs_dir()
     reaped: list[Path] = []
     if not root.is_dir():

@@ -223,6 +223,7 @@ class LocalServer:
                 # SIGQUIT is PostgreSQL's immediate shutdown: if pglab dies, so does the
                 # server, and it takes its backends with it.
                 death_signal=signal.SIGQUIT,
+                cgroup_procs=self.cgroup_procs,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

@@ -175,6 +175,7 @@ def run(
     raw_dir: Path,
     on_progress: Callable[[ProgressLine], None] | None = None,
     on_started: Callable[[int], None] | None = None,
+    cgroup_procs: list[Path] | None = None,
 ) -> PgbenchRun:
     """Run pgbench to completion, streaming its progress lines to `on_progress`."""
     stdout_path = raw_dir / "pgbench.stdout"
@@ -185,7 +186,7 @@ def run(
     started = time.time()
     with open(stdout_path, "wb") as out:
         proc = spawn(cmd.argv, stdout=out, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                     cwd=raw_dir, env=_env(conn_env))
+                     cwd=raw_dir, env=_env(conn_env), cgroup_procs=cgroup_procs)
         assert proc.stderr is not None
         if on_started is not None:
             on_started(proc.pid)

@@ -1,0 +1,114 @@
+"""What a lab holds beyond its servers: kernel knobs and each node's cgroup envelope.
+
+One ExitStack owns them, so they are undone in reverse order on every path: envelopes
+are destroyed after their processes stopped, kernel knobs restored last.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+from pglab.errors import BadInput, EnvironmentProblem
+from pglab.lab.cgroups import detect_cgroups
+from pglab.lab.envelope import (
+    AppliedEnvelope,
+    EnvelopeLimits,
+    applied_envelope,
+    cgroup_limits,
+    check_possible,
+    resolve_envelope,
+)
+from pglab.lab.kernel import kernel_knobs, read_knobs
+from pglab.scenario import Envelope, Scenario
+
+
+def node_envelope(scenario: Scenario, node: str) -> Envelope:
+    if node == "primary":
+        return scenario.envelope
+    if node == "client":
+        return scenario.workload.envelope
+    return scenario.node_spec(node).envelope
+
+
+def check_resources(scenario: Scenario, where: str) -> None:
+    """Refuse limits or knobs that cannot be had here, before anything starts."""
+    nodes = [*scenario.node_names(), "client"]
+    limited = [n for n in nodes if not node_envelope(scenario, n).is_unlimited()]
+    throttled = sorted({f.node for f in scenario.faults if f.action == "throttle-disk"})
+    if (limited or throttled) and scenario.server.target != "local":
+        raise BadInput(f"{where}: envelopes and throttle-disk faults need server.target = "
+                       "'local': pglab limits only servers it starts")
+    for node in limited:
+        try:
+            check_possible(resolve_envelope(node_envelope(scenario, node)))
+        except EnvironmentProblem as exc:
+            raise EnvironmentProblem(f"{where}: {node}: {exc}") from None
+    if throttled:
+        try:
+            detect_cgroups().require("a throttle-disk fault")
+        except EnvironmentProblem as exc:
+            raise EnvironmentProblem(f"{where}: {exc}") from None
+    if scenario.kernel and os.geteuid() != 0:
+        raise EnvironmentProblem(f"{where}: [kernel] {', '.join(scenario.kernel)} needs root "
+                                 f"(pglab runs as uid {os.geteuid()}); run as root or remove "
+                                 "[kernel]")
+
+
+class LabResources:
+    """Kernel knobs for the run and an envelope per node, undone by close()."""
+
+    def __init__(self, scenario: Scenario, run_id: str) -> None:
+        self.scenario = scenario
+        self.run_id = run_id
+        self._stack = contextlib.ExitStack()
+        self.envelopes: dict[str, AppliedEnvelope] = {}
+        self.knobs: dict[str, Any] = {}
+
+    def set_kernel_knobs(self) -> None:
+        wanted = dict(self.scenario.kernel)
+        in_effect = self._stack.enter_context(kernel_knobs(wanted))
+        self.knobs = {"set": wanted, "in_effect": in_effect}
+
+    def enter_envelope(self, node: str, data_dir: Path | None) -> list[Path]:
+        """The node's cgroup (made when it has limits or a throttle-disk fault); returns
+        the cgroup.procs files its processes join at spawn ([] when there is none)."""
+        limits = resolve_envelope(node_envelope(self.scenario, node))
+        needs = any(f.node == node and f.action == "throttle-disk"
+                    for f in self.scenario.faults)
+        applied = self._stack.enter_context(applied_envelope(
+            f"{self.run_id}-{node}", limits, data_dir, always=needs))
+        if applied is None:
+            return []
+        self.envelopes[node] = applied
+        return applied.procs_files()
+
+    def memory_cgroup(self, node: str) -> list[Path]:
+        applied = self.envelopes.get(node)
+        return applied.procs_files() if applied and applied.limits.memory else []
+
+    def set_disk_limits(self, node: str, overrides: dict[str, float]) -> dict[str, Any]:
+        """Change a node's disk limits mid-run; {} puts the envelope's own back."""
+        applied = self.envelopes[node]
+        limits: EnvelopeLimits = applied.limits
+        if overrides:
+            limits = dataclasses.replace(
+                limits, write_mbps=overrides.get("write_mbps", 0.0),
+                read_mbps=overrides.get("read_mbps", 0.0),
+                write_iops=int(overrides.get("write_iops", 0)),
+                read_iops=int(overrides.get("read_iops", 0)))
+        applied.cgroup.apply(cgroup_limits(limits, applied.device))
+        return {k: getattr(limits, k) for k in ("write_mbps", "read_mbps", "write_iops",
+                                                "read_iops")}
+
+    def manifest(self) -> dict[str, Any]:
+        return {
+            "kernel": self.knobs or {"set": {}, "in_effect": read_knobs()},
+            "envelopes": {n: e.to_manifest() for n, e in self.envelopes.items()},
+        }
+
+    def close(self) -> None:
+        self._stack.close()
