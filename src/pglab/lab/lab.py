@@ -305,7 +305,7 @@ class Lab:
             standby = make_standby(primary, name, self.lab_dir / name)
             self.standbys.append(standby)
             self._enter_envelope(standby)
-            standby.start()
+            standby.start(timeout=300)  # recovery inside a throttled envelope can be slow
             apply_settings(standby, self.scenario.node_spec(name).settings,
                            f"{self.where}: nodes.{name}")
         names = [s.name for s in self.standbys]

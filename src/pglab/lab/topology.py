@@ -48,7 +48,9 @@ def make_standby(primary: LocalServer, name: str, node_dir: Path) -> LocalServer
     argv = [
         str(primary.bins.tool("pg_basebackup")), "-D", str(standby.data_dir),
         "-h", str(primary.socket_dir), "-p", str(primary.port), "-U", SUPERUSER,
-        "-X", "stream", "-c", "fast", "--no-sync",
+        # Synced here, outside any envelope: a standby that starts on unsynced files would
+        # fsync its whole data dir inside its (maybe throttled) envelope first.
+        "-X", "stream", "-c", "fast",
         "-C", "-S", name,  # a physical slot named after the standby
     ]
     result = subprocess.run(argv, capture_output=True, text=True, cwd=node_dir,
