@@ -60,6 +60,7 @@ def _run(loaded: LoadedScenario, results: Path, keep: bool, pg_bin: str | None) 
 
     def show(run: StoredRun) -> None:
         print_summary(out, run)
+        _print_run_analysis(run)
 
     runs = run_scenario(loaded, RunOptions(results, keep, pg_bin), ui, on_run=show)
     print_sweep(out, runs)
@@ -273,6 +274,38 @@ def probes() -> int:
         cadence = "wait_sampling_hz" if probe.cadence == "fast" else "interval"
         table.add_row(probe.name, cadence, probe.help)
     out.print(table)
+    return ExitCode.OK
+
+
+def _print_run_analysis(run: StoredRun) -> None:
+    """The findings the runner wrote at the end of the run, if it could."""
+    from pglab.report.findings import print_findings
+
+    path = run.path / "analysis.json"
+    error = (run.manifest.get("analysis") or {}).get("error")
+    if error:
+        err.print(f"[yellow]analysis failed[/yellow]: {error}", highlight=False)
+    elif path.is_file():
+        try:
+            print_findings(out, json.loads(path.read_text()))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            err.print(f"[yellow]analysis unreadable[/yellow]: {exc}", highlight=False)
+
+
+@cli.command()
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print analysis.json instead.")
+def analyze(run_dir: Path, as_json: bool) -> int:
+    """Find the stalls of a run, rank their causes, recommend changes (writes analysis.json)."""
+    from pglab.analysis.analyze import analyze_run
+    from pglab.report.findings import print_findings
+
+    analysis = analyze_run(run_dir)
+    if as_json:
+        click.echo(json.dumps(analysis.document, indent=2))
+    else:
+        print_findings(out, analysis.document)
+        err.print(f"wrote {run_dir / 'analysis.json'}")
     return ExitCode.OK
 
 

@@ -1,0 +1,221 @@
+"""Real pathologies injected into real runs; the analysis must name the injected cause.
+
+The pathologies are also what tests/samples/runs/make_runs.py records as committed
+samples. Each one is a scenario plus, optionally, an action done on a side connection
+while pgbench runs (the runner API does not know about it: the side thread finds the
+run's server through its lab directory, as any DBA would find a server by its pid file).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from pglab.lab.local import BENCH_DB, SUPERUSER
+from pglab.paths import labs_dir
+from pglab.runner import QuietUI, RunOptions, run_scenario
+from pglab.scenario import load_text
+from pglab.workload.pgbench_output import ProgressLine
+
+SideAction = Callable[[psycopg.Connection[Any], Path], None]  # connection, lab dir
+
+
+@dataclass(frozen=True)
+class Pathology:
+    name: str
+    scenario: str  # TOML body after `name = ...`
+    cause: str | None  # the cause the analysis must rank first; None: no stall expected
+    action: SideAction | None = None
+    action_at_s: float = 0.0  # seconds after the load started (warmup included)
+
+
+def _lock_accounts(conn: psycopg.Connection[Any], lab: Path) -> None:
+    with conn.transaction():
+        conn.execute("LOCK TABLE pgbench_accounts IN ACCESS EXCLUSIVE MODE")
+        time.sleep(5)
+
+
+def _switch_wal_twice(conn: psycopg.Connection[Any], lab: Path) -> None:
+    # Like archive_timeout: each switch makes the next WAL write need a new segment, which
+    # (wal_recycle off, wal_init_zero on) is zero-filled and fsynced while commits wait.
+    conn.execute("SELECT pg_switch_wal()")
+    time.sleep(7)
+    conn.execute("SELECT pg_switch_wal()")
+
+
+def _checkpoint(conn: psycopg.Connection[Any], lab: Path) -> None:
+    conn.execute("CHECKPOINT")
+
+
+def _foreign_writeback(conn: psycopg.Connection[Any], lab: Path) -> None:
+    # Another program on the same disk writes 768 MB into the page cache and fsyncs it:
+    # the flush queues the server's WAL fsyncs behind it.
+    ballast = lab.parent / f"{lab.name}.ballast"
+    try:
+        subprocess.run(["dd", "if=/dev/zero", f"of={ballast}", "bs=1M", "count=768",
+                        "conv=fsync"], check=True, capture_output=True)
+    finally:
+        ballast.unlink(missing_ok=True)
+
+
+
+
+PATHOLOGIES = {
+    p.name: p for p in [
+        Pathology("lock", """
+[server.settings]
+deadlock_timeout = "200ms"
+[workload]
+scale = 5
+mix = ["tpcb-like"]
+clients = 4
+jobs = 2
+duration = "20s"
+warmup = "4s"
+""", "lock-contention", _lock_accounts, 12.0),
+        Pathology("walinit", """
+[server]
+initdb = { wal_segsize_mb = 512 }
+[server.settings]
+wal_init_zero = "on"
+wal_recycle = "off"
+[workload]
+scale = 5
+mix = ["tpcb-like"]
+clients = 4
+jobs = 2
+duration = "20s"
+warmup = "4s"
+""", "wal-segment-init", _switch_wal_twice, 9.0),
+        Pathology("checkpoint", """
+[server.settings]
+# Dirty pages pile up in shared buffers (no checkpoint, no bgwriter cleaning), and the
+# forced checkpoint leaves them to the kernel at once (no flush-after hints), so its
+# sync phase floods the disk while commits wait for their WAL fsyncs.
+shared_buffers = "2GB"
+max_wal_size = "8GB"
+checkpoint_timeout = "1h"
+checkpoint_flush_after = 0
+bgwriter_lru_maxpages = 0
+[workload]
+scale = 30
+mix = ["tpcb-like"]
+clients = 4
+jobs = 2
+duration = "20s"
+warmup = "30s"
+""", "checkpoint-io", _checkpoint, 36.0),
+        Pathology("writeback", """
+[workload]
+scale = 5
+mix = ["tpcb-like"]
+clients = 4
+jobs = 2
+duration = "20s"
+warmup = "4s"
+""", "memory-reclaim", _foreign_writeback, 12.0),
+        Pathology("control", """
+[workload]
+scale = 5
+mix = ["select-only"]
+clients = 2
+jobs = 2
+duration = "15s"
+warmup = "3s"
+""", None),
+        Pathology("control-4clients", """
+[workload]
+scale = 10
+mix = ["select-only"]
+clients = 4
+jobs = 2
+duration = "15s"
+warmup = "3s"
+""", None),
+    ]
+}
+
+
+def _my_lab() -> tuple[psycopg.Connection[Any], Path]:
+    """The server of the run this process is running (its lab's owner.json names us)."""
+    import json
+    import os
+
+    for lab in sorted(labs_dir().iterdir(), key=lambda p: p.stat().st_mtime, reverse=True):
+        try:
+            owner = json.loads((lab / "owner.json").read_text())
+            lines = (lab / "primary" / "data" / "postmaster.pid").read_text().splitlines()
+        except (OSError, ValueError):
+            continue
+        if owner.get("pid") == os.getpid() and len(lines) >= 5:
+            return psycopg.connect(host=lines[4], port=int(lines[3]), user=SUPERUSER,
+                                   dbname=BENCH_DB, autocommit=True, connect_timeout=10), lab
+    raise RuntimeError("no running lab of this process")
+
+
+class _SideActionUI(QuietUI):
+    """Starts the pathology's side action when the load starts."""
+
+    def __init__(self, pathology: Pathology) -> None:
+        self.pathology = pathology
+        self.thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+
+    def load_started(self, total_s: int, label: str) -> None:
+        action = self.pathology.action
+        if action is None:
+            return
+
+        def act() -> None:
+            try:
+                time.sleep(self.pathology.action_at_s)
+                conn, lab = _my_lab()
+                with conn:
+                    action(conn, lab)
+            except BaseException as exc:
+                self.error = exc
+
+        self.thread = threading.Thread(target=act, daemon=True)
+        self.thread.start()
+
+    def progress(self, line: ProgressLine) -> None:
+        pass
+
+
+def run_pathology(pathology: Pathology, results_root: Path) -> Path:
+    """One real run of the pathology; the run folder."""
+    loaded = load_text(f'name = "{pathology.name}"\n' + pathology.scenario,
+                       f"pathology {pathology.name}")
+    ui = _SideActionUI(pathology)
+    runs = run_scenario(loaded, RunOptions(results_root), ui)
+    if ui.thread is not None:
+        ui.thread.join(timeout=30)
+    if ui.error is not None:
+        raise RuntimeError(f"side action failed: {ui.error}") from ui.error
+    assert len(runs) == 1 and runs[0].status == "completed", runs
+    return runs[0].path
+
+
+@pytest.mark.parametrize("name", ["lock", "control"])
+def test_live_pathology_is_diagnosed(name: str, tmp_path: Path) -> None:
+    from pglab.analysis.analyze import analyze_run
+
+    pathology = PATHOLOGIES[name]
+    folder = run_pathology(pathology, tmp_path)
+    analysis = analyze_run(folder).document
+    assert (folder / "analysis.json").is_file()
+    if pathology.cause is None:
+        assert analysis["stalls"] == [], analysis["stalls"]
+        return
+    stalls = analysis["stalls"]
+    assert stalls, analysis["summary"]
+    worst = max(stalls, key=lambda s: s["lost_transactions"])
+    assert worst["causes"][0]["cause"] == pathology.cause, worst
