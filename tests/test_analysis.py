@@ -19,11 +19,9 @@ import pytest
 
 from conftest import ROOT, SAMPLES, run_cli
 from pglab.analysis.analyze import analyze_run, build_analysis
-from pglab.analysis.causes import CAUSE_IDS, CAUSES, ranked_causes
-from pglab.analysis.evidence import WindowEvidence, aggregate, overlapping_events
+from pglab.analysis.causes import CAUSE_IDS, CAUSES
 from pglab.analysis.loading import load_run_data
 from pglab.analysis.recommendations import RULES, Facts, recommend
-from pglab.analysis.stalls import StallWindow, detect_stalls
 from pglab.events import Event
 from pglab.probes.base import ProbeOutput, Sample
 from pglab.probes.sink import TelemetrySink
@@ -60,15 +58,17 @@ def test_lock_stall_is_found_where_the_lock_was_held_and_blamed_on_it() -> None:
     worst = _worst(analysis)
     assert worst["kind"] == "drop-to-zero" and worst["depth"] == 1.0
     # The side connection held ACCESS EXCLUSIVE for 5 s: the server log's lock waits
-    # say when; the window must cover their span.
-    waits = _events("lock", "lock-wait")
-    first_wait = waits["t_start"].min()
+    # say when; the window covers their span (to the second: the last one, when the
+    # waiters all complete, has TPS again).
+    waits = _events("lock", "lock-wait").filter(  # not the row-lock waits of pgbench itself
+        pl.col("attrs").str.contains('"lock_object": "relation '))
+    first, last = waits["t_start"].min(), waits["t_end"].max()
+    assert isinstance(first, dt.datetime) and isinstance(last, dt.datetime)
     start = dt.datetime.fromisoformat(worst["start"].replace("Z", "+00:00"))
     end = dt.datetime.fromisoformat(worst["end"].replace("Z", "+00:00"))
-    assert isinstance(first_wait, dt.datetime)
-    assert start <= first_wait + dt.timedelta(seconds=1) and end >= first_wait + \
-        dt.timedelta(seconds=5)
-    assert 4 <= worst["seconds"] <= 7
+    assert start <= first < start + dt.timedelta(seconds=1)
+    assert end <= last < end + dt.timedelta(seconds=1)
+    assert worst["seconds"] == 5
     top = worst["causes"][0]
     assert top["cause"] == "lock-contention" and top["confidence"] >= 0.8
     holder = json.loads(waits["attrs"][0])["holders"][0]
@@ -106,33 +106,23 @@ def test_healthy_controls_have_no_stall_and_no_advice(name: str) -> None:
     analysis = _analysis(name)
     assert analysis["stalls"] == [], analysis["stalls"]
     assert analysis["summary"]["degraded_pct"] == 0.0
-    assert analysis["summary"]["tps_cv"] < 0.2
+    assert analysis["summary"]["measured_seconds"] >= 14
     assert analysis["recommendations"] == []
 
 
-def test_forced_checkpoint_window_is_blamed_on_the_checkpoint() -> None:
-    """On this machine's fast disk a forced checkpoint dips TPS less than the detector's
-    threshold, so the window is taken from the checkpoint event itself: the evidence of
-    those seconds must still rank checkpoint-io first."""
-    data = load_run_data(RUNS / "checkpoint")
+def test_forced_checkpoint_stall_is_blamed_on_the_checkpoint() -> None:
+    analysis = _analysis("checkpoint")
     forced = [row for row in _events("checkpoint", "checkpoint").iter_rows(named=True)
               if "force" in json.loads(row["attrs"])["flags"]]
     assert len(forced) == 1
-    start = forced[0]["t_start"].replace(microsecond=0)
-    end = forced[0]["t_end"].replace(microsecond=0) + dt.timedelta(seconds=1)
-    report = detect_stalls(data.client)
-    window = StallWindow(start, end, "dip", 0.0, 0, 0.0, 0.0, None, None)
-    report = type(report)(report.steady, [window], None,
-                          report.seconds.with_columns(
-                              pl.when((pl.col("t") >= start) & (pl.col("t") < end))
-                              .then(pl.lit("dip")).otherwise(pl.col("kind")).alias("kind")))
-    segments = aggregate(data, report)
-    evidence = WindowEvidence(window, segments[0], segments[-1],
-                              overlapping_events(data, [(start, end)])[0], ["primary"],
-                              data.manifest, [])
-    top = ranked_causes(evidence)[0]
-    assert top.cause == "checkpoint-io", ranked_causes(evidence)
-    assert any("immediate" in line and "buffers" in line for line in top.evidence)
+    worst = _worst(analysis)
+    start = dt.datetime.fromisoformat(worst["start"].replace("Z", "+00:00"))
+    end = dt.datetime.fromisoformat(worst["end"].replace("Z", "+00:00"))
+    assert start <= forced[0]["t_end"] and forced[0]["t_start"] < end + dt.timedelta(seconds=1)
+    top = worst["causes"][0]
+    assert top["cause"] == "checkpoint-io" and top["confidence"] >= 0.5, worst
+    assert any("immediate" in line and "buffers" in line for line in top["evidence"])
+    assert any(line.startswith("checkpointer wrote") for line in top["evidence"])
 
 
 # --- partial and corrupt folders ----------------------------------------------------------

@@ -1,7 +1,8 @@
 """Telemetry of each stall window against the run's healthy seconds.
 
 All samples are aggregated in one pass: each sample's second is matched to a *segment*
-(stall window i, or HEALTHY for measured seconds that are not degraded), then summed per
+(stall window i and the second after it, or HEALTHY for the other measured seconds that
+are not degraded), then summed per
 (segment, node, source, metric, label). A window's evidence is then a few dictionary
 look-ups, so a one-hour run with many windows stays fast.
 
@@ -26,6 +27,9 @@ from pglab.analysis.stalls import StallReport, StallWindow
 
 HEALTHY = -1
 EVENT_SLACK = dt.timedelta(seconds=2)  # log lines and 1 s samples straddle boundaries
+# Counters move when an operation completes: the fsync that stalled commits is counted in
+# the second the stall ends. A window's telemetry includes the second after it.
+EVIDENCE_TAIL = dt.timedelta(seconds=1)
 CLIENT_BACKEND = "client backend"
 Key = tuple[str, str, str, str]  # node, source, metric, label
 
@@ -145,7 +149,7 @@ def _segments_by_second(report: StallReport) -> pl.DataFrame:
                 "index": pl.Int32()},
     ).sort("start")
     matched = seconds.join_asof(windows, left_on="sec", right_on="start", strategy="backward")
-    inside = pl.col("index").is_not_null() & (pl.col("sec") < pl.col("end"))
+    inside = pl.col("index").is_not_null() & (pl.col("sec") < pl.col("end") + EVIDENCE_TAIL)
     segment = pl.when(inside).then(pl.col("index")).otherwise(pl.lit(HEALTHY, pl.Int32()))
     return matched.with_columns(segment.alias("segment")).filter(
         (pl.col("segment") != HEALTHY) | pl.col("kind").is_null()).select("sec", "segment")
