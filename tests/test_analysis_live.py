@@ -80,9 +80,9 @@ scale = 5
 mix = ["tpcb-like"]
 clients = 4
 jobs = 2
-duration = "20s"
-warmup = "4s"
-""", "lock-contention", _lock_accounts, 12.0),
+duration = "14s"
+warmup = "3s"
+""", "lock-contention", _lock_accounts, 8.0),
         Pathology("walinit", """
 [server]
 initdb = { wal_segsize_mb = 512 }
@@ -130,8 +130,8 @@ scale = 5
 mix = ["select-only"]
 clients = 2
 jobs = 2
-duration = "15s"
-warmup = "3s"
+duration = "10s"
+warmup = "2s"
 """, None),
         Pathology("control-4clients", """
 [workload]

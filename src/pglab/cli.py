@@ -300,7 +300,12 @@ def analyze(run_dir: Path, as_json: bool) -> int:
     from pglab.analysis.analyze import analyze_run
     from pglab.report.findings import print_findings
 
-    analysis = analyze_run(run_dir)
+    try:
+        analysis = analyze_run(run_dir)
+    except PglabError:
+        raise
+    except Exception as exc:  # a folder this analysis did not foresee: one line, not a trace
+        raise PglabError(f"{run_dir}: analysis failed: {type(exc).__name__}: {exc}") from None
     if as_json:
         click.echo(json.dumps(analysis.document, indent=2))
     else:

@@ -12,11 +12,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+
 from pglab.analysis.causes import WEAK_BELOW, ranked_causes
 from pglab.analysis.evidence import WindowEvidence, window_evidence
 from pglab.analysis.loading import RunData, load_run_data
 from pglab.analysis.recommendations import CAUSE_FLOOR, Facts, recommend
-from pglab.analysis.stalls import StallReport, detect_stalls
+from pglab.analysis.stalls import PERIOD_TOLERANCE, StallReport, detect_stalls
 from pglab.errors import EnvironmentProblem
 from pglab.store import iso, write_text
 
@@ -31,7 +33,18 @@ class Analysis:
     document: dict[str, Any]  # what analysis.json holds
 
 
-def _summary(report: StallReport) -> dict[str, Any]:
+def _checkpoint_spacing(data: RunData) -> float | None:
+    """Median seconds between checkpoint starts on the primary, if there were three."""
+    starts = (data.events.filter((pl.col("kind") == "checkpoint")
+                                 & (pl.col("node") == "primary"))["t_start"].sort())
+    if starts.len() < 3:
+        return None
+    gaps = starts.diff().drop_nulls().dt.total_milliseconds() / 1000.0
+    median = gaps.median()
+    return float(median) if isinstance(median, (int, float)) else None
+
+
+def _summary(report: StallReport, data: RunData) -> dict[str, Any]:
     steady = report.steady
     summary: dict[str, Any] = {
         "measured_seconds": steady.measured_seconds,
@@ -46,8 +59,15 @@ def _summary(report: StallReport) -> dict[str, Any]:
         "periodic": None,
     }
     if report.periodic is not None:
-        summary["periodic"] = {"period_s": report.periodic.period_s,
-                               "windows": report.periodic.windows}
+        period = report.periodic.period_s
+        spacing = _checkpoint_spacing(data)
+        summary["periodic"] = {
+            "period_s": period, "windows": report.periodic.windows,
+            "kind": report.periodic.kind,
+            "checkpoint_spacing_s": round(spacing, 1) if spacing else None,
+            "matches_checkpoints": bool(spacing and abs(spacing - period)
+                                        <= PERIOD_TOLERANCE * period),
+        }
     return summary
 
 
@@ -101,7 +121,7 @@ def build_analysis(data: RunData) -> dict[str, Any]:
         "status": data.run.status,
         "partial": bool(data.missing),
         "missing": list(data.missing),
-        "summary": _summary(report),
+        "summary": _summary(report, data),
         "stalls": stalls,
         "recommendations": recommend(facts),
     }

@@ -83,23 +83,32 @@ def _wait_signal(s: _Score, ev: WindowEvidence, waits: tuple[str, ...] | None, w
 
 
 def _disk_write(s: _Score, ev: WindowEvidence, weight: float) -> None:
-    """Disk writes at the envelope limit or well above the healthy rate."""
+    """Disk writes at the envelope's limit (MB/s or IOPS) or well above the healthy rate."""
+    disk = (ev.manifest.get("envelope") or {}).get("disk") or {}
     for node in ev.nodes:
         mbps = ev.inside.mean(node, "os.disk", "write_mbps")
-        healthy = ev.healthy.mean(node, "os.disk", "write_mbps") or 0.0
         if mbps is None:
             continue
-        limit = float(((ev.manifest.get("envelope") or {}).get("disk") or {})
-                      .get("write_mbps") or 0)
+        healthy = ev.healthy.mean(node, "os.disk", "write_mbps") or 0.0
+        iops = ev.inside.mean(node, "os.disk", "write_iops") or 0.0
+        limit, iops_limit = float(disk.get("write_mbps") or 0), float(disk.get("write_iops") or 0)
         if limit > 0 and mbps >= 0.9 * limit:
             s.add(weight, f"disk write at {_pct(mbps / limit)} of its {limit:g} MB/s limit")
+        elif iops_limit > 0 and iops >= 0.9 * iops_limit:
+            s.add(weight, f"disk writes at {_pct(iops / iops_limit)} of the {iops_limit:g} "
+                          "IOPS limit")
         elif mbps > 2 * healthy and mbps > 5:
             s.add(weight * 0.7, f"disk write {mbps:.0f} MB/s (healthy seconds "
                                 f"{healthy:.0f} MB/s)")
-        iowait = ev.inside.mean("host", "os.cpu", "iowait_pct")
-        iowait_h = ev.healthy.mean("host", "os.cpu", "iowait_pct") or 0.0
-        if iowait is not None and iowait > 2 * iowait_h and iowait > 10:
-            s.add(weight * 0.3, f"CPU iowait {iowait:.0f}% (healthy {iowait_h:.0f}%)")
+    iowait = ev.inside.mean("host", "os.cpu", "iowait_pct")
+    iowait_h = ev.healthy.mean("host", "os.cpu", "iowait_pct") or 0.0
+    if iowait is not None and iowait > 2 * iowait_h and iowait > 10:
+        s.add(weight * 0.3, f"CPU iowait {iowait:.0f}% (healthy {iowait_h:.0f}%)")
+    psi = ev.inside.mean("host", "os.pressure", "some_pct", "io")
+    psi_h = ev.healthy.mean("host", "os.pressure", "some_pct", "io") or 0.0
+    if psi is not None and psi > 20 and psi > psi_h + 10:
+        s.add(weight * 0.3, f"IO pressure: tasks stalled on IO {psi:.0f}% of the time "
+                            f"(healthy {psi_h:.0f}%)")
 
 
 def _checkpoints(ev: WindowEvidence) -> list[EventView]:
@@ -218,6 +227,12 @@ def sync_replication(ev: WindowEvidence) -> Finding | None:
         lag_h = ev.healthy.mean(*lag_key, label) or 0.0
         if lag > 3 * max(lag_h, 0.01):
             s.add(0.2, f"standby {label} flush lag up to {lag:.2f} s (healthy {lag_h:.2f} s)")
+    recv_key = (primary, "os.tcp", "recv_q_bytes")
+    for label in ev.inside.labels(*recv_key):
+        queued = ev.inside.peak(*recv_key, label) or 0.0
+        if queued > 2**20 and queued > 4 * (ev.healthy.peak(*recv_key, label) or 0.0):
+            s.add(0.2, f"{queued / 2**20:.1f} MB waiting in the receive queue of {label} "
+                       "(the receiving side does not read fast enough)")
     for e in ev.events_of("replication-state")[:2]:
         s.add(0.2, f"replication state of {e.attrs.get('standby')} changed to "
                    f"{e.attrs.get('state')}/{e.attrs.get('sync_state')} at {_at(e)}")

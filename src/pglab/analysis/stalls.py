@@ -11,8 +11,8 @@ The reference is the rolling median of TPS over REFERENCE_WINDOW_S seconds, cent
 a slow drift is not a stall but a short fall is. Adjacent degraded seconds make one
 window; its kind is the worst of its seconds, its depth 1 - min TPS / reference, and
 its lost transactions the sum of (reference - TPS) over its seconds.
-Four or more windows whose starts are regularly spaced (intervals within PERIOD_TOLERANCE
-of their median) are reported as periodic, with their period.
+Four or more windows (all, or all of one kind) whose starts are regularly spaced
+(intervals within PERIOD_TOLERANCE of their median) are reported as periodic.
 """
 
 from __future__ import annotations
@@ -65,6 +65,7 @@ class SteadyState:
 class Periodicity:
     period_s: float
     windows: int
+    kind: str | None  # None: all windows recur; else those of this kind do
 
 
 @dataclass(frozen=True)
@@ -131,7 +132,7 @@ def _windows(seconds: pl.DataFrame) -> list[StallWindow]:
     return windows
 
 
-def _periodicity(windows: list[StallWindow]) -> Periodicity | None:
+def _regular(windows: list[StallWindow]) -> float | None:
     if len(windows) < 4:
         return None
     starts = [w.start.timestamp() for w in windows]
@@ -139,7 +140,21 @@ def _periodicity(windows: list[StallWindow]) -> Periodicity | None:
     period = statistics.median(gaps)
     if period < 2 or any(abs(g - period) > PERIOD_TOLERANCE * period for g in gaps):
         return None
-    return Periodicity(round(period, 1), len(windows))
+    return round(period, 1)
+
+
+def _periodicity(windows: list[StallWindow]) -> Periodicity | None:
+    """All windows regularly spaced, or else those of one kind (a checkpoint's drop may
+    come with a latency spike that is not regular)."""
+    period = _regular(windows)
+    if period is not None:
+        return Periodicity(period, len(windows), None)
+    for kind in KINDS:
+        same = [w for w in windows if w.kind == kind]
+        period = _regular(same)
+        if period is not None:
+            return Periodicity(period, len(same), kind)
+    return None
 
 
 def detect_stalls(client: pl.DataFrame) -> StallReport:

@@ -36,7 +36,8 @@ def print_findings(console: Console, analysis: dict[str, Any]) -> None:
     )
     periodic = summary.get("periodic")
     if periodic:
-        console.print(f"  stalls recur every {periodic['period_s']:g} s "
+        also = " like the checkpoints" if periodic.get("matches_checkpoints") else ""
+        console.print(f"  stalls recur every {periodic['period_s']:g} s{also} "
                       f"({periodic['windows']} windows)")
     for note in analysis.get("missing") or []:
         console.print(f"  [yellow]missing[/yellow] {escape(note)}")
