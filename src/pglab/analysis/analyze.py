@@ -114,7 +114,7 @@ def build_analysis(data: RunData) -> dict[str, Any]:
     report = detect_stalls(data.client)
     evidence = window_evidence(data, report) if report.windows else []
     stalls = [_stall(ev) for ev in evidence]
-    facts = Facts(_causes_found(stalls), data.manifest, _fpi_surge(evidence))
+    facts = Facts(_causes_found(stalls), data.manifest, _fpi_surge(evidence), data.run.path)
     return {
         "format": ANALYSIS_FORMAT,
         "run_id": data.manifest.get("run_id"),

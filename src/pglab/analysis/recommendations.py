@@ -10,9 +10,20 @@ docs/ANALYSIS.md lists the rules; a test checks that the two agree.
 
 from __future__ import annotations
 
+import json
+import shlex
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from pglab.scenarios import builtin_names
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 CAUSE_FLOOR = 0.5
 NOT_TESTABLE = "not testable by pglab on this machine"
@@ -27,6 +38,7 @@ class Facts:
     causes: dict[str, float]  # cause id -> best confidence over the stalls
     manifest: dict[str, Any]
     fpi_surge: bool  # full-page images rose in a checkpoint window
+    run_dir: Path | None = None  # for the scenario.toml copy a test command can use
 
     def setting(self, name: str) -> dict[str, Any] | None:
         nodes = self.manifest.get("nodes") or {}
@@ -264,17 +276,39 @@ def _clients(f: Facts) -> int:
     return int(clients or 1)
 
 
+def _scenario_argument(f: Facts) -> str:
+    """The original file if it is still there (its scripts resolve), a built-in's name,
+    else the copy in the run folder."""
+    source = str(f.manifest.get("scenario_source") or "")
+    if source.startswith("builtin:") and source[8:] in builtin_names():
+        return source[8:]
+    if source and not source.startswith("builtin:") and Path(source).is_file():
+        return shlex.quote(source)
+    return shlex.quote(str(f.run_dir / "scenario.toml")) if f.run_dir else "SCENARIO"
+
+
+def _set_value(value: Any) -> str:
+    """As `--set` parses it: TOML, or a bare word (off, 16GB) taken as a string."""
+    if isinstance(value, str):
+        try:
+            tomllib.loads(f"v = {value}")
+        except tomllib.TOMLDecodeError:
+            return shlex.quote(value)  # a bare word stays a string
+        return shlex.quote(f'"{value}"')  # e.g. "true" or "64" meant as strings
+    return json.dumps(value)
+
+
 def _test_line(f: Facts, rule: Rule, change: dict[str, Any]) -> str:
+    """The run that tests the change: the same scenario, overrides and variant, plus it."""
     if not rule.testable or not change:
         return NOT_TESTABLE
-    source = str(f.manifest.get("scenario_source") or "SCENARIO")
-    scenario = source.removeprefix("builtin:")
-    sets = " ".join(f"--set {k}={_quoted(v)}" for k, v in change.items())
-    return f"pglab run {scenario} {sets}"
-
-
-def _quoted(value: Any) -> str:
-    return f"'{value}'" if isinstance(value, str) else str(value)
+    sets: dict[str, Any] = {}
+    for recorded in (f.manifest.get("overrides"), f.manifest.get("variant")):
+        if isinstance(recorded, dict):
+            sets.update(recorded)
+    sets.update(change)
+    flags = " ".join(f"--set {k}={_set_value(v)}" for k, v in sets.items())
+    return f"pglab run {_scenario_argument(f)} {flags}"
 
 
 def recommend(facts: Facts) -> list[dict[str, Any]]:
