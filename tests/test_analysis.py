@@ -24,10 +24,10 @@ from pglab.analysis.causes import CAUSE_IDS, CAUSES
 from pglab.analysis.loading import load_run_data
 from pglab.analysis.recommendations import RULES, Facts, recommend
 from pglab.analysis.stalls import detect_stalls
-from pglab.scenario import load
 from pglab.events import Event
 from pglab.probes.base import ProbeOutput, Sample
 from pglab.probes.sink import TelemetrySink
+from pglab.scenario import load
 
 RUNS = SAMPLES / "runs"
 DESIGN_CAUSES = ("checkpoint-io", "wal-segment-init", "wal-write", "lock-contention",

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-import pytest
 
+from conftest import run_cli, write_scenario
 from pglab.lab.local import BENCH_DB, SUPERUSER
 from pglab.paths import labs_dir
 from pglab.runner import QuietUI, RunOptions, run_scenario
@@ -204,17 +204,24 @@ def run_pathology(pathology: Pathology, results_root: Path) -> Path:
     return runs[0].path
 
 
-@pytest.mark.parametrize("name", ["lock", "control"])
-def test_live_pathology_is_diagnosed(name: str, tmp_path: Path) -> None:
-    pathology = PATHOLOGIES[name]
+def test_live_lock_is_diagnosed(tmp_path: Path) -> None:
+    pathology = PATHOLOGIES["lock"]
     folder = run_pathology(pathology, tmp_path)
     # written by the runner at the end of the run
     analysis = json.loads((folder / "analysis.json").read_text())
     assert "analysis" not in json.loads((folder / "manifest.json").read_text())
-    if pathology.cause is None:
-        assert analysis["stalls"] == [], analysis["stalls"]
-        return
-    stalls = analysis["stalls"]
-    assert stalls, analysis["summary"]
-    worst = max(stalls, key=lambda s: s["lost_transactions"])
+    worst = max(analysis["stalls"], key=lambda s: s["lost_transactions"])
+    assert worst["kind"] == "drop-to-zero" and 4 <= worst["seconds"] <= 6, worst
     assert worst["causes"][0]["cause"] == pathology.cause, worst
+
+
+def test_live_control_through_the_cli(tmp_path: Path) -> None:
+    """`pglab run` analyses the finished run and prints the findings under its summary."""
+    scenario = write_scenario(tmp_path, PATHOLOGIES["control"].scenario, name="control")
+    result = run_cli("run", str(scenario), "--results", str(tmp_path / "results"))
+    assert result.returncode == 0, result.stderr
+    assert "analysis: median" in result.stdout and "0 stall(s)" in result.stdout
+    (folder,) = (tmp_path / "results" / "control").iterdir()
+    analysis = json.loads((folder / "analysis.json").read_text())
+    assert analysis["stalls"] == [] and analysis["recommendations"] == []
+    assert analysis["summary"]["measured_seconds"] >= 9
