@@ -15,6 +15,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pglab.analysis.evidence import EventView, WindowEvidence
+from pglab.analysis.signals import (
+    Finding,
+    Score,
+    at,
+    cpu_busy,
+    disk_write,
+    foreign_writeback,
+    pct,
+    wait_signal,
+)
 
 MIN_CONFIDENCE = 0.2
 VACUUM_IO_MB = 64  # an autovacuum that read or dirtied less is no IO burden
@@ -29,86 +39,10 @@ DATA_IO = ("IO:DataFileWrite", "IO:DataFileFlush", "IO:DataFileSync", "IO:DataFi
 
 
 @dataclass(frozen=True)
-class Finding:
-    cause: str
-    confidence: float
-    evidence: list[str]
-
-
-@dataclass(frozen=True)
 class Cause:
     id: str
     title: str  # in a DBA's words
     score: Callable[[WindowEvidence], Finding | None]
-
-
-def _pct(x: float) -> str:
-    return f"{100 * x:.0f}%"
-
-
-def _at(e: EventView) -> str:
-    return e.start.strftime("%H:%M:%S")
-
-
-class _Score:
-    """Accumulates weighted signals and their evidence lines for one cause."""
-
-    def __init__(self, cause: str) -> None:
-        self.cause, self.value, self.lines = cause, 0.0, []  # type: ignore[var-annotated]
-
-    def add(self, weight: float, line: str) -> None:
-        self.value += weight
-        self.lines.append(line)
-
-    def finding(self) -> Finding | None:
-        if self.value <= 0:
-            return None
-        return Finding(self.cause, round(min(0.99, self.value), 2), list(self.lines))
-
-
-def _wait_signal(s: _Score, ev: WindowEvidence, waits: tuple[str, ...] | None, what: str,
-                 prefix: str = "", weight: float = 0.6) -> float:
-    """Adds the rise of a wait share (client backends) on any node; returns the share."""
-    best = 0.0
-    for node in ev.nodes:
-        inside, healthy = ev.shares(node, waits, prefix)
-        lift = inside - healthy
-        if inside >= 0.15 and lift >= 0.1:
-            where = "" if node == "primary" else f" on {node}"
-            s.add(weight * min(1.0, lift / 0.5),
-                  f"{_pct(inside)} of sampled client backends{where} waited on {what} "
-                  f"(healthy seconds {_pct(healthy)})")
-            best = max(best, inside)
-    return best
-
-
-def _disk_write(s: _Score, ev: WindowEvidence, weight: float) -> None:
-    """Disk writes at the envelope's limit (MB/s or IOPS) or well above the healthy rate."""
-    disk = (ev.manifest.get("envelope") or {}).get("disk") or {}
-    for node in ev.nodes:
-        mbps = ev.inside.mean(node, "os.disk", "write_mbps")
-        if mbps is None:
-            continue
-        healthy = ev.healthy.mean(node, "os.disk", "write_mbps") or 0.0
-        iops = ev.inside.mean(node, "os.disk", "write_iops") or 0.0
-        limit, iops_limit = float(disk.get("write_mbps") or 0), float(disk.get("write_iops") or 0)
-        if limit > 0 and mbps >= 0.9 * limit:
-            s.add(weight, f"disk write at {_pct(mbps / limit)} of its {limit:g} MB/s limit")
-        elif iops_limit > 0 and iops >= 0.9 * iops_limit:
-            s.add(weight, f"disk writes at {_pct(iops / iops_limit)} of the {iops_limit:g} "
-                          "IOPS limit")
-        elif mbps > 2 * healthy and mbps > 5:
-            s.add(weight * 0.7, f"disk write {mbps:.0f} MB/s (healthy seconds "
-                                f"{healthy:.0f} MB/s)")
-    iowait = ev.inside.mean("host", "os.cpu", "iowait_pct")
-    iowait_h = ev.healthy.mean("host", "os.cpu", "iowait_pct") or 0.0
-    if iowait is not None and iowait > 2 * iowait_h and iowait > 10:
-        s.add(weight * 0.3, f"CPU iowait {iowait:.0f}% (healthy {iowait_h:.0f}%)")
-    psi = ev.inside.mean("host", "os.pressure", "some_pct", "io")
-    psi_h = ev.healthy.mean("host", "os.pressure", "some_pct", "io") or 0.0
-    if psi is not None and psi > 20 and psi > psi_h + 10:
-        s.add(weight * 0.3, f"IO pressure: tasks stalled on IO {psi:.0f}% of the time "
-                            f"(healthy {psi_h:.0f}%)")
 
 
 def _checkpoints(ev: WindowEvidence) -> list[EventView]:
@@ -123,8 +57,8 @@ def _phase(e: EventView, ev: WindowEvidence) -> str:
 
 
 def lock_contention(ev: WindowEvidence) -> Finding | None:
-    s = _Score("lock-contention")
-    _wait_signal(s, ev, None, "heavyweight locks (Lock:*)", prefix="Lock:", weight=0.7)
+    s = Score("lock-contention")
+    wait_signal(s, ev, None, "heavyweight locks (Lock:*)", prefix="Lock:", weight=0.7)
     waits = ev.events_of("lock-wait")
     if waits:
         e = max(waits, key=lambda w: float(w.attrs.get("waited_ms") or 0))
@@ -143,8 +77,8 @@ def lock_contention(ev: WindowEvidence) -> Finding | None:
 
 
 def wal_segment_init(ev: WindowEvidence) -> Finding | None:
-    s = _Score("wal-segment-init")
-    share = _wait_signal(s, ev, WAL_INIT, "WalInitWrite/WalInitSync (new WAL segment)")
+    s = Score("wal-segment-init")
+    share = wait_signal(s, ev, WAL_INIT, "WalInitWrite/WalInitSync (new WAL segment)")
     node = ev.nodes[0]
     count = ev.wait_count(node, WAL_INIT)
     if count == 0:
@@ -156,8 +90,8 @@ def wal_segment_init(ev: WindowEvidence) -> Finding | None:
     queued, queued_h = ev.shares(node, (*WAL_INIT, "LWLock:WALWrite"))
     if queued - queued_h >= 0.1:
         s.add(0.4 * min(1.0, (queued - queued_h) / 0.3),
-              f"{_pct(queued)} of sampled client backends waited on the new segment or "
-              f"on LWLock:WALWrite behind it (healthy {_pct(queued_h)})")
+              f"{pct(queued)} of sampled client backends waited on the new segment or "
+              f"on LWLock:WALWrite behind it (healthy {pct(queued_h)})")
     added = sum(int(e.attrs.get("wal_added") or 0) for e in _checkpoints(ev))
     if added:
         s.add(0.1, f"{added} WAL file(s) added by the checkpoint(s) during the window")
@@ -169,8 +103,8 @@ def wal_segment_init(ev: WindowEvidence) -> Finding | None:
 
 
 def wal_write(ev: WindowEvidence) -> Finding | None:
-    s = _Score("wal-write")
-    _wait_signal(s, ev, WAL_WRITE, "WAL write/flush (WalWrite, WalSync, WALWrite lock)",
+    s = Score("wal-write")
+    wait_signal(s, ev, WAL_WRITE, "WAL write/flush (WalWrite, WalSync, WALWrite lock)",
                  weight=0.5)
     node = ev.nodes[0]
     if s.value > 0:
@@ -189,12 +123,12 @@ def wal_write(ev: WindowEvidence) -> Finding | None:
 
 
 def checkpoint_io(ev: WindowEvidence) -> Finding | None:
-    s = _Score("checkpoint-io")
+    s = Score("checkpoint-io")
     node = ev.nodes[0]
     for e in _checkpoints(ev)[:2]:
         flags = ",".join(e.attrs.get("flags") or [])
         s.add(0.3, f"checkpoint ({flags or 'no flags'}) in its {_phase(e, ev)} phase since "
-                   f"{_at(e)}: {e.attrs.get('buffers', '?')} buffers "
+                   f"{at(e)}: {e.attrs.get('buffers', '?')} buffers "
                    f"({e.attrs.get('buffers_pct', '?')}%), write {e.attrs.get('write_s', '?')} s,"
                    f" sync {e.attrs.get('sync_s', '?')} s")
     written = ev.inside.mean(node, "db.checkpointer", "buffers_checkpoint") or 0.0
@@ -203,8 +137,8 @@ def checkpoint_io(ev: WindowEvidence) -> Finding | None:
         s.add(0.2, f"checkpointer wrote {written * 8 / 1024:.0f} MB/s of buffers (healthy "
                    f"{written_h * 8 / 1024:.0f} MB/s)")
     if s.value > 0:
-        _wait_signal(s, ev, DATA_IO, "data file IO / checkpoint waits", weight=0.3)
-        _disk_write(s, ev, 0.2)
+        wait_signal(s, ev, DATA_IO, "data file IO / checkpoint waits", weight=0.3)
+        disk_write(s, ev, 0.2)
         fpi = ev.inside.mean(node, "db.wal", "wal_fpi") or 0.0
         fpi_h = ev.healthy.mean(node, "db.wal", "wal_fpi") or 0.0
         if fpi > 2 * fpi_h and fpi > 50:
@@ -217,8 +151,8 @@ def checkpoint_io(ev: WindowEvidence) -> Finding | None:
 
 
 def sync_replication(ev: WindowEvidence) -> Finding | None:
-    s = _Score("sync-replication")
-    _wait_signal(s, ev, ("IPC:SyncRep",), "SyncRep (synchronous standby confirmation)",
+    s = Score("sync-replication")
+    wait_signal(s, ev, ("IPC:SyncRep",), "SyncRep (synchronous standby confirmation)",
                  weight=0.8)
     primary = ev.nodes[0]
     lag_key = (primary, "db.replication", "flush_lag_s")
@@ -235,28 +169,28 @@ def sync_replication(ev: WindowEvidence) -> Finding | None:
                        "(the receiving side does not read fast enough)")
     for e in ev.events_of("replication-state")[:2]:
         s.add(0.2, f"replication state of {e.attrs.get('standby')} changed to "
-                   f"{e.attrs.get('state')}/{e.attrs.get('sync_state')} at {_at(e)}")
+                   f"{e.attrs.get('state')}/{e.attrs.get('sync_state')} at {at(e)}")
     return s.finding()
 
 
 def vacuum_io(ev: WindowEvidence) -> Finding | None:
-    s = _Score("vacuum-io")
+    s = Score("vacuum-io")
     for e in ev.events_of("vacuum"):  # seen running by db.vacuum: size unknown
-        s.add(0.15, f"vacuum of table {e.attrs.get('table')} running since {_at(e)}")
+        s.add(0.15, f"vacuum of table {e.attrs.get('table')} running since {at(e)}")
     for e in ev.events_of("autovacuum"):
         pages = sum(int(e.attrs.get(k) or 0) for k in ("buffer_reads", "buffer_dirtied"))
         if pages * 8 / 1024 >= VACUUM_IO_MB:
-            s.add(0.3, f"autovacuum of table {e.attrs.get('table')} from {_at(e)}: read or "
+            s.add(0.3, f"autovacuum of table {e.attrs.get('table')} from {at(e)}: read or "
                        f"dirtied {pages * 8 / 1024:.0f} MB in {e.attrs.get('elapsed_s')} s")
     if s.value > 0:
-        _wait_signal(s, ev, ("Timeout:VacuumDelay", "IO:DataFileRead", "IO:DataFileWrite"),
+        wait_signal(s, ev, ("Timeout:VacuumDelay", "IO:DataFileRead", "IO:DataFileWrite"),
                      "data file IO", weight=0.2)
-        _disk_write(s, ev, 0.2)
+        disk_write(s, ev, 0.2)
     return s.finding()
 
 
 def memory_reclaim(ev: WindowEvidence) -> Finding | None:
-    s = _Score("memory-reclaim")
+    s = Score("memory-reclaim")
     for metric, what in (("allocstall", "direct reclaim stalls"),
                          ("pgscan_direct", "pages scanned by direct reclaim")):
         inside = ev.inside.mean("host", "os.memory", metric) or 0.0
@@ -273,36 +207,13 @@ def memory_reclaim(ev: WindowEvidence) -> Finding | None:
         s.add(0.3, f"dirty page cache {dirty:.0f} MB near the {limit:.0f} MB throttle limit")
     elif writeback > 100 and s.value > 0:
         s.add(0.1, f"{writeback:.0f} MB under writeback")
-    _foreign_writeback(s, ev)
+    foreign_writeback(s, ev)
     return s.finding()
 
 
-def _foreign_writeback(s: _Score, ev: WindowEvidence) -> None:
-    """The disk wrote far more than PostgreSQL did: the kernel flushing dirty page cache."""
-    node = ev.nodes[0]
-    disk = ev.inside.mean(node, "os.disk", "write_mbps")
-    disk_h = ev.healthy.mean(node, "os.disk", "write_mbps") or 0.0
-    if disk is None or disk < 50 or disk < 3 * disk_h:
-        return
-    own = ev.inside.total(node, "db.io", "write_bytes") / 2**20 / max(1, ev.inside.seconds)
-    own += (ev.inside.mean(node, "db.wal", "wal_bytes") or 0.0) / 2**20
-    if own < disk / 3:
-        s.add(0.4, f"disk wrote {disk:.0f} MB/s (healthy {disk_h:.0f} MB/s) while PostgreSQL "
-                   f"wrote {own:.0f} MB/s: the kernel flushing other dirty page cache")
-        await_ms = ev.inside.mean(node, "os.disk", "write_await_ms")
-        if await_ms is not None:
-            s.add(0.1, f"disk write latency {await_ms:.1f} ms meanwhile")
-
-
-def _cpu_busy(ev: WindowEvidence) -> tuple[float | None, float]:
-    idle = ev.inside.mean("host", "os.cpu", "idle_pct")
-    idle_h = ev.healthy.mean("host", "os.cpu", "idle_pct") or 0.0
-    return idle, idle_h
-
-
 def cpu_saturation(ev: WindowEvidence) -> Finding | None:
-    s = _Score("cpu-saturation")
-    idle, idle_h = _cpu_busy(ev)
+    s = Score("cpu-saturation")
+    idle, idle_h = cpu_busy(ev)
     psi = ev.inside.mean("host", "os.pressure", "some_pct", "cpu") or 0.0
     psi_h = ev.healthy.mean("host", "os.pressure", "some_pct", "cpu") or 0.0
     if idle is not None and idle < 5 and idle < idle_h - 5:
@@ -311,7 +222,7 @@ def cpu_saturation(ev: WindowEvidence) -> Finding | None:
         s.add(0.3, f"CPU pressure: runnable tasks waited {psi:.0f}% of the time "
                    f"(healthy {psi_h:.0f}%)")
     if s.value > 0:
-        _wait_signal(s, ev, ("CPU",), "CPU (running, no wait)", weight=0.2)
+        wait_signal(s, ev, ("CPU",), "CPU (running, no wait)", weight=0.2)
     return s.finding()
 
 
@@ -320,14 +231,14 @@ def too_many_connections(ev: WindowEvidence) -> Finding | None:
     clients = ev.inside.peak(node, "db.backends", "client_backends") or 0.0
     if clients <= 4 * ev.cores:
         return None
-    s = _Score("too-many-connections")
+    s = Score("too-many-connections")
     s.add(0.2, f"{clients:.0f} client backends on {ev.cores} cores")
     spin = ev.shares(node, ("LWLock:ProcArray", "LWLock:LockManager", "Timeout:SpinDelay",
                             "LWLock:XactSLRU"))
     if spin[0] > 0.2 and spin[0] > spin[1] + 0.1:
-        s.add(0.3, f"{_pct(spin[0])} waited on shared-memory locks (ProcArray, LockManager, "
-                   f"spin delays; healthy {_pct(spin[1])})")
-    idle, _ = _cpu_busy(ev)
+        s.add(0.3, f"{pct(spin[0])} waited on shared-memory locks (ProcArray, LockManager, "
+                   f"spin delays; healthy {pct(spin[1])})")
+    idle, _ = cpu_busy(ev)
     if idle is not None and idle < 5:
         s.add(0.2, f"CPU idle {idle:.0f}%")
     return s.finding()
@@ -338,26 +249,26 @@ def client_bound(ev: WindowEvidence) -> Finding | None:
     server = ev.inside.mean(ev.nodes[0], "os.processes", "cpu_cores", "postgres")
     if thread is None or server is None:
         return None
-    s = _Score("client-bound")
+    s = Score("client-bound")
     if thread >= 0.9 and server < ev.cores - 0.5:
         s.add(0.4, f"a pgbench thread used {thread:.2f} of a core while PostgreSQL used "
                    f"{server:.1f} of {ev.cores} cores")
-        _wait_signal(s, ev, ("Client:ClientRead",), "ClientRead (waiting for the client)",
+        wait_signal(s, ev, ("Client:ClientRead",), "ClientRead (waiting for the client)",
                      weight=0.3)
     return s.finding()
 
 
 def server_crash(ev: WindowEvidence) -> Finding | None:
-    s = _Score("server-crash")
+    s = Score("server-crash")
     for e in ev.events_of("crash")[:1]:
         what = e.attrs.get("signal") or e.attrs.get("exit_code")
         s.add(0.8, f"{e.attrs.get('process') or 'server process'} (pid {e.attrs.get('pid')}) "
-                   f"terminated ({what}) at {_at(e)}")
+                   f"terminated ({what}) at {at(e)}")
     for e in ev.events_of("recovery", "server-stop")[:1]:
-        s.add(0.2, f"{e.kind} at {_at(e)}")
+        s.add(0.2, f"{e.kind} at {at(e)}")
     for e in ev.events_of("server-start")[:1]:
         if e.attrs.get("after_crash"):
-            s.add(0.2, f"server restarted after a crash at {_at(e)}")
+            s.add(0.2, f"server restarted after a crash at {at(e)}")
     if s.value > 0:
         errors = ev.events_of("probe-error", "connection-reset")
         if errors:
@@ -366,7 +277,7 @@ def server_crash(ev: WindowEvidence) -> Finding | None:
 
 
 def network(ev: WindowEvidence) -> Finding | None:
-    s = _Score("network")
+    s = Score("network")
     tcp = [(n, "os.tcp", m, label) for (n, src, m), labels in ev.inside.sums.items()
            if src == "os.tcp" and m in ("rtt_ms", "retrans_per_s") for label in labels]
     for node, source, metric, label in tcp:
@@ -404,7 +315,7 @@ def _unknown(ev: WindowEvidence, best: float) -> Finding:
         top = ev.top_waits(node)
         if top:
             lines.append("top waits of client backends: " + ", ".join(
-                f"{w} {_pct(s)} (healthy {_pct(h)})" for w, s, h in top))
+                f"{w} {pct(s)} (healthy {pct(h)})" for w, s, h in top))
     if ev.missing:
         lines.append("missing: " + "; ".join(ev.missing))
     return Finding(UNKNOWN.id, round(1.0 - best, 2), lines)
