@@ -251,7 +251,8 @@ def test_rules_cover_the_settings_a_dba_reaches_for() -> None:
     }
     zfs["scenario"]["workload"]["clients"] = 200
     every_cause = dict.fromkeys(CAUSE_IDS, 0.9)
-    fired = recommend(Facts(every_cause, zfs, fpi_surge=True))
+    flags = frozenset({"time", "wal", "immediate"})
+    fired = recommend(Facts(every_cause, zfs, True, None, flags))
     keys = {k for rec in fired for k in rec["change"]}
     for key in ("server.settings.max_wal_size", "server.settings.checkpoint_timeout",
                 "server.settings.checkpoint_completion_target",
@@ -263,14 +264,15 @@ def test_rules_cover_the_settings_a_dba_reaches_for() -> None:
                 "server.settings.autovacuum_vacuum_cost_limit"):
         assert key in keys, key
     untestable = {r["rule"] for r in fired if r["test"] == "not testable by pglab on this machine"}
-    assert {"zfs-dataset", "standby-wal-disk", "walreceiver-cpu"} <= untestable
+    assert {"zfs-dataset", "standby-wal-disk", "walreceiver-cpu",
+            "forced-checkpoints"} <= untestable
     zfs_rule = next(r for r in fired if r["rule"] == "zfs-dataset")
     for option in ("recordsize", "compression", "logbias", "primarycache"):
         assert option in zfs_rule["action"]
     fpw = next(r for r in fired if r["rule"] == "full-page-writes-off")
     assert "UNSAFE" in fpw["risk"] and "ZFS" in fpw["risk"]
     # full_page_writes off is never offered on a filesystem that can tear pages
-    ext4 = recommend(Facts(every_cause, manifest, fpi_surge=True))
+    ext4 = recommend(Facts(every_cause, manifest, True, None, flags))
     assert "full-page-writes-off" not in {r["rule"] for r in ext4}
 
 

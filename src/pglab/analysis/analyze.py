@@ -95,6 +95,17 @@ def _fpi_surge(evidence: list[WindowEvidence]) -> bool:
     return False
 
 
+def _checkpoint_flags(evidence: list[WindowEvidence]) -> frozenset[str]:
+    """What triggered the checkpoints that overlap stall windows (time, wal, immediate...)."""
+    flags: set[str] = set()
+    for ev in evidence:
+        for event in ev.events_of("checkpoint"):
+            found = event.attrs.get("flags")
+            if isinstance(found, list):
+                flags.update(str(f) for f in found)
+    return frozenset(flags)
+
+
 def _causes_found(stalls: list[dict[str, Any]]) -> dict[str, float]:
     """Best confidence per cause: each stall's first cause, and any of CAUSE_FLOOR+."""
     found: dict[str, float] = {}
@@ -114,7 +125,9 @@ def build_analysis(data: RunData) -> dict[str, Any]:
     report = detect_stalls(data.client)
     evidence = window_evidence(data, report) if report.windows else []
     stalls = [_stall(ev) for ev in evidence]
-    facts = Facts(_causes_found(stalls), data.manifest, _fpi_surge(evidence), data.run.path)
+    facts = Facts(_causes_found(stalls), data.manifest, _fpi_surge(evidence), data.run.path,
+                  _checkpoint_flags(evidence),
+                  data.events.filter(pl.col("kind") == "checkpoint-too-frequent").height > 0)
     return {
         "format": ANALYSIS_FORMAT,
         "run_id": data.manifest.get("run_id"),

@@ -11,6 +11,7 @@ docs/ANALYSIS.md lists the causes; a test checks that the two agree.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -50,10 +51,16 @@ def _checkpoints(ev: WindowEvidence) -> list[EventView]:
 
 
 def _phase(e: EventView, ev: WindowEvidence) -> str:
-    write_end = e.attrs.get("write_phase_end")
-    if isinstance(write_end, str) and write_end[:19].replace("T", " ") < str(ev.window.start)[:19]:
-        return "sync"
-    return "write"
+    """Which of the checkpoint's phases the window saw: write, then sync (fsyncs)."""
+    try:
+        write_end = dt.datetime.fromisoformat(str(e.attrs.get("write_phase_end")))
+    except ValueError:
+        return "write or sync phase"  # an unfinished checkpoint: not known yet
+    if ev.window.end <= write_end:
+        return "write phase"
+    if ev.window.start >= write_end:
+        return "sync phase"
+    return "write and sync phases"
 
 
 def lock_contention(ev: WindowEvidence) -> Finding | None:
@@ -127,8 +134,8 @@ def checkpoint_io(ev: WindowEvidence) -> Finding | None:
     node = ev.nodes[0]
     for e in _checkpoints(ev)[:2]:
         flags = ",".join(e.attrs.get("flags") or [])
-        s.add(0.3, f"checkpoint ({flags or 'no flags'}) in its {_phase(e, ev)} phase since "
-                   f"{at(e)}: {e.attrs.get('buffers', '?')} buffers "
+        s.add(0.3, f"checkpoint ({flags or 'no flags'}) in its {_phase(e, ev)} (started "
+                   f"{at(e)}): {e.attrs.get('buffers', '?')} buffers "
                    f"({e.attrs.get('buffers_pct', '?')}%), write {e.attrs.get('write_s', '?')} s,"
                    f" sync {e.attrs.get('sync_s', '?')} s")
     written = ev.inside.mean(node, "db.checkpointer", "buffers_checkpoint") or 0.0

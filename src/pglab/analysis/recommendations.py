@@ -39,6 +39,8 @@ class Facts:
     manifest: dict[str, Any]
     fpi_surge: bool  # full-page images rose in a checkpoint window
     run_dir: Path | None = None  # for the scenario.toml copy a test command can use
+    checkpoint_flags: frozenset[str] = frozenset()  # of checkpoints in the stall windows
+    checkpoints_too_frequent: bool = False  # the server logged it during the run
 
     def setting(self, name: str) -> dict[str, Any] | None:
         nodes = self.manifest.get("nodes") or {}
@@ -108,20 +110,32 @@ RULES: tuple[Rule, ...] = (
          "and created again",
          "more disk for pg_wal and a longer crash recovery (up to max_wal_size of WAL to "
          "replay)",
-         when=lambda f: f.bytes_of("max_wal_size", 2**30) < 16 * 2**30),
+         when=lambda f: f.bytes_of("max_wal_size", 2**30) < 16 * 2**30
+         and ("wal" in f.checkpoint_flags or f.checkpoints_too_frequent)),
     Rule("checkpoint-timeout", ("checkpoint-io",),
          "lengthen checkpoint_timeout",
          lambda f: {"server.settings.checkpoint_timeout":
                     "30min" if f.bytes_of("checkpoint_timeout", 300) >= 900 else "15min"},
          "checkpoints further apart: each page written once for many changes, fewer "
          "full-page images",
-         "longer crash recovery; standbys' restartpoints follow the same spacing"),
+         "longer crash recovery; standbys' restartpoints follow the same spacing",
+         when=lambda f: "time" in f.checkpoint_flags),
     Rule("checkpoint-completion-target", ("checkpoint-io",),
          "spread checkpoint writes over 90% of the interval",
          lambda f: {"server.settings.checkpoint_completion_target": 0.9},
          "the write phase is paced instead of bursting", "none worth noting (0.9 is the "
          "default since PostgreSQL 14)",
-         when=lambda f: float(f.text_of("checkpoint_completion_target", "0.9")) < 0.9),
+         when=lambda f: float(f.text_of("checkpoint_completion_target", "0.9")) < 0.9
+         and bool({"time", "wal"} & f.checkpoint_flags)),
+    Rule("forced-checkpoints", ("checkpoint-io",),
+         "find what forces immediate checkpoints (a CHECKPOINT command, pg_basebackup "
+         "--checkpoint=fast, CREATE DATABASE ... STRATEGY FILE_COPY) and let it wait for a "
+         "spread checkpoint instead",
+         lambda f: {},
+         "the dirty buffers are written over checkpoint_completion_target of the interval "
+         "instead of at full speed",
+         "a base backup or the command starts later (up to a checkpoint interval)",
+         when=lambda f: "immediate" in f.checkpoint_flags, testable=False),
     Rule("checkpoint-flush-after", ("checkpoint-io",),
          "let the checkpointer ask the kernel to write back as it goes",
          lambda f: {"server.settings.checkpoint_flush_after": "256kB"},
@@ -161,7 +175,8 @@ RULES: tuple[Rule, ...] = (
          "less WAL after each checkpoint (full-page images shrink by half or more)",
          "some CPU per full-page image; lz4 needs PostgreSQL 15+ built with lz4 (pglz "
          "otherwise)",
-         when=lambda f: f.text_of("wal_compression", "off") == "off"),
+         when=lambda f: f.text_of("wal_compression", "off") == "off"
+         and (f.fpi_surge or f.found("wal-write"))),
     Rule("full-page-writes-off", ("checkpoint-io", "wal-write"),
          "turn off full_page_writes (only on storage that never tears an 8 kB page)",
          lambda f: {"server.settings.full_page_writes": "off"},
@@ -189,11 +204,11 @@ RULES: tuple[Rule, ...] = (
          "no direct reclaim stalls in backends",
          "more reads served from the page cache instead of shared buffers",
          when=lambda f: f.memory > 0 and f.bytes_of("shared_buffers", 2**27) > f.memory * 0.4),
-    Rule("shared-buffers-up", ("checkpoint-io", "vacuum-io"),
+    Rule("shared-buffers-up", ("vacuum-io",),
          "enlarge shared_buffers towards a quarter of RAM",
          lambda f: {"server.settings.shared_buffers": _mb(max(f.memory // 4, 2**27))},
-         "hot pages are written once per checkpoint rather than evicted and written by "
-         "backends; fewer reads",
+         "vacuum and the load read pages from shared buffers instead of the disk; hot pages "
+         "are written once per checkpoint rather than evicted and written by backends",
          "checkpoints have more to write; memory for the OS page cache shrinks",
          when=lambda f: f.memory > 0 and f.bytes_of("shared_buffers", 2**27) < f.memory * 0.1),
     Rule("dirty-background-bytes", ("memory-reclaim", "checkpoint-io"),
