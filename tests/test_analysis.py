@@ -321,3 +321,16 @@ def test_recommended_test_commands_are_valid_runs(name: str, tmp_path: Path) -> 
             for part in key.split("."):
                 node = node[part]
             assert node == value, (line, key)
+
+
+def test_runner_records_an_analysis_failure_instead_of_failing(lock_copy: Path) -> None:
+    """The hook at the end of a run: whatever goes wrong is kept in the manifest."""
+    from pglab.runner import _analyze
+    from pglab.store import RunFolder
+
+    (lock_copy / "analysis.json").mkdir()  # cannot be replaced by a file
+    manifest = json.loads((lock_copy / "manifest.json").read_text())
+    _analyze(RunFolder(lock_copy), manifest)
+    recorded = json.loads((lock_copy / "manifest.json").read_text())
+    assert "cannot write" in recorded["analysis"]["error"]
+    assert recorded["status"] == "completed"
