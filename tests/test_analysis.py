@@ -129,6 +129,17 @@ def test_forced_checkpoint_stall_is_blamed_on_the_checkpoint() -> None:
     assert any(line.startswith("checkpointer wrote") for line in top["evidence"])
 
 
+def test_a_stall_from_a_noisy_neighbour_is_said_to_come_from_outside() -> None:
+    """A real control run during which other work on this shared machine took the CPU
+    for a second: a real stall, but nothing to change in the server."""
+    analysis = _analysis("control-neighbour")
+    (stall,) = analysis["stalls"]
+    top = stall["causes"][0]
+    assert top["cause"] == "cpu-saturation" and top.get("outside_the_lab") is True, stall
+    assert any("other processes took the rest" in line for line in top["evidence"])
+    assert analysis["recommendations"] == []
+
+
 # --- partial and corrupt folders ----------------------------------------------------------
 
 

@@ -220,8 +220,13 @@ def test_live_control_through_the_cli(tmp_path: Path) -> None:
     scenario = write_scenario(tmp_path, PATHOLOGIES["control"].scenario, name="control")
     result = run_cli("run", str(scenario), "--results", str(tmp_path / "results"))
     assert result.returncode == 0, result.stderr
-    assert "analysis: median" in result.stdout and "0 stall(s)" in result.stdout
+    assert "analysis: median" in result.stdout
     (folder,) = (tmp_path / "results" / "control").iterdir()
     analysis = json.loads((folder / "analysis.json").read_text())
-    assert analysis["stalls"] == [] and analysis["recommendations"] == []
     assert analysis["summary"]["measured_seconds"] >= 9
+    assert analysis["recommendations"] == []
+    # The machine is shared: other work may take the CPU for a second. Such a stall is
+    # real, and must then be attributed outside the lab (tests/samples/runs/
+    # control-neighbour is one); any other stall of a healthy control is a false alarm.
+    for stall in analysis["stalls"]:
+        assert stall["causes"][0].get("outside_the_lab") is True, stall

@@ -80,8 +80,8 @@ def _stall(ev: WindowEvidence) -> dict[str, Any]:
         "reference_tps": round(w.reference_tps, 1), "min_tps": w.min_tps,
         "p99_ms": round(w.p99_ms, 2) if w.p99_ms is not None else None,
         "max_latency_ms": round(w.max_latency_ms, 2) if w.max_latency_ms is not None else None,
-        "causes": [{"cause": f.cause, "confidence": f.confidence, "evidence": f.evidence}
-                   for f in causes],
+        "causes": [{"cause": f.cause, "confidence": f.confidence, "evidence": f.evidence,
+                    **({"outside_the_lab": True} if f.outside else {})} for f in causes],
     }
 
 
@@ -111,8 +111,8 @@ def _causes_found(stalls: list[dict[str, Any]]) -> dict[str, float]:
     found: dict[str, float] = {}
     for stall in stalls:
         for rank, cause in enumerate(stall["causes"]):
-            if cause["cause"] == "unknown":
-                continue
+            if cause["cause"] == "unknown" or cause.get("outside_the_lab"):
+                continue  # nothing to change in the server for those
             if (rank == 0 and cause["confidence"] >= WEAK_BELOW) \
                     or cause["confidence"] >= CAUSE_FLOOR:
                 found[cause["cause"]] = max(found.get(cause["cause"], 0.0),

@@ -230,7 +230,27 @@ def cpu_saturation(ev: WindowEvidence) -> Finding | None:
                    f"(healthy {psi_h:.0f}%)")
     if s.value > 0:
         wait_signal(s, ev, ("CPU",), "CPU (running, no wait)", weight=0.2)
+    _cpu_taken_by_others(s, ev, idle)
     return s.finding()
+
+
+def _cpu_taken_by_others(s: Score, ev: WindowEvidence, idle: float | None) -> None:
+    """The machine had no idle CPU, the backends wanted it (mostly on CPU, not waiting),
+    and the lab got less of it than in healthy seconds: other processes (a noisy
+    neighbour) took it. A real stall, not the server's fault."""
+    on_cpu, _ = ev.shares(ev.nodes[0], ("CPU",))
+    if idle is None or idle >= 5 or on_cpu < 0.5:
+        return
+    server, client = (ev.nodes[0], "os.processes", "cpu_cores", "postgres"), (
+        "client", "os.processes", "cpu_cores", "pgbench")
+    # the lowest second of the window: its second after (in the segment) has recovered
+    inside = (ev.inside.low(*server) or 0.0) + (ev.inside.low(*client) or 0.0)
+    healthy = (ev.healthy.mean(*server) or 0.0) + (ev.healthy.mean(*client) or 0.0)
+    if not healthy or inside > 0.8 * healthy:
+        return
+    s.add(0.5, f"the machine had no idle CPU and PostgreSQL with pgbench got {inside:.2f} "
+               f"of {ev.cores} cores (healthy {healthy:.2f}): other processes took the rest",
+          outside=True)
 
 
 def too_many_connections(ev: WindowEvidence) -> Finding | None:

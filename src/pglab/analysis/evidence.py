@@ -41,6 +41,7 @@ class Segment:
     seconds: int
     sums: dict[tuple[str, str, str], dict[str, float]] = field(default_factory=dict)
     peaks: dict[tuple[str, str, str], dict[str, float]] = field(default_factory=dict)
+    lows: dict[tuple[str, str, str], dict[str, float]] = field(default_factory=dict)
 
     def labels(self, node: str, source: str, metric: str) -> dict[str, float]:
         """Sum per label of one metric."""
@@ -68,6 +69,10 @@ class Segment:
     def peak(self, node: str, source: str, metric: str, label: str | None = None) -> float | None:
         values = self._values(self.peaks, node, source, metric, label)
         return max(values) if values else None
+
+    def low(self, node: str, source: str, metric: str, label: str | None = None) -> float | None:
+        values = self._values(self.lows, node, source, metric, label)
+        return min(values) if values else None
 
     def wait_shares(self, node: str, backend: str | None = CLIENT_BACKEND) -> dict[str, float]:
         """Share of each wait among sampled processes (of one backend type, or all)."""
@@ -170,14 +175,16 @@ def aggregate(data: RunData, report: StallReport) -> dict[int, Segment]:
         .with_columns(pl.col("t").dt.truncate("1s").alias("sec"))
         .join(by_second.lazy(), on="sec", how="inner")
         .group_by("segment", "node", "source", "metric", "label")
-        .agg(pl.col("value").sum().alias("sum"), pl.col("value").max().alias("peak"))
+        .agg(pl.col("value").sum().alias("sum"), pl.col("value").max().alias("peak"),
+             pl.col("value").min().alias("low"))
         .collect()
     )
-    for seg, node, source, metric, label, total, peak in sums.iter_rows():
+    for seg, node, source, metric, name, total, peak, low in sums.iter_rows():
         segment = segments[int(seg)]
-        key = (node, source, metric)
-        segment.sums.setdefault(key, {})[label or ""] = float(total)
-        segment.peaks.setdefault(key, {})[label or ""] = float(peak)
+        key, label = (node, source, metric), name or ""
+        segment.sums.setdefault(key, {})[label] = float(total)
+        segment.peaks.setdefault(key, {})[label] = float(peak)
+        segment.lows.setdefault(key, {})[label] = float(low)
     return segments
 
 

@@ -17,6 +17,7 @@ class Finding:
     cause: str
     confidence: float
     evidence: list[str]
+    outside: bool = False  # only signals from outside the lab: nothing to change in it
 
 
 def pct(x: float) -> str:
@@ -33,16 +34,20 @@ class Score:
     def __init__(self, cause: str) -> None:
         self.cause = cause
         self.value = 0.0
+        self.outside_value = 0.0
         self.lines: list[str] = []
 
-    def add(self, weight: float, line: str) -> None:
+    def add(self, weight: float, line: str, outside: bool = False) -> None:
+        """One signal; `outside` when it points outside the lab (another process)."""
         self.value += weight
+        self.outside_value += weight if outside else 0.0
         self.lines.append(line)
 
     def finding(self) -> Finding | None:
         if self.value <= 0:
             return None
-        return Finding(self.cause, round(min(0.99, self.value), 2), list(self.lines))
+        return Finding(self.cause, round(min(0.99, self.value), 2), list(self.lines),
+                       outside=self.outside_value >= self.value)
 
 
 def wait_signal(s: Score, ev: WindowEvidence, waits: tuple[str, ...] | None, what: str,

@@ -47,8 +47,9 @@ def print_findings(console: Console, analysis: dict[str, Any]) -> None:
         console.print(f"  [bold]{escape(_stall_line(stall))}[/bold]")
         for cause in stall["causes"][:3]:
             style = "dim" if cause["cause"] == "unknown" else "cyan"
+            outside = ", outside the lab" if cause.get("outside_the_lab") else ""
             console.print(f"    [{style}]{cause['cause']}[/{style}] "
-                          f"(confidence {cause['confidence']:.2f})")
+                          f"(confidence {cause['confidence']:.2f}{outside})")
             for line in cause["evidence"][:4]:
                 console.print(f"      - {escape(line)}", highlight=False)
     if len(stalls) > MAX_STALLS:
