@@ -80,6 +80,9 @@ def _stall(ev: WindowEvidence) -> dict[str, Any]:
         "reference_tps": round(w.reference_tps, 1), "min_tps": w.min_tps,
         "p99_ms": round(w.p99_ms, 2) if w.p99_ms is not None else None,
         "max_latency_ms": round(w.max_latency_ms, 2) if w.max_latency_ms is not None else None,
+        # faults of the scenario's timeline during the window: what was injected
+        "faults": [{"kind": e.kind, "node": e.node, "start": iso(e.start), "end": iso(e.end),
+                    **e.attrs} for e in ev.events if e.kind.startswith("fault")],
         "causes": [{"cause": f.cause, "confidence": f.confidence, "evidence": f.evidence,
                     **({"outside_the_lab": True} if f.outside else {})} for f in causes],
     }
