@@ -199,6 +199,12 @@ def test_corrupt_and_empty_client_series(lock_copy: Path) -> None:
     analysis = analyze_run(lock_copy).document
     assert any(m.startswith("client.parquet has no rows") for m in analysis["missing"])
 
+    client = pl.read_parquet(RUNS / "lock" / "client.parquet")
+    client.head(4).with_columns(pl.lit(True).alias("warmup")).write_parquet(
+        lock_copy / "client.parquet")  # a run interrupted during its warmup
+    analysis = analyze_run(lock_copy).document
+    assert any("no measured second" in m for m in analysis["missing"])
+
     (lock_copy / "client.parquet").unlink()
     analysis = analyze_run(lock_copy).document
     assert any(m.startswith("client.parquet missing") for m in analysis["missing"])

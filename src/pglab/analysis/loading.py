@@ -64,6 +64,9 @@ def _client(folder: Path, missing: list[str]) -> pl.DataFrame:
     if client.height == 0 and not any(m.startswith("client.parquet") for m in missing):
         missing.append("client.parquet has no rows (no transaction completed); "
                        "no stall detection")
+    elif client.height > 0 and client.filter(~pl.col("warmup") & ~pl.col("partial")).is_empty():
+        missing.append("client.parquet has no measured second (the run ended during its "
+                       "warmup); no stall detection")
     return client
 
 
