@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -230,3 +231,31 @@ def test_live_control_through_the_cli(tmp_path: Path) -> None:
     # control-neighbour is one); any other stall of a healthy control is a false alarm.
     for stall in analysis["stalls"]:
         assert stall["causes"][0].get("outside_the_lab") is True, stall
+
+
+def test_live_killed_run_gives_a_partial_analysis(tmp_path: Path) -> None:
+    """kill -9 of pglab in the middle of the load: the folder has a manifest saying
+    running, the incremental telemetry and no client series. `pglab analyze` says so."""
+    scenario = write_scenario(tmp_path, PATHOLOGIES["control"].scenario, name="killed")
+    env = {**os.environ, "NO_COLOR": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "pglab", "run", str(scenario),
+                             "--results", str(tmp_path / "results")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    samples: list[Path] = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        samples = list((tmp_path / "results").glob("killed/*/telemetry/samples.csv"))
+        if samples and samples[0].stat().st_size > 50_000:
+            break
+        time.sleep(0.2)
+    proc.kill()
+    proc.wait()
+    assert samples, "the run never reached its load"
+    folder = samples[0].parent.parent
+    result = run_cli("analyze", str(folder), "--json")
+    assert result.returncode == 0, result.stderr
+    analysis = json.loads(result.stdout)
+    assert analysis["status"] == "interrupted" and analysis["partial"] is True
+    missing = " ".join(analysis["missing"])
+    assert "run interrupted" in missing and "client.parquet missing" in missing
+    assert "telemetry/samples.csv" in missing
