@@ -133,11 +133,13 @@ def checkpoint_io(ev: WindowEvidence) -> Finding | None:
     s = Score("checkpoint-io")
     node = ev.nodes[0]
     for e in _checkpoints(ev)[:2]:
-        flags = ",".join(e.attrs.get("flags") or [])
-        s.add(0.3, f"checkpoint ({flags or 'no flags'}) in its {_phase(e, ev)} (started "
-                   f"{at(e)}): {e.attrs.get('buffers', '?')} buffers "
-                   f"({e.attrs.get('buffers_pct', '?')}%), write {e.attrs.get('write_s', '?')} s,"
-                   f" sync {e.attrs.get('sync_s', '?')} s")
+        flags = ",".join(e.attrs.get("flags") or []) or "no flags"
+        if e.attrs.get("buffers") is None:  # started, not complete when the run ended
+            s.add(0.3, f"checkpoint ({flags}) started {at(e)}, still running")
+            continue
+        s.add(0.3, f"checkpoint ({flags}) in its {_phase(e, ev)} (started {at(e)}): "
+                   f"{e.attrs['buffers']} buffers ({e.attrs.get('buffers_pct', '?')}%), "
+                   f"write {e.attrs.get('write_s', '?')} s, sync {e.attrs.get('sync_s', '?')} s")
     written = ev.inside.mean(node, "db.checkpointer", "buffers_checkpoint") or 0.0
     written_h = ev.healthy.mean(node, "db.checkpointer", "buffers_checkpoint") or 0.0
     if written > 2 * written_h and written * 8 / 1024 > 1:
@@ -254,17 +256,18 @@ def _cpu_taken_by_others(s: Score, ev: WindowEvidence, idle: float | None) -> No
 
 
 def too_many_connections(ev: WindowEvidence) -> Finding | None:
+    """Many backends per core contending on shared-memory locks; without that contention
+    many connections are only many connections."""
     node = ev.nodes[0]
     clients = ev.inside.peak(node, "db.backends", "client_backends") or 0.0
-    if clients <= 4 * ev.cores:
+    spin = ev.shares(node, ("LWLock:ProcArray", "LWLock:LockManager", "Timeout:SpinDelay",
+                            "LWLock:XactSLRU", "LWLock:BufferMapping"))
+    if clients <= 4 * ev.cores or spin[0] < 0.2 or spin[0] < spin[1] + 0.1:
         return None
     s = Score("too-many-connections")
+    s.add(0.3, f"{pct(spin[0])} waited on shared-memory locks (ProcArray, LockManager, "
+               f"spin delays; healthy {pct(spin[1])})")
     s.add(0.2, f"{clients:.0f} client backends on {ev.cores} cores")
-    spin = ev.shares(node, ("LWLock:ProcArray", "LWLock:LockManager", "Timeout:SpinDelay",
-                            "LWLock:XactSLRU"))
-    if spin[0] > 0.2 and spin[0] > spin[1] + 0.1:
-        s.add(0.3, f"{pct(spin[0])} waited on shared-memory locks (ProcArray, LockManager, "
-                   f"spin delays; healthy {pct(spin[1])})")
     idle, _ = cpu_busy(ev)
     if idle is not None and idle < 5:
         s.add(0.2, f"CPU idle {idle:.0f}%")

@@ -76,11 +76,13 @@ def disk_write(s: Score, ev: WindowEvidence, weight: float) -> None:
         healthy = ev.healthy.mean(node, "os.disk", "write_mbps") or 0.0
         iops = ev.inside.mean(node, "os.disk", "write_iops") or 0.0
         limit, iops_limit = float(disk.get("write_mbps") or 0), float(disk.get("write_iops") or 0)
+        # os.disk counts the whole device: other writers and unthrottled writeback too
         if limit > 0 and mbps >= 0.9 * limit:
-            s.add(weight, f"disk write at {pct(mbps / limit)} of its {limit:g} MB/s limit")
+            s.add(weight, f"disk write at its {limit:g} MB/s limit ({mbps:.0f} MB/s on the "
+                          f"device{', other writers included' if mbps > 1.1 * limit else ''})")
         elif iops_limit > 0 and iops >= 0.9 * iops_limit:
-            s.add(weight, f"disk writes at {pct(iops / iops_limit)} of the {iops_limit:g} "
-                          "IOPS limit")
+            s.add(weight, f"disk writes at the {iops_limit:g} IOPS limit ({iops:.0f}/s on "
+                          "the device)")
         elif mbps > 2 * healthy and mbps > 5:
             s.add(weight * 0.7, f"disk write {mbps:.0f} MB/s (healthy seconds "
                                 f"{healthy:.0f} MB/s)")
