@@ -63,6 +63,7 @@ def _run(loaded: LoadedScenario, results: Path, keep: bool, pg_bin: str | None) 
 
     def show(run: StoredRun) -> None:
         print_summary(out, run)
+        _print_run_analysis(run)
 
     runs = run_scenario(loaded, RunOptions(results, keep, pg_bin), ui, on_run=show)
     print_sweep(out, runs)
@@ -295,6 +296,43 @@ def faults() -> int:
         args = ", ".join(f"{name}={default!r}" for name, (_t, default) in action.args.items())
         table.add_row(action.name, action.nodes, action.duration, args or "-", action.help)
     out.print(table)
+    return ExitCode.OK
+
+
+def _print_run_analysis(run: StoredRun) -> None:
+    """The findings the runner wrote at the end of the run, if it could."""
+    from pglab.report.findings import print_findings
+
+    path = run.path / "analysis.json"
+    error = (run.manifest.get("analysis") or {}).get("error")
+    if error:
+        err.print(f"[yellow]analysis failed[/yellow]: {error}", highlight=False)
+    elif path.is_file():
+        try:
+            print_findings(out, json.loads(path.read_text()))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            err.print(f"[yellow]analysis unreadable[/yellow]: {exc}", highlight=False)
+
+
+@cli.command()
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print analysis.json instead.")
+def analyze(run_dir: Path, as_json: bool) -> int:
+    """Find the stalls of a run, rank their causes, recommend changes (writes analysis.json)."""
+    from pglab.analysis.analyze import analyze_run
+    from pglab.report.findings import print_findings
+
+    try:
+        analysis = analyze_run(run_dir)
+    except PglabError:
+        raise
+    except Exception as exc:  # a folder this analysis did not foresee: one line, not a trace
+        raise PglabError(f"{run_dir}: analysis failed: {type(exc).__name__}: {exc}") from None
+    if as_json:
+        click.echo(json.dumps(analysis.document, indent=2))
+    else:
+        print_findings(out, analysis.document)
+        err.print(f"wrote {run_dir / 'analysis.json'}")
     return ExitCode.OK
 
 

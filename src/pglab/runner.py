@@ -202,7 +202,19 @@ def run_variant(loaded: LoadedScenario, variant: Variant, options: RunOptions, u
     finally:
         with shielded():
             _finish(folder, manifest, cmd, scenario.workload, error)
+    _analyze(folder, manifest)
     return load_run(folder.path)
+
+
+def _analyze(folder: RunFolder, manifest: dict[str, Any]) -> None:
+    """analysis.json for a finished run; a failure is recorded, never fails the run."""
+    from pglab.analysis.analyze import analyze_run
+
+    try:
+        analyze_run(folder.path)
+    except Exception as exc:
+        manifest["analysis"] = {"error": f"{type(exc).__name__}: {exc}"}
+        folder.write_manifest(manifest)
 
 
 def _telemetry_for(scenario: Scenario, lab: Lab, folder: RunFolder,

@@ -1,0 +1,1 @@
+"""Offline analysis of a results folder: stalls, their causes, recommendations."""

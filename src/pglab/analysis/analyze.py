@@ -1,0 +1,157 @@
+"""`pglab analyze`: a results folder -> analysis.json (the contract in DESIGN.md).
+
+Pure over the folder's files: load (what is missing is named), detect stalls on the
+client series, gather each window's evidence from every node's telemetry, rank causes,
+fire recommendation rules, write analysis.json atomically.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from pglab.analysis.causes import WEAK_BELOW, ranked_causes
+from pglab.analysis.evidence import WindowEvidence, window_evidence
+from pglab.analysis.loading import RunData, load_run_data
+from pglab.analysis.recommendations import CAUSE_FLOOR, Facts, recommend
+from pglab.analysis.stalls import PERIOD_TOLERANCE, StallReport, detect_stalls
+from pglab.errors import EnvironmentProblem
+from pglab.store import iso, write_text
+
+# analysis.json format history:
+#   1 (2026-11-21): first format (summary, stalls with ranked causes, recommendations).
+ANALYSIS_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Analysis:
+    path: Path  # the run folder
+    document: dict[str, Any]  # what analysis.json holds
+
+
+def _checkpoint_spacing(data: RunData) -> float | None:
+    """Median seconds between checkpoint starts on the primary, if there were three."""
+    starts = (data.events.filter((pl.col("kind") == "checkpoint")
+                                 & (pl.col("node") == "primary"))["t_start"].sort())
+    if starts.len() < 3:
+        return None
+    gaps = starts.diff().drop_nulls().dt.total_milliseconds() / 1000.0
+    median = gaps.median()
+    return float(median) if isinstance(median, (int, float)) else None
+
+
+def _summary(report: StallReport, data: RunData) -> dict[str, Any]:
+    steady = report.steady
+    summary: dict[str, Any] = {
+        "measured_seconds": steady.measured_seconds,
+        "tps_median": round(steady.tps_median, 1),
+        "tps_cv": round(steady.tps_cv, 3),
+        "p99_median_ms": round(steady.p99_median_ms, 2) if steady.p99_median_ms else None,
+        "degraded_pct": round(steady.degraded_pct, 1),
+        "stall_seconds": steady.degraded_seconds,
+        "zero_tps_seconds": steady.zero_seconds,
+        "stalls": len(report.windows),
+        "lost_transactions": sum(w.lost_transactions for w in report.windows),
+        "periodic": None,
+    }
+    if report.periodic is not None:
+        period = report.periodic.period_s
+        spacing = _checkpoint_spacing(data)
+        summary["periodic"] = {
+            "period_s": period, "windows": report.periodic.windows,
+            "kind": report.periodic.kind,
+            "checkpoint_spacing_s": round(spacing, 1) if spacing else None,
+            "matches_checkpoints": bool(spacing and abs(spacing - period)
+                                        <= PERIOD_TOLERANCE * period),
+        }
+    return summary
+
+
+def _stall(ev: WindowEvidence) -> dict[str, Any]:
+    w = ev.window
+    causes = ranked_causes(ev)
+    return {
+        "start": iso(w.start), "end": iso(w.end), "seconds": w.seconds, "kind": w.kind,
+        "depth": w.depth, "lost_transactions": w.lost_transactions,
+        "reference_tps": round(w.reference_tps, 1), "min_tps": w.min_tps,
+        "p99_ms": round(w.p99_ms, 2) if w.p99_ms is not None else None,
+        "max_latency_ms": round(w.max_latency_ms, 2) if w.max_latency_ms is not None else None,
+        # faults of the scenario's timeline during the window: what was injected
+        "faults": [{"kind": e.kind, "node": e.node, "start": iso(e.start), "end": iso(e.end),
+                    **e.attrs} for e in ev.events if e.kind.startswith("fault")],
+        "causes": [{"cause": f.cause, "confidence": f.confidence, "evidence": f.evidence,
+                    **({"outside_the_lab": True} if f.outside else {})} for f in causes],
+    }
+
+
+def _fpi_surge(evidence: list[WindowEvidence]) -> bool:
+    for ev in evidence:
+        node = ev.nodes[0]
+        inside = ev.inside.mean(node, "db.wal", "wal_fpi") or 0.0
+        healthy = ev.healthy.mean(node, "db.wal", "wal_fpi") or 0.0
+        if inside > 2 * healthy and inside > 50:
+            return True
+    return False
+
+
+def _checkpoint_flags(evidence: list[WindowEvidence]) -> frozenset[str]:
+    """What triggered the checkpoints that overlap stall windows (time, wal, immediate...)."""
+    flags: set[str] = set()
+    for ev in evidence:
+        for event in ev.events_of("checkpoint"):
+            found = event.attrs.get("flags")
+            if isinstance(found, list):
+                flags.update(str(f) for f in found)
+    return frozenset(flags)
+
+
+def _causes_found(stalls: list[dict[str, Any]]) -> dict[str, float]:
+    """Best confidence per cause: each stall's first cause, and any of CAUSE_FLOOR+."""
+    found: dict[str, float] = {}
+    for stall in stalls:
+        for rank, cause in enumerate(stall["causes"]):
+            if cause["cause"] == "unknown" or cause.get("outside_the_lab"):
+                continue  # nothing to change in the server for those
+            if (rank == 0 and cause["confidence"] >= WEAK_BELOW) \
+                    or cause["confidence"] >= CAUSE_FLOOR:
+                found[cause["cause"]] = max(found.get(cause["cause"], 0.0),
+                                            cause["confidence"])
+    return found
+
+
+def build_analysis(data: RunData) -> dict[str, Any]:
+    """The analysis document of loaded run data (pure)."""
+    report = detect_stalls(data.client)
+    evidence = window_evidence(data, report) if report.windows else []
+    stalls = [_stall(ev) for ev in evidence]
+    facts = Facts(_causes_found(stalls), data.manifest, _fpi_surge(evidence), data.run.path,
+                  _checkpoint_flags(evidence),
+                  data.events.filter(pl.col("kind") == "checkpoint-too-frequent").height > 0)
+    return {
+        "format": ANALYSIS_FORMAT,
+        "run_id": data.manifest.get("run_id"),
+        "status": data.run.status,
+        "partial": bool(data.missing),
+        "missing": list(data.missing),
+        "summary": _summary(report, data),
+        "stalls": stalls,
+        "recommendations": recommend(facts),
+    }
+
+
+def analyze_run(folder: Path, write: bool = True) -> Analysis:
+    """Analyse one run folder; write analysis.json there unless `write` is False."""
+    data = load_run_data(folder)
+    document = build_analysis(data)
+    if write:
+        try:
+            # compact: json's pure-Python indenting encoder is slow on thousands of stalls
+            write_text(folder / "analysis.json", json.dumps(document, default=str) + "\n")
+        except OSError as exc:
+            raise EnvironmentProblem(f"{folder / 'analysis.json'}: cannot write "
+                                     f"({exc.strerror}); use --json to print it") from None
+    return Analysis(folder, document)

@@ -1,0 +1,362 @@
+"""The cause registry: one small function per cause, each scoring one stall window.
+
+A cause function reads a window's evidence (evidence.WindowEvidence) and returns a
+Finding (confidence 0..1 and the evidence lines a DBA would read) or None. Confidence
+is built from independent signals, each adding a fixed weight, capped at 0.99: a wait
+share that rose against the healthy seconds counts most, corroborating events and
+resource figures add to it. ranked_causes() keeps findings of MIN_CONFIDENCE or more,
+most likely first, and puts `unknown` first when none reaches WEAK_BELOW.
+docs/ANALYSIS.md lists the causes; a test checks that the two agree.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from pglab.analysis.evidence import EventView, WindowEvidence
+from pglab.analysis.signals import (
+    Finding,
+    Score,
+    at,
+    cpu_busy,
+    disk_write,
+    foreign_writeback,
+    pct,
+    wait_signal,
+)
+
+MIN_CONFIDENCE = 0.2
+VACUUM_IO_MB = 64  # an autovacuum that read or dirtied less is no IO burden
+WEAK_BELOW = 0.4
+
+WAL_INIT = ("IO:WalInitWrite", "IO:WalInitSync")
+WAL_WRITE = ("IO:WalWrite", "IO:WalSync", "LWLock:WALWrite", "LWLock:WALInsert",
+             "LWLock:WALBufMapping")
+DATA_IO = ("IO:DataFileWrite", "IO:DataFileFlush", "IO:DataFileSync", "IO:DataFileRead",
+           "IO:DataFileExtend", "IPC:CheckpointDone", "IPC:CheckpointStart",
+           "IPC:CheckpointDelayStart", "IPC:CheckpointDelayComplete")
+
+
+@dataclass(frozen=True)
+class Cause:
+    id: str
+    title: str  # in a DBA's words
+    score: Callable[[WindowEvidence], Finding | None]
+
+
+def _checkpoints(ev: WindowEvidence) -> list[EventView]:
+    return ev.events_of("checkpoint")
+
+
+def _phase(e: EventView, ev: WindowEvidence) -> str:
+    """Which of the checkpoint's phases the window saw: write, then sync (fsyncs)."""
+    try:
+        write_end = dt.datetime.fromisoformat(str(e.attrs.get("write_phase_end")))
+    except ValueError:
+        return "write or sync phase"  # an unfinished checkpoint: not known yet
+    if ev.window.end <= write_end:
+        return "write phase"
+    if ev.window.start >= write_end:
+        return "sync phase"
+    return "write and sync phases"
+
+
+def lock_contention(ev: WindowEvidence) -> Finding | None:
+    s = Score("lock-contention")
+    wait_signal(s, ev, None, "heavyweight locks (Lock:*)", prefix="Lock:", weight=0.7)
+    waits = ev.events_of("lock-wait")
+    if waits:
+        e = max(waits, key=lambda w: float(w.attrs.get("waited_ms") or 0))
+        holders = ",".join(str(h) for h in e.attrs.get("holders") or []) or "?"
+        s.add(0.2, f"{len(waits)} lock wait(s) logged: e.g. pid {e.attrs.get('pid')} waited "
+                   f"{float(e.attrs.get('waited_ms') or 0) / 1000:.1f} s for "
+                   f"{e.attrs.get('lock_mode')} on {e.attrs.get('lock_object')} held by pid "
+                   f"{holders}")
+    blocked = ev.inside.peak(ev.nodes[0], "db.locks", "blocked_backends")
+    if blocked and blocked >= 1 and s.value > 0:
+        s.add(0.1, f"up to {blocked:.0f} backends blocked on locks")
+    deadlocks = ev.events_of("deadlock")
+    if deadlocks:
+        s.add(0.2, f"{len(deadlocks)} deadlock(s) detected")
+    return s.finding()
+
+
+def wal_segment_init(ev: WindowEvidence) -> Finding | None:
+    s = Score("wal-segment-init")
+    share = wait_signal(s, ev, WAL_INIT, "WalInitWrite/WalInitSync (new WAL segment)")
+    node = ev.nodes[0]
+    count = ev.wait_count(node, WAL_INIT)
+    if count == 0:
+        return s.finding()
+    if share == 0:
+        s.add(0.3, f"{count:.0f} wait sample(s) of a process zero-filling/fsyncing a new WAL "
+                   "segment")
+    # The process creating a segment holds WALWriteLock: the others queue behind it.
+    queued, queued_h = ev.shares(node, (*WAL_INIT, "LWLock:WALWrite"))
+    if queued - queued_h >= 0.1:
+        s.add(0.4 * min(1.0, (queued - queued_h) / 0.3),
+              f"{pct(queued)} of sampled client backends waited on the new segment or "
+              f"on LWLock:WALWrite behind it (healthy {pct(queued_h)})")
+    added = sum(int(e.attrs.get("wal_added") or 0) for e in _checkpoints(ev))
+    if added:
+        s.add(0.1, f"{added} WAL file(s) added by the checkpoint(s) during the window")
+    init_mb = sum(v for label, v in ev.inside.labels(node, "db.io", "write_bytes").items()
+                  if label.endswith("/wal/init")) / 2**20
+    if init_mb:
+        s.add(0.2, f"{init_mb:.0f} MB written to initialise WAL segments (pg_stat_io)")
+    return s.finding()
+
+
+def wal_write(ev: WindowEvidence) -> Finding | None:
+    s = Score("wal-write")
+    wait_signal(s, ev, WAL_WRITE, "WAL write/flush (WalWrite, WalSync, WALWrite lock)",
+                 weight=0.5)
+    node = ev.nodes[0]
+    if s.value > 0:
+        full = ev.inside.mean(node, "db.wal", "wal_buffers_full") or 0.0
+        if full > 0:
+            s.add(0.1, f"WAL buffers full {full:.0f} times/s")
+        await_ms = ev.inside.mean(node, "os.disk", "write_await_ms")
+        await_h = ev.healthy.mean(node, "os.disk", "write_await_ms") or 0.0
+        if await_ms is not None and await_ms > 3 * max(await_h, 0.1):
+            s.add(0.2, f"disk write latency {await_ms:.1f} ms (healthy {await_h:.1f} ms)")
+        if ev.wait_count(node, WAL_INIT) > 0:
+            # the WAL queue is then the symptom of a segment being created, not the cause
+            s.value /= 2
+            s.lines.append("(halved: a new WAL segment was being created meanwhile)")
+    return s.finding()
+
+
+def checkpoint_io(ev: WindowEvidence) -> Finding | None:
+    s = Score("checkpoint-io")
+    node = ev.nodes[0]
+    for e in _checkpoints(ev)[:2]:
+        flags = ",".join(e.attrs.get("flags") or []) or "no flags"
+        if e.attrs.get("buffers") is None:  # started, not complete when the run ended
+            s.add(0.3, f"checkpoint ({flags}) started {at(e)}, still running")
+            continue
+        s.add(0.3, f"checkpoint ({flags}) in its {_phase(e, ev)} (started {at(e)}): "
+                   f"{e.attrs['buffers']} buffers ({e.attrs.get('buffers_pct', '?')}%), "
+                   f"write {e.attrs.get('write_s', '?')} s, sync {e.attrs.get('sync_s', '?')} s")
+    written = ev.inside.mean(node, "db.checkpointer", "buffers_checkpoint") or 0.0
+    written_h = ev.healthy.mean(node, "db.checkpointer", "buffers_checkpoint") or 0.0
+    if written > 2 * written_h and written * 8 / 1024 > 1:
+        s.add(0.2, f"checkpointer wrote {written * 8 / 1024:.0f} MB/s of buffers (healthy "
+                   f"{written_h * 8 / 1024:.0f} MB/s)")
+    if s.value > 0:
+        wait_signal(s, ev, DATA_IO, "data file IO / checkpoint waits", weight=0.3)
+        disk_write(s, ev, 0.2)
+        fpi = ev.inside.mean(node, "db.wal", "wal_fpi") or 0.0
+        fpi_h = ev.healthy.mean(node, "db.wal", "wal_fpi") or 0.0
+        if fpi > 2 * fpi_h and fpi > 50:
+            s.add(0.1, f"{fpi:.0f} full-page images/s written to WAL after the checkpoint "
+                       f"(healthy {fpi_h:.0f}/s)")
+    for e in ev.events_of("checkpoint-too-frequent")[:1]:
+        s.add(0.1, f"checkpoints occurring too frequently "
+                   f"({e.attrs.get('seconds_apart')} s apart)")
+    return s.finding()
+
+
+def sync_replication(ev: WindowEvidence) -> Finding | None:
+    s = Score("sync-replication")
+    wait_signal(s, ev, ("IPC:SyncRep",), "SyncRep (synchronous standby confirmation)",
+                 weight=0.8)
+    primary = ev.nodes[0]
+    lag_key = (primary, "db.replication", "flush_lag_s")
+    for label in ev.inside.labels(*lag_key):
+        lag = ev.inside.peak(*lag_key, label) or 0.0
+        lag_h = ev.healthy.mean(*lag_key, label) or 0.0
+        if lag > 3 * max(lag_h, 0.01):
+            s.add(0.2, f"standby {label} flush lag up to {lag:.2f} s (healthy {lag_h:.2f} s)")
+    recv_key = (primary, "os.tcp", "recv_q_bytes")
+    for label in ev.inside.labels(*recv_key):
+        queued = ev.inside.peak(*recv_key, label) or 0.0
+        if queued > 2**20 and queued > 4 * (ev.healthy.peak(*recv_key, label) or 0.0):
+            s.add(0.2, f"{queued / 2**20:.1f} MB waiting in the receive queue of {label} "
+                       "(the receiving side does not read fast enough)")
+    for e in ev.events_of("replication-state")[:2]:
+        s.add(0.2, f"replication state of {e.attrs.get('standby')} changed to "
+                   f"{e.attrs.get('state')}/{e.attrs.get('sync_state')} at {at(e)}")
+    return s.finding()
+
+
+def vacuum_io(ev: WindowEvidence) -> Finding | None:
+    s = Score("vacuum-io")
+    for e in ev.events_of("vacuum"):  # seen running by db.vacuum: size unknown
+        s.add(0.15, f"vacuum of table {e.attrs.get('table')} running since {at(e)}")
+    for e in ev.events_of("autovacuum"):
+        pages = sum(int(e.attrs.get(k) or 0) for k in ("buffer_reads", "buffer_dirtied"))
+        if pages * 8 / 1024 >= VACUUM_IO_MB:
+            s.add(0.3, f"autovacuum of table {e.attrs.get('table')} from {at(e)}: read or "
+                       f"dirtied {pages * 8 / 1024:.0f} MB in {e.attrs.get('elapsed_s')} s")
+    if s.value > 0:
+        wait_signal(s, ev, ("Timeout:VacuumDelay", "IO:DataFileRead", "IO:DataFileWrite"),
+                     "data file IO", weight=0.2)
+        disk_write(s, ev, 0.2)
+    return s.finding()
+
+
+def memory_reclaim(ev: WindowEvidence) -> Finding | None:
+    s = Score("memory-reclaim")
+    for metric, what in (("allocstall", "direct reclaim stalls"),
+                         ("pgscan_direct", "pages scanned by direct reclaim")):
+        inside = ev.inside.mean("host", "os.memory", metric) or 0.0
+        healthy = ev.healthy.mean("host", "os.memory", metric) or 0.0
+        if inside > 0 and inside > 3 * healthy:
+            s.add(0.3, f"{inside:.0f} {what}/s (healthy {healthy:.0f}/s)")
+    psi = ev.inside.mean("host", "os.pressure", "some_pct", "memory")
+    if psi is not None and psi > 10:
+        s.add(0.2, f"memory pressure: some tasks stalled {psi:.0f}% of the time")
+    writeback = ev.inside.peak("host", "os.memory", "writeback_mb") or 0.0
+    dirty = ev.inside.peak("host", "os.memory", "dirty_mb") or 0.0
+    limit = ev.inside.peak("host", "os.memory", "dirty_threshold_mb") or 0.0
+    if limit and dirty > 0.8 * limit:
+        s.add(0.3, f"dirty page cache {dirty:.0f} MB near the {limit:.0f} MB throttle limit")
+    elif writeback > 100 and s.value > 0:
+        s.add(0.1, f"{writeback:.0f} MB under writeback")
+    foreign_writeback(s, ev)
+    return s.finding()
+
+
+def cpu_saturation(ev: WindowEvidence) -> Finding | None:
+    s = Score("cpu-saturation")
+    idle, idle_h = cpu_busy(ev)
+    psi = ev.inside.mean("host", "os.pressure", "some_pct", "cpu") or 0.0
+    psi_h = ev.healthy.mean("host", "os.pressure", "some_pct", "cpu") or 0.0
+    if idle is not None and idle < 5 and idle < idle_h - 5:
+        s.add(0.3, f"CPU idle {idle:.0f}% (healthy {idle_h:.0f}%)")
+    if psi > 50 and psi > psi_h + 20:
+        s.add(0.3, f"CPU pressure: runnable tasks waited {psi:.0f}% of the time "
+                   f"(healthy {psi_h:.0f}%)")
+    if s.value > 0:
+        wait_signal(s, ev, ("CPU",), "CPU (running, no wait)", weight=0.2)
+    _cpu_taken_by_others(s, ev, idle)
+    return s.finding()
+
+
+def _cpu_taken_by_others(s: Score, ev: WindowEvidence, idle: float | None) -> None:
+    """The machine had no idle CPU, the backends wanted it (mostly on CPU, not waiting),
+    and the lab got less of it than in healthy seconds: other processes (a noisy
+    neighbour) took it. A real stall, not the server's fault."""
+    on_cpu, _ = ev.shares(ev.nodes[0], ("CPU",))
+    if idle is None or idle >= 5 or on_cpu < 0.5:
+        return
+    server, client = (ev.nodes[0], "os.processes", "cpu_cores", "postgres"), (
+        "client", "os.processes", "cpu_cores", "pgbench")
+    # the lowest second of the window: its second after (in the segment) has recovered
+    inside = (ev.inside.low(*server) or 0.0) + (ev.inside.low(*client) or 0.0)
+    healthy = (ev.healthy.mean(*server) or 0.0) + (ev.healthy.mean(*client) or 0.0)
+    if not healthy or inside > 0.8 * healthy:
+        return
+    s.add(0.5, f"the machine had no idle CPU and PostgreSQL with pgbench got {inside:.2f} "
+               f"of {ev.cores} cores (healthy {healthy:.2f}): other processes took the rest",
+          outside=True)
+
+
+def too_many_connections(ev: WindowEvidence) -> Finding | None:
+    """Many backends per core contending on shared-memory locks; without that contention
+    many connections are only many connections."""
+    node = ev.nodes[0]
+    clients = ev.inside.peak(node, "db.backends", "client_backends") or 0.0
+    spin = ev.shares(node, ("LWLock:ProcArray", "LWLock:LockManager", "Timeout:SpinDelay",
+                            "LWLock:XactSLRU", "LWLock:BufferMapping"))
+    if clients <= 4 * ev.cores or spin[0] < 0.2 or spin[0] < spin[1] + 0.1:
+        return None
+    s = Score("too-many-connections")
+    s.add(0.3, f"{pct(spin[0])} waited on shared-memory locks (ProcArray, LockManager, "
+               f"spin delays; healthy {pct(spin[1])})")
+    s.add(0.2, f"{clients:.0f} client backends on {ev.cores} cores")
+    idle, _ = cpu_busy(ev)
+    if idle is not None and idle < 5:
+        s.add(0.2, f"CPU idle {idle:.0f}%")
+    return s.finding()
+
+
+def client_bound(ev: WindowEvidence) -> Finding | None:
+    thread = ev.inside.mean("client", "os.processes", "max_thread_cores", "pgbench")
+    server = ev.inside.mean(ev.nodes[0], "os.processes", "cpu_cores", "postgres")
+    if thread is None or server is None:
+        return None
+    s = Score("client-bound")
+    if thread >= 0.9 and server < ev.cores - 0.5:
+        s.add(0.4, f"a pgbench thread used {thread:.2f} of a core while PostgreSQL used "
+                   f"{server:.1f} of {ev.cores} cores")
+        wait_signal(s, ev, ("Client:ClientRead",), "ClientRead (waiting for the client)",
+                     weight=0.3)
+    return s.finding()
+
+
+def server_crash(ev: WindowEvidence) -> Finding | None:
+    s = Score("server-crash")
+    for e in ev.events_of("crash")[:1]:
+        what = e.attrs.get("signal") or e.attrs.get("exit_code")
+        s.add(0.8, f"{e.attrs.get('process') or 'server process'} (pid {e.attrs.get('pid')}) "
+                   f"terminated ({what}) at {at(e)}")
+    for e in ev.events_of("recovery", "server-stop")[:1]:
+        s.add(0.2, f"{e.kind} at {at(e)}")
+    for e in ev.events_of("server-start")[:1]:
+        if e.attrs.get("after_crash"):
+            s.add(0.2, f"server restarted after a crash at {at(e)}")
+    if s.value > 0:
+        errors = ev.events_of("probe-error", "connection-reset")
+        if errors:
+            s.add(0.1, f"{len(errors)} lost connection(s) reported by telemetry/server")
+    return s.finding()
+
+
+def network(ev: WindowEvidence) -> Finding | None:
+    s = Score("network")
+    tcp = [(n, "os.tcp", m, label) for (n, src, m), labels in ev.inside.sums.items()
+           if src == "os.tcp" and m in ("rtt_ms", "retrans_per_s") for label in labels]
+    for node, source, metric, label in tcp:
+        inside = ev.inside.mean(node, source, metric, label) or 0.0
+        healthy = ev.healthy.mean(node, source, metric, label) or 0.0
+        if metric == "rtt_ms" and inside > 5 * max(healthy, 0.05) and inside > 1:
+            s.add(0.4, f"round-trip time {inside:.1f} ms on {label} (healthy {healthy:.2f} ms)")
+        if metric == "retrans_per_s" and inside > 1 and inside > 3 * healthy:
+            s.add(0.3, f"{inside:.0f} TCP retransmissions/s on {label}")
+    return s.finding()
+
+
+CAUSES: tuple[Cause, ...] = (
+    Cause("checkpoint-io", "checkpoint flush IO saturation", checkpoint_io),
+    Cause("wal-segment-init", "WAL segment creation (zero-fill and fsync)", wal_segment_init),
+    Cause("wal-write", "WAL write/flush latency", wal_write),
+    Cause("lock-contention", "row or relation lock contention", lock_contention),
+    Cause("sync-replication", "synchronous replication wait / standby cannot keep up",
+          sync_replication),
+    Cause("vacuum-io", "vacuum/autovacuum IO", vacuum_io),
+    Cause("memory-reclaim", "memory reclaim and dirty writeback", memory_reclaim),
+    Cause("cpu-saturation", "CPU saturation", cpu_saturation),
+    Cause("too-many-connections", "too many connections for the cores", too_many_connections),
+    Cause("client-bound", "client-bound load generator", client_bound),
+    Cause("server-crash", "server crash/restart", server_crash),
+    Cause("network", "network latency", network),
+)
+UNKNOWN = Cause("unknown", "unknown: the evidence is weak", lambda ev: None)
+CAUSE_IDS = (*(c.id for c in CAUSES), UNKNOWN.id)
+
+
+def _unknown(ev: WindowEvidence, best: float) -> Finding:
+    lines = [f"no cause reaches confidence {WEAK_BELOW} (best {best:.2f})"]
+    for node in ev.nodes[:2]:
+        top = ev.top_waits(node)
+        if top:
+            lines.append("top waits of client backends: " + ", ".join(
+                f"{w} {pct(s)} (healthy {pct(h)})" for w, s, h in top))
+    if ev.missing:
+        lines.append("missing: " + "; ".join(ev.missing))
+    return Finding(UNKNOWN.id, round(1.0 - best, 2), lines)
+
+
+def ranked_causes(ev: WindowEvidence) -> list[Finding]:
+    """Findings for one window, most likely first."""
+    findings = [f for c in CAUSES if (f := c.score(ev)) is not None
+                and f.confidence >= MIN_CONFIDENCE]
+    findings.sort(key=lambda f: f.confidence, reverse=True)
+    best = findings[0].confidence if findings else 0.0
+    if best < WEAK_BELOW:
+        findings.insert(0, _unknown(ev, best))
+    return findings

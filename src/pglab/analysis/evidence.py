@@ -1,0 +1,246 @@
+"""Telemetry of each stall window against the run's healthy seconds.
+
+All samples are aggregated in one pass: each sample's second is matched to a *segment*
+(stall window i and the second after it, or HEALTHY for the other measured seconds that
+are not degraded), then summed per
+(segment, node, source, metric, label). A window's evidence is then a few dictionary
+look-ups, so a one-hour run with many windows stays fast.
+
+Interval probes write at most one row per second per (node, metric, label), so the sum
+over a segment divided by its seconds is the per-second mean (sparse rates such as
+pg_stat_io's, written only when non-zero, come out right too). Wait samples are counts
+per read; shares are counts over the busy processes of the same reads.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from pglab.analysis.loading import RunData
+from pglab.analysis.stalls import StallReport, StallWindow
+
+HEALTHY = -1
+EVENT_SLACK = dt.timedelta(seconds=2)  # log lines and 1 s samples straddle boundaries
+# Counters move when an operation completes: the fsync that stalled commits is counted in
+# the second the stall ends. A window's telemetry includes the second after it.
+EVIDENCE_TAIL = dt.timedelta(seconds=1)
+CLIENT_BACKEND = "client backend"
+Key = tuple[str, str, str, str]  # node, source, metric, label
+
+
+@dataclass
+class Segment:
+    """Telemetry sums over a set of seconds, indexed by (node, source, metric) -> label."""
+
+    seconds: int
+    sums: dict[tuple[str, str, str], dict[str, float]] = field(default_factory=dict)
+    peaks: dict[tuple[str, str, str], dict[str, float]] = field(default_factory=dict)
+    lows: dict[tuple[str, str, str], dict[str, float]] = field(default_factory=dict)
+
+    def labels(self, node: str, source: str, metric: str) -> dict[str, float]:
+        """Sum per label of one metric."""
+        return self.sums.get((node, source, metric), {})
+
+    def _values(self, table: dict[tuple[str, str, str], dict[str, float]], node: str,
+                source: str, metric: str, label: str | None) -> list[float]:
+        by_label = table.get((node, source, metric), {})
+        if label is not None:
+            value = by_label.get(label)
+            return [] if value is None else [value]
+        return list(by_label.values())
+
+    def mean(self, node: str, source: str, metric: str, label: str | None = None) -> float | None:
+        """Per-second mean; with label None, the largest over labels (e.g. devices)."""
+        values = self._values(self.sums, node, source, metric, label)
+        if not values or self.seconds == 0:
+            return None
+        return max(values) / self.seconds
+
+    def total(self, node: str, source: str, metric: str, label: str | None = None) -> float:
+        """Sum over the seconds and over labels (label None)."""
+        return sum(self._values(self.sums, node, source, metric, label))
+
+    def peak(self, node: str, source: str, metric: str, label: str | None = None) -> float | None:
+        values = self._values(self.peaks, node, source, metric, label)
+        return max(values) if values else None
+
+    def low(self, node: str, source: str, metric: str, label: str | None = None) -> float | None:
+        values = self._values(self.lows, node, source, metric, label)
+        return min(values) if values else None
+
+    def wait_shares(self, node: str, backend: str | None = CLIENT_BACKEND) -> dict[str, float]:
+        """Share of each wait among sampled processes (of one backend type, or all)."""
+        key = (node, backend)
+        cached = self._shares.get(key)
+        if cached is not None:
+            return cached
+        counts: dict[str, float] = defaultdict(float)
+        for (n, source, metric), by_label in self.sums.items():
+            if n != node or source != "db.waits" or metric == "sampled":
+                continue
+            for label, value in by_label.items():
+                if backend is None or label == backend:
+                    counts[metric] += value
+        busy = sum(counts.values())
+        shares = {w: c / busy for w, c in counts.items()} if busy > 0 else {}
+        self._shares[key] = shares
+        return shares
+
+    def __post_init__(self) -> None:
+        self._shares: dict[tuple[str, str | None], dict[str, float]] = {}
+
+
+@dataclass(frozen=True)
+class EventView:
+    kind: str
+    node: str
+    start: dt.datetime
+    end: dt.datetime | None
+    attrs: dict[str, Any]
+
+
+@dataclass
+class WindowEvidence:
+    """What the causes look at for one window."""
+
+    window: StallWindow
+    inside: Segment
+    healthy: Segment
+    events: list[EventView]  # overlapping the window (with EVENT_SLACK)
+    nodes: list[str]  # database nodes, primary first
+    manifest: dict[str, Any]
+    missing: list[str]
+
+    @property
+    def cores(self) -> int:
+        return int((self.manifest.get("host") or {}).get("cpu_cores") or 1)
+
+    def events_of(self, *kinds: str) -> list[EventView]:
+        return [e for e in self.events if e.kind in kinds]
+
+    def shares(self, node: str, waits: tuple[str, ...] | None = None, prefix: str = "",
+               backend: str | None = CLIENT_BACKEND) -> tuple[float, float]:
+        """(window, healthy) share of the named waits (or those starting with prefix)."""
+        def pick(shares: dict[str, float]) -> float:
+            return sum(v for w, v in shares.items()
+                       if (waits is not None and w in waits) or (prefix and w.startswith(prefix)))
+        return (pick(self.inside.wait_shares(node, backend)),
+                pick(self.healthy.wait_shares(node, backend)))
+
+    def wait_count(self, node: str, waits: tuple[str, ...]) -> float:
+        """Samples in the window of these waits, any backend type."""
+        return sum(self.inside.total(node, "db.waits", w) for w in waits)
+
+    def top_waits(self, node: str, n: int = 3) -> list[tuple[str, float, float]]:
+        inside = self.inside.wait_shares(node)
+        healthy = self.healthy.wait_shares(node)
+        ranked = sorted(inside.items(), key=lambda kv: kv[1], reverse=True)[:n]
+        return [(w, s, healthy.get(w, 0.0)) for w, s in ranked]
+
+
+def _segments_by_second(report: StallReport) -> pl.DataFrame:
+    """sec -> segment for the measured seconds (HEALTHY or the window's index)."""
+    seconds = report.seconds.select(pl.col("t").alias("sec"), pl.col("kind")).sort("sec")
+    windows = pl.DataFrame(
+        {"start": [w.start for w in report.windows], "end": [w.end for w in report.windows],
+         "index": list(range(len(report.windows)))},
+        schema={"start": seconds.schema["sec"], "end": seconds.schema["sec"],
+                "index": pl.Int32()},
+    ).sort("start")
+    matched = seconds.join_asof(windows, left_on="sec", right_on="start", strategy="backward")
+    inside = pl.col("index").is_not_null() & (pl.col("sec") < pl.col("end") + EVIDENCE_TAIL)
+    segment = pl.when(inside).then(pl.col("index")).otherwise(pl.lit(HEALTHY, pl.Int32()))
+    return matched.with_columns(segment.alias("segment")).filter(
+        (pl.col("segment") != HEALTHY) | pl.col("kind").is_null()).select("sec", "segment")
+
+
+def aggregate(data: RunData, report: StallReport) -> dict[int, Segment]:
+    """Segments for HEALTHY and every window, from one group-by over the samples."""
+    by_second = _segments_by_second(report)
+    counts = by_second.group_by("segment").len()
+    segments = {int(s): Segment(int(n)) for s, n in counts.iter_rows()}
+    segments.setdefault(HEALTHY, Segment(0))
+    for index in range(len(report.windows)):
+        segments.setdefault(index, Segment(0))
+    if data.timeseries.height == 0 or by_second.height == 0:
+        return segments
+    sums = (
+        data.timeseries.lazy()
+        .with_columns(pl.col("t").dt.truncate("1s").alias("sec"))
+        .join(by_second.lazy(), on="sec", how="inner")
+        .group_by("segment", "node", "source", "metric", "label")
+        .agg(pl.col("value").sum().alias("sum"), pl.col("value").max().alias("peak"),
+             pl.col("value").min().alias("low"))
+        .collect()
+    )
+    for seg, node, source, metric, name, total, peak, low in sums.iter_rows():
+        segment = segments[int(seg)]
+        key, label = (node, source, metric), name or ""
+        segment.sums.setdefault(key, {})[label] = float(total)
+        segment.peaks.setdefault(key, {})[label] = float(peak)
+        segment.lows.setdefault(key, {})[label] = float(low)
+    return segments
+
+
+def _nodes(data: RunData) -> list[str]:
+    found = set(data.timeseries["node"].unique().to_list()) | set(
+        data.events["node"].unique().to_list())
+    found -= {"host", "client", None}
+    return sorted(found, key=lambda n: (n != "primary", n)) or ["primary"]
+
+
+def _event_view(row: dict[str, Any]) -> EventView:
+    try:
+        attrs = json.loads(row["attrs"]) if row["attrs"] else {}
+    except json.JSONDecodeError:
+        attrs = {}
+    return EventView(row["kind"], row["node"] or "primary", row["t_start"], row["t_end"],
+                     attrs if isinstance(attrs, dict) else {})
+
+
+def overlapping_events(data: RunData, spans: list[tuple[dt.datetime, dt.datetime]]
+                       ) -> list[list[EventView]]:
+    """Per span [start, end) (sorted, as stall windows are): the events touching it, with
+    EVENT_SLACK either side. An unfinished checkpoint runs until the end of the run."""
+    found: list[list[EventView]] = [[] for _ in spans]
+    if not spans or data.events.height == 0:
+        return found
+    dtype = data.events.schema["t_start"]
+    los = pl.Series([a - EVENT_SLACK for a, _ in spans], dtype=dtype)
+    his = pl.Series([b + EVENT_SLACK for _, b in spans], dtype=dtype)
+    events = data.events.with_row_index("row").with_columns(
+        pl.when(pl.col("t_end").is_null() & (pl.col("kind") == "checkpoint"))
+        .then(pl.lit(his.max(), dtype=dtype))
+        .otherwise(pl.coalesce(pl.col("t_end"), pl.col("t_start"))).alias("until"))
+    # Both bounds of the spans grow with the index: binary searches find each event's
+    # first and last overlapping span, without comparing every event with every span.
+    first = his.search_sorted(events["t_start"], side="right")
+    last = los.search_sorted(events["until"], side="right") - 1
+    hits = (events.with_columns(first.alias("first"), last.alias("last"))
+            .filter(pl.col("first") <= pl.col("last"))
+            .with_columns(pl.int_ranges("first", pl.col("last") + 1).alias("span"))
+            .explode("span"))
+    views: dict[int, EventView] = {}
+    for row in hits.iter_rows(named=True):
+        view = views.get(row["row"])
+        if view is None:
+            view = views[row["row"]] = _event_view(row)
+        found[row["span"]].append(view)
+    return found
+
+
+def window_evidence(data: RunData, report: StallReport) -> list[WindowEvidence]:
+    segments = aggregate(data, report)
+    nodes = _nodes(data)
+    events = overlapping_events(data, [(w.start, w.end) for w in report.windows])
+    return [
+        WindowEvidence(window, segments[index], segments[HEALTHY], events[index], nodes,
+                       data.manifest, data.missing)
+        for index, window in enumerate(report.windows)
+    ]

@@ -1,0 +1,107 @@
+"""A results folder -> the frames analysis works on, and what was missing or unreadable.
+
+Analysis works from what a folder holds, whatever state the run ended in: a killed run
+may have only telemetry/samples.csv and events.jsonl (read here like the sink reads them
+when it consolidates), a run that failed early may have no client series at all. Every
+gap is named in `missing`, so the analysis can say what it could not look at.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from pglab.probes.sink import EVENTS_SCHEMA, TIMESERIES_SCHEMA, read_events_jsonl, read_samples_csv
+from pglab.store import StoredRun, load_run
+from pglab.workload.txlog import SERIES_SCHEMA
+
+CLIENT_COLUMNS = ("t", "warmup", "partial", "tps", "lat_p99_ms", "lat_max_ms", "failures")
+
+
+@dataclass(frozen=True)
+class RunData:
+    """What one run folder holds, ready for analysis."""
+
+    run: StoredRun
+    client: pl.DataFrame  # all-jobs rows, every second (warmup and partial flagged), by t
+    timeseries: pl.DataFrame  # TIMESERIES_SCHEMA
+    events: pl.DataFrame  # EVENTS_SCHEMA
+    missing: list[str] = field(default_factory=list)
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        return self.run.manifest
+
+
+def _read_parquet(path: Path, schema: dict[str, Any], missing: list[str],
+                  what: str) -> pl.DataFrame | None:
+    if not path.is_file():
+        return None
+    try:
+        frame = pl.read_parquet(path)
+    except Exception as exc:  # a torn or foreign file: say so, analyse the rest
+        missing.append(f"{path.name} unreadable ({type(exc).__name__}: {exc}); {what}")
+        return pl.DataFrame(schema=schema)
+    absent = [c for c in schema if c not in frame.columns]
+    if absent:
+        missing.append(f"{path.name} lacks columns {', '.join(absent)}; {what}")
+        return pl.DataFrame(schema=schema)
+    return frame.select(list(schema)).cast(schema)  # type: ignore[arg-type]
+
+
+def _client(folder: Path, missing: list[str]) -> pl.DataFrame:
+    schema = {c: SERIES_SCHEMA[c] for c in ("job", *CLIENT_COLUMNS)}
+    frame = _read_parquet(folder / "client.parquet", schema, missing,
+                          "no stall detection")
+    if frame is None:
+        missing.append("client.parquet missing (the run ended before pgbench's logs were "
+                       "processed); no stall detection")
+        frame = pl.DataFrame(schema=schema)
+    client = frame.filter(pl.col("job").is_null()).drop("job").sort("t")
+    if client.height == 0 and not any(m.startswith("client.parquet") for m in missing):
+        missing.append("client.parquet has no rows (no transaction completed); "
+                       "no stall detection")
+    elif client.height > 0 and client.filter(~pl.col("warmup") & ~pl.col("partial")).is_empty():
+        missing.append("client.parquet has no measured second (the run ended during its "
+                       "warmup); no stall detection")
+    return client
+
+
+def _telemetry(folder: Path, missing: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    spool = folder / "telemetry"
+    series = _read_parquet(folder / "timeseries.parquet", TIMESERIES_SCHEMA, missing,
+                           "no attribution from samples")
+    if series is None and (spool / "samples.csv").is_file():
+        series = read_samples_csv(spool / "samples.csv")
+        missing.append("timeseries.parquet missing; read the incremental "
+                       "telemetry/samples.csv (interrupted run)")
+    if series is None:
+        missing.append("timeseries.parquet missing (telemetry off or the run ended early); "
+                       "no wait, resource or database evidence")
+        series = pl.DataFrame(schema=TIMESERIES_SCHEMA)
+    events = _read_parquet(folder / "events.parquet", EVENTS_SCHEMA, missing,
+                           "no log events")
+    if events is None and (spool / "events.jsonl").is_file():
+        events = read_events_jsonl(spool / "events.jsonl")
+        missing.append("events.parquet missing; read the incremental "
+                       "telemetry/events.jsonl (interrupted run)")
+    if events is None:
+        missing.append("events.parquet missing; no checkpoint, lock-wait or crash events")
+        events = pl.DataFrame(schema=EVENTS_SCHEMA)
+    return series, events
+
+
+def load_run_data(folder: Path) -> RunData:
+    """The folder's frames. Raises BadInput only when `folder` is not a run folder."""
+    run = load_run(folder)
+    missing: list[str] = []
+    status = run.status
+    if status != "completed":
+        missing.append(f"run {status}" + (f": {run.reason}" if run.reason else "")
+                       + "; the analysis covers what was recorded")
+    client = _client(folder, missing)
+    series, events = _telemetry(folder, missing)
+    return RunData(run, client, series, events, missing)

@@ -1,0 +1,342 @@
+"""The recommendation rules registry: what to change, given the causes found.
+
+A rule fires when one of its causes was found in a stall (ranked first, or with
+confidence of at least CAUSE_FLOOR) and its condition holds on the run's facts (settings,
+filesystem, memory, cores). Each rule says the change as scenario keys (what `pglab run
+--set` or a [matrix] takes to test it), the expected effect, the risks and when it is
+unsafe. Changes with no scenario key (filesystem options, hardware) say so in `test`.
+docs/ANALYSIS.md lists the rules; a test checks that the two agree.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pglab.scenarios import builtin_names
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+CAUSE_FLOOR = 0.5
+NOT_TESTABLE = "not testable by pglab on this machine"
+COPY_ON_WRITE = ("zfs", "btrfs", "bcachefs")
+UNITS = {"B": 1, "kB": 1024, "8kB": 8192, "MB": 2**20, "16MB": 16 * 2**20, "GB": 2**30}
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What rules condition on: causes found and the run's recorded facts."""
+
+    causes: dict[str, float]  # cause id -> best confidence over the stalls
+    manifest: dict[str, Any]
+    fpi_surge: bool  # full-page images rose in a checkpoint window
+    run_dir: Path | None = None  # for the scenario.toml copy a test command can use
+    checkpoint_flags: frozenset[str] = frozenset()  # of checkpoints in the stall windows
+    checkpoints_too_frequent: bool = False  # the server logged it during the run
+
+    def setting(self, name: str) -> dict[str, Any] | None:
+        nodes = self.manifest.get("nodes") or {}
+        settings = (nodes.get("primary") or {}).get("settings") or {}
+        value = settings.get(name)
+        return value if isinstance(value, dict) else None
+
+    def bytes_of(self, name: str, default: int) -> int:
+        value = self.setting(name)
+        try:
+            return int(float(value["setting"]) * UNITS.get(value.get("unit") or "B", 1)) \
+                if value else default
+        except (TypeError, ValueError):
+            return default
+
+    def text_of(self, name: str, default: str) -> str:
+        value = self.setting(name)
+        return str(value["setting"]) if value else default
+
+    @property
+    def fstype(self) -> str:
+        host = self.manifest.get("host") or {}
+        return str((host.get("data_dir") or {}).get("fstype") or "")
+
+    @property
+    def memory(self) -> int:
+        return int((self.manifest.get("host") or {}).get("memory_bytes") or 0)
+
+    @property
+    def cores(self) -> int:
+        return int((self.manifest.get("host") or {}).get("cpu_cores") or 1)
+
+    @property
+    def wal_segment_mb(self) -> int:
+        text = str(((self.manifest.get("nodes") or {}).get("primary") or {})
+                   .get("wal_segment_size") or "16MB")
+        digits = "".join(c for c in text if c.isdigit())
+        return int(digits or 16) * (1024 if text.endswith("GB") else 1)
+
+    def found(self, *causes: str) -> bool:
+        return any(c in self.causes for c in causes)
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    because: tuple[str, ...]  # cause ids this rule addresses
+    action: str  # what to do, in words
+    change: Callable[[Facts], dict[str, Any]]  # scenario keys -> values ({} when none)
+    effect: str
+    risk: str
+    when: Callable[[Facts], bool] = lambda f: True
+    testable: bool = True
+
+
+def _mb(n: int) -> str:
+    return f"{n // 2**30}GB" if n % 2**30 == 0 else f"{n // 2**20}MB"
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("max-wal-size", ("checkpoint-io",),
+         "raise max_wal_size so checkpoints are triggered by time, not WAL volume",
+         lambda f: {"server.settings.max_wal_size":
+                    _mb(min(16 * 2**30, max(4 * 2**30, 4 * f.bytes_of("max_wal_size",
+                                                                       2**30))))},
+         "fewer checkpoints, fewer full-page images after each, fewer WAL segments removed "
+         "and created again",
+         "more disk for pg_wal and a longer crash recovery (up to max_wal_size of WAL to "
+         "replay)",
+         when=lambda f: f.bytes_of("max_wal_size", 2**30) < 16 * 2**30
+         and ("wal" in f.checkpoint_flags or f.checkpoints_too_frequent)),
+    Rule("checkpoint-timeout", ("checkpoint-io",),
+         "lengthen checkpoint_timeout",
+         lambda f: {"server.settings.checkpoint_timeout":
+                    "30min" if f.bytes_of("checkpoint_timeout", 300) >= 900 else "15min"},
+         "checkpoints further apart: each page written once for many changes, fewer "
+         "full-page images",
+         "longer crash recovery; standbys' restartpoints follow the same spacing",
+         when=lambda f: "time" in f.checkpoint_flags),
+    Rule("checkpoint-completion-target", ("checkpoint-io",),
+         "spread checkpoint writes over 90% of the interval",
+         lambda f: {"server.settings.checkpoint_completion_target": 0.9},
+         "the write phase is paced instead of bursting", "none worth noting (0.9 is the "
+         "default since PostgreSQL 14)",
+         when=lambda f: float(f.text_of("checkpoint_completion_target", "0.9")) < 0.9
+         and bool({"time", "wal"} & f.checkpoint_flags)),
+    Rule("forced-checkpoints", ("checkpoint-io",),
+         "find what forces immediate checkpoints (a CHECKPOINT command, pg_basebackup "
+         "--checkpoint=fast, CREATE DATABASE ... STRATEGY FILE_COPY) and let it wait for a "
+         "spread checkpoint instead",
+         lambda f: {},
+         "the dirty buffers are written over checkpoint_completion_target of the interval "
+         "instead of at full speed",
+         "a base backup or the command starts later (up to a checkpoint interval)",
+         when=lambda f: "immediate" in f.checkpoint_flags, testable=False),
+    Rule("checkpoint-flush-after", ("checkpoint-io",),
+         "let the checkpointer ask the kernel to write back as it goes",
+         lambda f: {"server.settings.checkpoint_flush_after": "256kB"},
+         "no pile of dirty page cache for the sync phase's fsyncs to flush at once",
+         "slightly more IO when the same pages are written again soon",
+         when=lambda f: f.text_of("checkpoint_flush_after", "32") == "0"),
+    Rule("wal-init-zero-off", ("wal-segment-init",),
+         "stop zero-filling new WAL segments (write only their last byte)",
+         lambda f: {"server.settings.wal_init_zero": "off"},
+         "a new segment costs one small write instead of writing the whole segment and "
+         "fsyncing it while commits wait",
+         "on ext4/xfs the first write to each block of a sparse segment allocates it and can "
+         "make steady WAL writes slower: test it; clearly better on copy-on-write "
+         "filesystems (ZFS, btrfs)",
+         when=lambda f: f.text_of("wal_init_zero", "on") == "on"),
+    Rule("wal-recycle", ("wal-segment-init",),
+         "recycle old WAL segments (rename) instead of creating new ones; on a "
+         "copy-on-write filesystem do the opposite",
+         lambda f: {"server.settings.wal_recycle":
+                    "off" if f.fstype in COPY_ON_WRITE else "on"},
+         "on ext4/xfs a recycled segment is already allocated: no creation during commits",
+         "on copy-on-write filesystems recycling buys nothing (every write goes to a new "
+         "block) and keeps old segments' space",
+         when=lambda f: f.text_of("wal_recycle", "on") == ("on" if f.fstype in COPY_ON_WRITE
+                                                            else "off")),
+    Rule("wal-segment-size", ("wal-segment-init", "wal-write"),
+         "initialise the cluster with a different WAL segment size",
+         lambda f: {"server.initdb.wal_segsize_mb": 64},
+         "64 MB segments: fewer creations and switches than 16 MB, and each creation "
+         "much shorter than with a segment of hundreds of MB",
+         "needs a new cluster (initdb, dump/restore or a new replica); archiving tools must "
+         "accept the size",
+         when=lambda f: f.wal_segment_mb != 64),
+    Rule("wal-compression", ("checkpoint-io", "wal-write"),
+         "compress full-page images in WAL",
+         lambda f: {"server.settings.wal_compression": "lz4"},
+         "less WAL after each checkpoint (full-page images shrink by half or more)",
+         "some CPU per full-page image; lz4 needs PostgreSQL 15+ built with lz4 (pglz "
+         "otherwise)",
+         when=lambda f: f.text_of("wal_compression", "off") == "off"
+         and (f.fpi_surge or f.found("wal-write"))),
+    Rule("full-page-writes-off", ("checkpoint-io", "wal-write"),
+         "turn off full_page_writes (only on storage that never tears an 8 kB page)",
+         lambda f: {"server.settings.full_page_writes": "off"},
+         "no full-page images at all: WAL volume after checkpoints stays flat",
+         "UNSAFE unless writes of 8 kB pages are atomic (ZFS with recordsize >= 8K is; ext4 "
+         "and xfs on ordinary disks are not): a torn page after a power loss is corruption "
+         "that recovery cannot repair",
+         when=lambda f: f.fstype == "zfs" and f.fpi_surge),
+    Rule("wal-buffers", ("wal-write",),
+         "enlarge wal_buffers",
+         lambda f: {"server.settings.wal_buffers": "64MB"},
+         "bursts of WAL stay in memory instead of forcing writes while backends wait",
+         "a little shared memory; needs a restart",
+         when=lambda f: f.bytes_of("wal_buffers", 16 * 2**20) < 64 * 2**20),
+    Rule("synchronous-commit-off", ("wal-write", "sync-replication"),
+         "commit without waiting for the WAL flush (for the transactions that can afford it)",
+         lambda f: {"server.settings.synchronous_commit": "off"},
+         "commit latency no longer includes a WAL fsync or a standby round trip",
+         "a crash loses the last commits (up to 3 x wal_writer_delay, ~0.6 s) that clients "
+         "were told succeeded; no corruption. The same holds for ZFS sync=disabled, for "
+         "every fsync"),
+    Rule("shared-buffers-down", ("memory-reclaim",),
+         "shrink shared_buffers to leave the kernel room",
+         lambda f: {"server.settings.shared_buffers": _mb(max(f.memory // 4, 2**27))},
+         "no direct reclaim stalls in backends",
+         "more reads served from the page cache instead of shared buffers",
+         when=lambda f: f.memory > 0 and f.bytes_of("shared_buffers", 2**27) > f.memory * 0.4),
+    Rule("shared-buffers-up", ("vacuum-io",),
+         "enlarge shared_buffers towards a quarter of RAM",
+         lambda f: {"server.settings.shared_buffers": _mb(max(f.memory // 4, 2**27))},
+         "vacuum and the load read pages from shared buffers instead of the disk; hot pages "
+         "are written once per checkpoint rather than evicted and written by backends",
+         "checkpoints have more to write; memory for the OS page cache shrinks",
+         when=lambda f: f.memory > 0 and f.bytes_of("shared_buffers", 2**27) < f.memory * 0.1),
+    Rule("dirty-background-bytes", ("memory-reclaim", "checkpoint-io"),
+         "start kernel writeback earlier (a fixed vm.dirty_background_bytes)",
+         lambda f: {"kernel.vm.dirty_background_bytes": 64 * 2**20},
+         "the kernel writes dirty pages steadily instead of the fsyncs of a checkpoint "
+         "flushing gigabytes at once",
+         "machine-wide: other workloads that rewrite files soon write more"),
+    Rule("huge-pages", ("memory-reclaim", "cpu-saturation"),
+         "back shared memory with huge pages",
+         lambda f: {"server.settings.huge_pages": "on",
+                    "kernel.vm.nr_hugepages":
+                        f.bytes_of("shared_buffers", 2**27) // (2 * 2**20) + 64},
+         "smaller page tables per backend, no reclaim of shared memory pages, fewer TLB "
+         "misses",
+         "with huge_pages=on the server refuses to start if too few huge pages are "
+         "reserved; reserved huge pages are lost to everything else",
+         when=lambda f: f.bytes_of("shared_buffers", 2**27) >= 2**30),
+    Rule("pgbouncer", ("too-many-connections", "cpu-saturation"),
+         "put a transaction pooler in front of the server",
+         lambda f: {"topology.pooler": "pgbouncer"},
+         "a few server backends per core serve many clients: less contention on "
+         "ProcArray/lock manager, less memory",
+         "transaction pooling breaks session state (SET, advisory locks, session prepared "
+         "statements before PgBouncer 1.21)",
+         when=lambda f: f.found("too-many-connections") or _clients(f) > 4 * f.cores),
+    Rule("vacuum-cost-limit", ("vacuum-io",),
+         "throttle autovacuum's IO",
+         lambda f: {"server.settings.autovacuum_vacuum_cost_limit": 100,
+                    "server.settings.autovacuum_vacuum_cost_delay": "10ms"},
+         "autovacuum reads and dirties pages at a bounded rate instead of competing with "
+         "the load",
+         "vacuum takes longer: bloat grows and anti-wraparound vacuums start later"),
+    Rule("lock-timeout", ("lock-contention",),
+         "find the transaction holding the lock (the evidence names its pid); bound waits "
+         "with lock_timeout and keep DDL/LOCK TABLE out of busy hours",
+         lambda f: {"server.settings.lock_timeout": "2s"},
+         "a blocked statement fails after 2 s instead of queueing everyone behind it",
+         "statements fail with an error the application must retry"),
+    Rule("standby-wal-disk", ("sync-replication",),
+         "give the synchronous standby's pg_wal a disk as fast as the primary's",
+         lambda f: {},
+         "the standby flushes WAL as fast as the primary produces it",
+         "cost of faster storage on the standby", testable=False),
+    Rule("walreceiver-cpu", ("sync-replication",),
+         "pin the standby's WAL receiver and startup process to cores of their own",
+         lambda f: {},
+         "the standby confirms flushes without queueing behind other work",
+         "pinned cores are unavailable to queries on the standby", testable=False),
+    Rule("zfs-dataset", ("checkpoint-io", "wal-write", "vacuum-io", "wal-segment-init"),
+         "ZFS: recordsize=16K (data; 8K for heavy random updates), compression=lz4, "
+         "logbias=throughput on the data dataset, primarycache=metadata when "
+         "shared_buffers holds the working set",
+         lambda f: {},
+         "no read-modify-write of 128K records for 8 kB pages; fewer bytes written; no "
+         "double caching",
+         "primarycache=metadata makes reads that miss shared buffers go to disk; ZFS "
+         "sync=disabled would lose the last seconds of commits on a crash (never use it "
+         "for data you need)",
+         when=lambda f: f.fstype == "zfs", testable=False),
+    Rule("pgbench-jobs", ("client-bound",),
+         "give pgbench more threads (the load generator, not the server, was the limit)",
+         lambda f: {"workload.jobs": max(2, min(_clients(f), f.cores))},
+         "the measurement reflects the server again",
+         "pgbench threads compete with the server for the same cores on one machine"),
+    Rule("fewer-clients", ("cpu-saturation",),
+         "measure with fewer clients (about 2 per core) or more CPUs",
+         lambda f: {"workload.clients": 2 * f.cores},
+         "same throughput, much lower latency: the excess clients only queue",
+         "none for the server; it changes what is measured",
+         when=lambda f: _clients(f) > 2 * f.cores),
+)
+
+
+def _clients(f: Facts) -> int:
+    clients = ((f.manifest.get("scenario") or {}).get("workload") or {}).get("clients")
+    if isinstance(clients, list):
+        variant = f.manifest.get("variant") or {}
+        clients = variant.get("workload.clients", max(clients) if clients else 1)
+    return int(clients or 1)
+
+
+def _scenario_argument(f: Facts) -> str:
+    """The original file if it is still there (its scripts resolve), a built-in's name,
+    else the copy in the run folder."""
+    source = str(f.manifest.get("scenario_source") or "")
+    if source.startswith("builtin:") and source[8:] in builtin_names():
+        return source[8:]
+    if source and not source.startswith("builtin:") and Path(source).is_file():
+        return shlex.quote(source)
+    return shlex.quote(str(f.run_dir / "scenario.toml")) if f.run_dir else "SCENARIO"
+
+
+def _set_value(value: Any) -> str:
+    """As `--set` parses it: TOML, or a bare word (off, 16GB) taken as a string."""
+    if isinstance(value, str):
+        try:
+            tomllib.loads(f"v = {value}")
+        except tomllib.TOMLDecodeError:
+            return shlex.quote(value)  # a bare word stays a string
+        return shlex.quote(f'"{value}"')  # e.g. "true" or "64" meant as strings
+    return json.dumps(value)
+
+
+def _test_line(f: Facts, rule: Rule, change: dict[str, Any]) -> str:
+    """The run that tests the change: the same scenario, overrides and variant, plus it."""
+    if not rule.testable or not change:
+        return NOT_TESTABLE
+    sets: dict[str, Any] = {}
+    for recorded in (f.manifest.get("overrides"), f.manifest.get("variant")):
+        if isinstance(recorded, dict):
+            sets.update(recorded)
+    sets.update(change)
+    flags = " ".join(f"--set {k}={_set_value(v)}" for k, v in sets.items())
+    return f"pglab run {_scenario_argument(f)} {flags}"
+
+
+def recommend(facts: Facts) -> list[dict[str, Any]]:
+    """The rules that fire, those addressing the most likely cause first."""
+    fired = []
+    for rule in RULES:
+        because = [c for c in rule.because if c in facts.causes]
+        if not because or not rule.when(facts):
+            continue
+        change = rule.change(facts)
+        fired.append((max(facts.causes[c] for c in because), {
+            "rule": rule.id, "action": rule.action, "change": change, "because": because,
+            "effect": rule.effect, "risk": rule.risk, "test": _test_line(facts, rule, change),
+        }))
+    fired.sort(key=lambda pair: pair[0], reverse=True)
+    return [item for _, item in fired]

@@ -1,0 +1,120 @@
+"""Signals shared by the causes: weighted evidence lines, wait-share rises, disk and CPU.
+
+A Score accumulates weighted signals for one cause; each signal brings the line of
+evidence a DBA reads. The weights are documented in docs/ANALYSIS.md by what they
+measure, not by number: a wait share that rose counts most, corroboration adds to it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pglab.analysis.evidence import EventView, WindowEvidence
+
+
+@dataclass(frozen=True)
+class Finding:
+    cause: str
+    confidence: float
+    evidence: list[str]
+    outside: bool = False  # only signals from outside the lab: nothing to change in it
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:.0f}%"
+
+
+def at(e: EventView) -> str:
+    return e.start.strftime("%H:%M:%S")
+
+
+class Score:
+    """Accumulates weighted signals and their evidence lines for one cause."""
+
+    def __init__(self, cause: str) -> None:
+        self.cause = cause
+        self.value = 0.0
+        self.outside_value = 0.0
+        self.lines: list[str] = []
+
+    def add(self, weight: float, line: str, outside: bool = False) -> None:
+        """One signal; `outside` when it points outside the lab (another process)."""
+        self.value += weight
+        self.outside_value += weight if outside else 0.0
+        self.lines.append(line)
+
+    def finding(self) -> Finding | None:
+        if self.value <= 0:
+            return None
+        return Finding(self.cause, round(min(0.99, self.value), 2), list(self.lines),
+                       outside=self.outside_value >= self.value)
+
+
+def wait_signal(s: Score, ev: WindowEvidence, waits: tuple[str, ...] | None, what: str,
+                 prefix: str = "", weight: float = 0.6) -> float:
+    """Adds the rise of a wait share (client backends) on any node; returns the share."""
+    best = 0.0
+    for node in ev.nodes:
+        inside, healthy = ev.shares(node, waits, prefix)
+        lift = inside - healthy
+        if inside >= 0.15 and lift >= 0.1:
+            where = "" if node == "primary" else f" on {node}"
+            s.add(weight * min(1.0, lift / 0.5),
+                  f"{pct(inside)} of sampled client backends{where} waited on {what} "
+                  f"(healthy seconds {pct(healthy)})")
+            best = max(best, inside)
+    return best
+
+
+def disk_write(s: Score, ev: WindowEvidence, weight: float) -> None:
+    """Disk writes at the envelope's limit (MB/s or IOPS) or well above the healthy rate."""
+    disk = (ev.manifest.get("envelope") or {}).get("disk") or {}
+    for node in ev.nodes:
+        mbps = ev.inside.mean(node, "os.disk", "write_mbps")
+        if mbps is None:
+            continue
+        healthy = ev.healthy.mean(node, "os.disk", "write_mbps") or 0.0
+        iops = ev.inside.mean(node, "os.disk", "write_iops") or 0.0
+        limit, iops_limit = float(disk.get("write_mbps") or 0), float(disk.get("write_iops") or 0)
+        # os.disk counts the whole device: other writers and unthrottled writeback too
+        if limit > 0 and mbps >= 0.9 * limit:
+            s.add(weight, f"disk write at its {limit:g} MB/s limit ({mbps:.0f} MB/s on the "
+                          f"device{', other writers included' if mbps > 1.1 * limit else ''})")
+        elif iops_limit > 0 and iops >= 0.9 * iops_limit:
+            s.add(weight, f"disk writes at the {iops_limit:g} IOPS limit ({iops:.0f}/s on "
+                          "the device)")
+        elif mbps > 2 * healthy and mbps > 5:
+            s.add(weight * 0.7, f"disk write {mbps:.0f} MB/s (healthy seconds "
+                                f"{healthy:.0f} MB/s)")
+    iowait = ev.inside.mean("host", "os.cpu", "iowait_pct")
+    iowait_h = ev.healthy.mean("host", "os.cpu", "iowait_pct") or 0.0
+    if iowait is not None and iowait > 2 * iowait_h and iowait > 10:
+        s.add(weight * 0.3, f"CPU iowait {iowait:.0f}% (healthy {iowait_h:.0f}%)")
+    psi = ev.inside.mean("host", "os.pressure", "some_pct", "io")
+    psi_h = ev.healthy.mean("host", "os.pressure", "some_pct", "io") or 0.0
+    if psi is not None and psi > 20 and psi > psi_h + 10:
+        s.add(weight * 0.3, f"IO pressure: tasks stalled on IO {psi:.0f}% of the time "
+                            f"(healthy {psi_h:.0f}%)")
+
+
+def foreign_writeback(s: Score, ev: WindowEvidence) -> None:
+    """The disk wrote far more than PostgreSQL did: the kernel flushing dirty page cache."""
+    node = ev.nodes[0]
+    disk = ev.inside.mean(node, "os.disk", "write_mbps")
+    disk_h = ev.healthy.mean(node, "os.disk", "write_mbps") or 0.0
+    if disk is None or disk < 50 or disk < 3 * disk_h:
+        return
+    own = ev.inside.total(node, "db.io", "write_bytes") / 2**20 / max(1, ev.inside.seconds)
+    own += (ev.inside.mean(node, "db.wal", "wal_bytes") or 0.0) / 2**20
+    if own < disk / 3:
+        s.add(0.4, f"disk wrote {disk:.0f} MB/s (healthy {disk_h:.0f} MB/s) while PostgreSQL "
+                   f"wrote {own:.0f} MB/s: the kernel flushing other dirty page cache")
+        await_ms = ev.inside.mean(node, "os.disk", "write_await_ms")
+        if await_ms is not None:
+            s.add(0.1, f"disk write latency {await_ms:.1f} ms meanwhile")
+
+
+def cpu_busy(ev: WindowEvidence) -> tuple[float | None, float]:
+    idle = ev.inside.mean("host", "os.cpu", "idle_pct")
+    idle_h = ev.healthy.mean("host", "os.cpu", "idle_pct") or 0.0
+    return idle, idle_h

@@ -1,0 +1,65 @@
+"""The findings of an analysis (analysis.json) for the terminal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+MAX_STALLS = 8  # the worst ones; the rest are in analysis.json
+
+
+def _time(iso: str | None) -> str:
+    return iso[11:19] if iso else "?"
+
+
+def _stall_line(stall: dict[str, Any]) -> str:
+    kind, seconds = stall["kind"], stall["seconds"]
+    if kind == "drop-to-zero":
+        head = f"TPS 0 for {seconds} s"
+    elif kind == "dip":
+        head = f"TPS down {100 * stall['depth']:.0f}% for {seconds} s"
+    else:
+        head = f"latency spike for {seconds} s (max {stall.get('max_latency_ms') or 0:.0f} ms)"
+    return (f"{head} at {_time(stall['start'])} (about {stall['lost_transactions']:,} "
+            f"transactions lost)")
+
+
+def print_findings(console: Console, analysis: dict[str, Any]) -> None:
+    """Summary, the worst stalls with their ranked causes, then the recommendations."""
+    summary = analysis.get("summary") or {}
+    console.print(
+        f"[bold]analysis[/bold]: median {summary.get('tps_median', 0):,.0f} TPS, "
+        f"CV {summary.get('tps_cv', 0):.2f}, degraded {summary.get('degraded_pct', 0):.1f}% "
+        f"of {summary.get('measured_seconds', 0)} s, {summary.get('stalls', 0)} stall(s)"
+    )
+    periodic = summary.get("periodic")
+    if periodic:
+        also = " like the checkpoints" if periodic.get("matches_checkpoints") else ""
+        console.print(f"  stalls recur every {periodic['period_s']:g} s{also} "
+                      f"({periodic['windows']} windows)")
+    for note in analysis.get("missing") or []:
+        console.print(f"  [yellow]missing[/yellow] {escape(note)}")
+    stalls = sorted(analysis.get("stalls") or [], key=lambda s: s["lost_transactions"],
+                    reverse=True)
+    for stall in stalls[:MAX_STALLS]:
+        console.print(f"  [bold]{escape(_stall_line(stall))}[/bold]")
+        for cause in stall["causes"][:3]:
+            style = "dim" if cause["cause"] == "unknown" else "cyan"
+            outside = ", outside the lab" if cause.get("outside_the_lab") else ""
+            console.print(f"    [{style}]{cause['cause']}[/{style}] "
+                          f"(confidence {cause['confidence']:.2f}{outside})")
+            for line in cause["evidence"][:4]:
+                console.print(f"      - {escape(line)}", highlight=False)
+    if len(stalls) > MAX_STALLS:
+        console.print(f"  ... {len(stalls) - MAX_STALLS} smaller stall(s) in analysis.json")
+    recommendations = analysis.get("recommendations") or []
+    if recommendations:
+        console.print("[bold]recommendations[/bold]")
+    for rec in recommendations:
+        console.print(f"  [green]{rec['rule']}[/green] ({', '.join(rec['because'])}): "
+                      f"{escape(rec['action'])}", highlight=False)
+        console.print(f"      effect: {escape(rec['effect'])}", highlight=False)
+        console.print(f"      risk: {escape(rec['risk'])}", highlight=False)
+        console.print(f"      test: {escape(rec['test'])}", highlight=False)

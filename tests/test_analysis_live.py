@@ -1,0 +1,261 @@
+"""Real pathologies injected into real runs; the analysis must name the injected cause.
+
+The pathologies are also what tests/samples/runs/make_runs.py records as committed
+samples. Each one is a scenario plus, optionally, an action done on a side connection
+while pgbench runs (the runner API does not know about it: the side thread finds the
+run's server through its lab directory, as any DBA would find a server by its pid file).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from conftest import run_cli, write_scenario
+from pglab.lab.local import BENCH_DB, SUPERUSER
+from pglab.paths import labs_dir
+from pglab.runner import QuietUI, RunOptions, run_scenario
+from pglab.scenario import load_text
+from pglab.workload.pgbench_output import ProgressLine
+
+SideAction = Callable[[psycopg.Connection[Any], Path], None]  # connection, lab dir
+
+
+@dataclass(frozen=True)
+class Pathology:
+    name: str
+    scenario: str  # TOML body after `name = ...`
+    cause: str | None  # the cause the analysis must rank first; None: no stall expected
+    action: SideAction | None = None
+    action_at_s: float = 0.0  # seconds after the load started (warmup included)
+
+
+def _lock_accounts(conn: psycopg.Connection[Any], lab: Path) -> None:
+    with conn.transaction():
+        conn.execute("LOCK TABLE pgbench_accounts IN ACCESS EXCLUSIVE MODE")
+        time.sleep(5)
+
+
+def _switch_wal_twice(conn: psycopg.Connection[Any], lab: Path) -> None:
+    # Like archive_timeout: each switch makes the next WAL write need a new segment, which
+    # (wal_recycle off, wal_init_zero on) is zero-filled and fsynced while commits wait.
+    conn.execute("SELECT pg_switch_wal()")
+    time.sleep(7)
+    conn.execute("SELECT pg_switch_wal()")
+
+
+def _checkpoint(conn: psycopg.Connection[Any], lab: Path) -> None:
+    conn.execute("CHECKPOINT")
+
+
+def _foreign_writeback(conn: psycopg.Connection[Any], lab: Path) -> None:
+    # Another program on the same disk writes 768 MB into the page cache and fsyncs it:
+    # the flush queues the server's WAL fsyncs behind it.
+    ballast = lab.parent / f"{lab.name}.ballast"
+    try:
+        subprocess.run(["dd", "if=/dev/zero", f"of={ballast}", "bs=1M", "count=768",
+                        "conv=fsync"], check=True, capture_output=True)
+    finally:
+        ballast.unlink(missing_ok=True)
+
+
+
+
+PATHOLOGIES = {
+    p.name: p for p in [
+        Pathology("lock", """
+[server.settings]
+deadlock_timeout = "200ms"
+[workload]
+scale = 5
+mix = ["tpcb-like"]
+clients = 4
+jobs = 2
+duration = "14s"
+warmup = "3s"
+""", "lock-contention", _lock_accounts, 8.0),
+        Pathology("walinit", """
+[server]
+initdb = { wal_segsize_mb = 512 }
+[server.settings]
+wal_init_zero = "on"
+wal_recycle = "off"
+[workload]
+scale = 5
+mix = ["tpcb-like"]
+clients = 4
+jobs = 2
+duration = "20s"
+warmup = "4s"
+""", "wal-segment-init", _switch_wal_twice, 9.0),
+        Pathology("checkpoint", """
+[server.settings]
+# Dirty pages pile up in shared buffers (no checkpoint, no bgwriter cleaning), and the
+# forced checkpoint leaves them to the kernel at once (no flush-after hints), so its
+# sync phase floods the disk while commits wait for their WAL fsyncs.
+shared_buffers = "2GB"
+max_wal_size = "8GB"
+checkpoint_timeout = "1h"
+checkpoint_flush_after = 0
+bgwriter_lru_maxpages = 0
+[workload]
+scale = 30
+mix = ["tpcb-like"]
+clients = 4
+jobs = 2
+duration = "20s"
+warmup = "30s"
+""", "checkpoint-io", _checkpoint, 36.0),
+        Pathology("writeback", """
+[workload]
+scale = 5
+mix = ["tpcb-like"]
+clients = 4
+jobs = 2
+duration = "20s"
+warmup = "4s"
+""", "memory-reclaim", _foreign_writeback, 12.0),
+        Pathology("control", """
+[workload]
+scale = 5
+mix = ["select-only"]
+clients = 2
+jobs = 2
+duration = "10s"
+warmup = "2s"
+""", None),
+        Pathology("control-4clients", """
+[workload]
+scale = 10
+mix = ["select-only"]
+clients = 4
+jobs = 2
+duration = "15s"
+warmup = "3s"
+""", None),
+    ]
+}
+
+
+def _my_lab() -> tuple[psycopg.Connection[Any], Path]:
+    """The server of the run this process is running (its lab's owner.json names us)."""
+
+    for lab in sorted(labs_dir().iterdir(), key=lambda p: p.stat().st_mtime, reverse=True):
+        try:
+            owner = json.loads((lab / "owner.json").read_text())
+            lines = (lab / "primary" / "data" / "postmaster.pid").read_text().splitlines()
+        except (OSError, ValueError):
+            continue
+        if owner.get("pid") == os.getpid() and len(lines) >= 5:
+            return psycopg.connect(host=lines[4], port=int(lines[3]), user=SUPERUSER,
+                                   dbname=BENCH_DB, autocommit=True, connect_timeout=10), lab
+    raise RuntimeError("no running lab of this process")
+
+
+class _SideActionUI(QuietUI):
+    """Starts the pathology's side action when the load starts."""
+
+    def __init__(self, pathology: Pathology) -> None:
+        self.pathology = pathology
+        self.thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+
+    def load_started(self, total_s: int, label: str) -> None:
+        action = self.pathology.action
+        if action is None:
+            return
+
+        def act() -> None:
+            try:
+                time.sleep(self.pathology.action_at_s)
+                conn, lab = _my_lab()
+                with conn:
+                    action(conn, lab)
+            except BaseException as exc:
+                self.error = exc
+
+        self.thread = threading.Thread(target=act, daemon=True)
+        self.thread.start()
+
+    def progress(self, line: ProgressLine) -> None:
+        pass
+
+
+def run_pathology(pathology: Pathology, results_root: Path) -> Path:
+    """One real run of the pathology; the run folder."""
+    loaded = load_text(f'name = "{pathology.name}"\n' + pathology.scenario,
+                       f"pathology {pathology.name}")
+    ui = _SideActionUI(pathology)
+    runs = run_scenario(loaded, RunOptions(results_root), ui)
+    if ui.thread is not None:
+        ui.thread.join(timeout=30)
+    if ui.error is not None:
+        raise RuntimeError(f"side action failed: {ui.error}") from ui.error
+    assert len(runs) == 1 and runs[0].status == "completed", runs
+    return runs[0].path
+
+
+def test_live_lock_is_diagnosed(tmp_path: Path) -> None:
+    pathology = PATHOLOGIES["lock"]
+    folder = run_pathology(pathology, tmp_path)
+    # written by the runner at the end of the run
+    analysis = json.loads((folder / "analysis.json").read_text())
+    assert "analysis" not in json.loads((folder / "manifest.json").read_text())
+    worst = max(analysis["stalls"], key=lambda s: s["lost_transactions"])
+    assert worst["kind"] == "drop-to-zero" and 4 <= worst["seconds"] <= 6, worst
+    assert worst["causes"][0]["cause"] == pathology.cause, worst
+
+
+def test_live_control_through_the_cli(tmp_path: Path) -> None:
+    """`pglab run` analyses the finished run and prints the findings under its summary."""
+    scenario = write_scenario(tmp_path, PATHOLOGIES["control"].scenario, name="control")
+    result = run_cli("run", str(scenario), "--results", str(tmp_path / "results"))
+    assert result.returncode == 0, result.stderr
+    assert "analysis: median" in result.stdout
+    (folder,) = (tmp_path / "results" / "control").iterdir()
+    analysis = json.loads((folder / "analysis.json").read_text())
+    assert analysis["summary"]["measured_seconds"] >= 9
+    assert analysis["recommendations"] == []
+    # The machine is shared: other work may take the CPU for a second. Such a stall is
+    # real, and must then be attributed outside the lab (tests/samples/runs/
+    # control-neighbour is one); any other stall of a healthy control is a false alarm.
+    for stall in analysis["stalls"]:
+        assert stall["causes"][0].get("outside_the_lab") is True, stall
+
+
+def test_live_killed_run_gives_a_partial_analysis(tmp_path: Path) -> None:
+    """kill -9 of pglab in the middle of the load: the folder has a manifest saying
+    running, the incremental telemetry and no client series. `pglab analyze` says so."""
+    scenario = write_scenario(tmp_path, PATHOLOGIES["control"].scenario, name="killed")
+    env = {**os.environ, "NO_COLOR": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "pglab", "run", str(scenario),
+                             "--results", str(tmp_path / "results")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    samples: list[Path] = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        samples = list((tmp_path / "results").glob("killed/*/telemetry/samples.csv"))
+        if samples and samples[0].stat().st_size > 50_000:
+            break
+        time.sleep(0.2)
+    proc.kill()
+    proc.wait()
+    assert samples, "the run never reached its load"
+    folder = samples[0].parent.parent
+    result = run_cli("analyze", str(folder), "--json")
+    assert result.returncode == 0, result.stderr
+    analysis = json.loads(result.stdout)
+    assert analysis["status"] == "interrupted" and analysis["partial"] is True
+    missing = " ".join(analysis["missing"])
+    assert "run interrupted" in missing and "client.parquet missing" in missing
+    assert "telemetry/samples.csv" in missing
