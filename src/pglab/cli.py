@@ -6,6 +6,7 @@ lacks, 130 interrupted by SIGINT, 143 by SIGTERM.
 
 from __future__ import annotations
 
+import io
 import json
 import signal
 import sys
@@ -308,3 +309,71 @@ def main(argv: list[str] | None = None) -> None:
         err.print("pglab: aborted")
         code = ExitCode.INTERRUPTED
     sys.exit(code)
+
+
+# --- compare ----------------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("base")
+@click.argument("contenders", nargs=-1)
+@click.option("--fail-if", "fail_if", multiple=True, metavar="METRIC<PCT%",
+              help="Exit 1 if a contender changed METRIC significantly beyond PCT, e.g. "
+                   "'tps<-5%' or 'p99>+10%' (repeatable).")
+@click.option("--format", "fmt", type=click.Choice(["terminal", "markdown", "html", "json"]),
+              default="terminal", show_default=True)
+@click.option("--output", "-o", type=click.Path(path_type=Path), default=None,
+              help="Write the comparison to this file instead of stdout.")
+@click.option("--noise", type=click.FloatRange(0, 100), default=10.0, show_default=True,
+              help="Run-to-run variation (%) assumed when a side has a single run; "
+                   "measured instead when both sides have repeats.")
+@click.option("--metric", "metric_names", multiple=True,
+              help="Only these metrics (repeatable; default all).")
+def compare(base: str, contenders: tuple[str, ...], fail_if: tuple[str, ...], fmt: str,
+            output: Path | None, noise: float, metric_names: tuple[str, ...]) -> int:
+    """Compare BASE with each CONTENDER: deltas, 95% intervals, verdicts, environment.
+
+    Each side is a run folder, a folder of runs (repeats), a quoted glob, or a
+    comma-separated list of those.
+    """
+    from pglab.compare import comparison as cmp
+    from pglab.compare import render_html, render_markdown, render_terminal
+    from pglab.compare.groups import load_group
+    from pglab.compare.metrics import BY_NAME
+    from pglab.errors import BadInput
+    from pglab.store import write_text
+
+    if not contenders:
+        raise BadInput(f"compare {base}: expected at least one CONTENDER after BASE "
+                       "(pglab compare BASE CONTENDER [CONTENDER...])")
+    conditions = [cmp.parse_condition(text) for text in fail_if]
+    for name in metric_names:
+        if name not in BY_NAME:
+            raise BadInput(f"--metric {name!r}: unknown metric; expected one of "
+                           f"{', '.join(BY_NAME)}")
+    names = list(dict.fromkeys([*metric_names, *(c.metric for c in conditions)])) \
+        if metric_names else None
+    result = cmp.compare(load_group(base), [load_group(c) for c in contenders],
+                         noise / 100.0, metric_names=names)
+    result.failed_conditions = cmp.failed_conditions(result, conditions)
+    if fmt == "terminal" and output is None:
+        render_terminal.render(out, result)
+    else:
+        if fmt == "json":
+            text = json.dumps(cmp.as_dict(result), indent=2) + "\n"
+        elif fmt == "html":
+            text = render_html.render(result)
+        elif fmt == "markdown":
+            text = render_markdown.render(result)
+        else:
+            buffer = Console(record=True, width=120, no_color=True, file=io.StringIO())
+            render_terminal.render(buffer, result)
+            text = buffer.export_text()
+        if output is None:
+            click.echo(text, nl=False)
+        else:
+            write_text(output, text)
+            err.print(f"wrote {output}")
+    for failure in result.failed_conditions:
+        click.echo(f"pglab: --fail-if {failure}", err=True)
+    return ExitCode.RUN_FAILED if result.failed_conditions else ExitCode.OK
