@@ -126,6 +126,7 @@ def _summary_json(run: StoredRun) -> dict[str, Any]:
         "clients": (manifest.get("scenario") or {}).get("workload", {}).get("clients"),
         "server_version": (nodes.get("primary") or {}).get("server_version"),
         "measured": (manifest.get("results") or {}).get("measured"),
+        "source": (manifest.get("source") or {}).get("kind", "pglab"),
     }
 
 
@@ -148,27 +149,73 @@ def show(run_dir: Path, as_json: bool) -> int:
         click.echo(json.dumps(_show_json(run), indent=2))
     else:
         print_summary(out, run)
+        source = run.manifest.get("source") or {}
+        if source.get("kind") == "import":
+            out.print(f"  imported ({source.get('from')}) from {source.get('summary')}"
+                      f" on {source.get('imported_at')}", highlight=False)
     return ExitCode.OK
+
+
+def _since(value: str | None, option: str) -> str | None:
+    """A date or time as an ISO prefix comparable with manifests' started_at (UTC)."""
+    if value is None:
+        return None
+    import datetime as dt
+
+    try:
+        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise PglabError(f"{option} {value!r}: expected a date or time like 2026-11-21 or "
+                         "2026-11-21T14:00", ExitCode.BAD_INPUT) from None
+    if parsed.tzinfo is not None:
+        parsed = parsed.astimezone(dt.timezone.utc).replace(tzinfo=None)
+    return parsed.isoformat(timespec="milliseconds") + "Z"
+
+
+def _source(run: StoredRun) -> str:
+    source = run.manifest.get("source") or {}
+    return "imported" if source.get("kind") == "import" else "pglab"
 
 
 @cli.command(name="ls")
 @click.argument("root", type=click.Path(path_type=Path), default=Path("results"))
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def list_runs(root: Path, as_json: bool) -> int:
-    """List the runs below ROOT (default ./results)."""
+@click.option("--scenario", "scenario_glob", default=None, metavar="NAME",
+              help="Only runs of this scenario (shell-style wildcards allowed).")
+@click.option("--status", "statuses", multiple=True,
+              type=click.Choice(["running", "completed", "failed", "interrupted"]),
+              help="Only runs with this status (repeatable).")
+@click.option("--since", default=None, help="Only runs started at or after this UTC date/time.")
+@click.option("--until", default=None, help="Only runs started before this UTC date/time.")
+def list_runs(root: Path, as_json: bool, scenario_glob: str | None, statuses: tuple[str, ...],
+              since: str | None, until: str | None) -> int:
+    """List the runs below ROOT (default ./results), with filters."""
+    import fnmatch
+
     if not root.exists():
         raise PglabError(f"{root}: no such directory", ExitCode.BAD_INPUT)
+    since_iso, until_iso = _since(since, "--since"), _since(until, "--until")
     runs = []
     for path in find_runs(root):
         try:
-            runs.append(load_run(path))
+            run = load_run(path)
         except PglabError as exc:
             err.print(f"[yellow]skipped[/yellow] {exc}")
+            continue
+        started = str(run.manifest.get("started_at") or "")
+        if scenario_glob and not fnmatch.fnmatchcase(
+                str(run.manifest.get("scenario_name")), scenario_glob):
+            continue
+        if (statuses and run.status not in statuses) \
+                or (since_iso and started < since_iso) or (until_iso and started >= until_iso):
+            continue
+        runs.append(run)
     if as_json:
         click.echo(json.dumps([_summary_json(r) for r in runs], indent=2))
         return ExitCode.OK
     table = Table(header_style="bold", box=None)
-    for column in ("run", "scenario", "status", "clients", "TPS", "p99 ms", "started"):
+    for column in ("run", "scenario", "status", "source", "clients", "TPS", "p99 ms",
+                   "started"):
         table.add_column(column, justify="right" if column in ("clients", "TPS", "p99 ms")
                          else "left")
     for run in runs:
@@ -176,7 +223,7 @@ def list_runs(root: Path, as_json: bool) -> int:
         measured = info["measured"] or {}
         table.add_row(
             str(run.path.relative_to(root) if run.path != root else run.path.name),
-            str(info["scenario"]), run.status,
+            str(info["scenario"]), run.status, _source(run),
             str(info["clients"] if not isinstance(info["clients"], list)
                 else ",".join(map(str, info["clients"]))),
             f"{measured['tps']:,.1f}" if measured.get("tps") is not None else "-",
@@ -185,7 +232,8 @@ def list_runs(root: Path, as_json: bool) -> int:
         )
     out.print(table)
     if not runs:
-        err.print(f"no runs under {root}")
+        err.print(f"no runs under {root}" + (" matching the filters" if scenario_glob
+                                               or statuses or since or until else ""))
     return ExitCode.OK
 
 
@@ -377,3 +425,41 @@ def compare(base: str, contenders: tuple[str, ...], fail_if: tuple[str, ...], fm
     for failure in result.failed_conditions:
         click.echo(f"pglab: --fail-if {failure}", err=True)
     return ExitCode.RUN_FAILED if result.failed_conditions else ExitCode.OK
+
+
+# --- import -----------------------------------------------------------------------------
+
+
+@cli.command(name="import")
+@click.argument("summary", type=click.Path(path_type=Path))
+@click.argument("logs", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--name", default="imported", show_default=True,
+              help="Scenario name: the run goes to RESULTS/NAME/<run-id>/.")
+@results_option
+@click.option("--warmup", default="0s", show_default=True,
+              help="Seconds at the start of the logs to leave out of the statistics.")
+@click.option("--sampling-rate", type=click.FloatRange(0, 1, min_open=True), default=1.0,
+              show_default=True, help="pgbench's --sampling-rate, if the -l logs used one.")
+@click.option("--this-host", is_flag=True,
+              help="The pgbench run was made on this machine: record its host facts.")
+def import_(summary: Path, logs: tuple[Path, ...], name: str, results: Path, warmup: str,
+            sampling_rate: float, this_host: bool) -> int:
+    """Turn a pgbench run made without pglab into a results folder.
+
+    SUMMARY is pgbench's stdout; LOGS are its -l per-transaction logs or its
+    --aggregate-interval logs (one file per pgbench thread), optional.
+    """
+    from pglab.errors import BadInput
+    from pglab.importer import import_run
+    from pglab.units import parse_duration
+
+    for path in (summary, *logs):
+        if not path.is_file():
+            raise BadInput(f"{path}: no such file")
+    try:
+        warmup_s = int(parse_duration(warmup))
+    except ValueError as exc:
+        raise BadInput(f"--warmup {warmup!r}: {exc}") from None
+    run = import_run(summary, list(logs), results, name, warmup_s, sampling_rate, this_host)
+    print_summary(out, run)
+    return ExitCode.OK

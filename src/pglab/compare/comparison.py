@@ -140,11 +140,11 @@ def _noise_warnings(side: str, group: Group, results: list[MetricResult]) -> lis
         warnings.append(f"noisy: the {side} repeats ({group.spec}) spread {100 * spread:.1f}% "
                         f"(CV of TPS) > {100 * NOISY_REPEATS_CV:g}%; run more repeats or "
                         "quieten the machine")
-    for run in group.runs:
-        seconds = run.measured.get("seconds")
-        if isinstance(seconds, int) and seconds < 10:
-            warnings.append(f"{run.label}: only {seconds} measured seconds; intervals "
-                            "from so few seconds are wide")
+    short = [run.label for run in group.runs
+             if isinstance(run.measured.get("seconds"), int) and run.measured["seconds"] < 10]
+    if short:
+        warnings.append(f"under 10 measured seconds, so wide intervals: {', '.join(short[:4])}"
+                        + (f" and {len(short) - 4} more" if len(short) > 4 else ""))
     return warnings
 
 
@@ -158,7 +158,10 @@ def compare(base: Group, contenders: list[Group], noise: float = DEFAULT_NOISE,
         warnings = list(env.warnings)
         warnings += _noise_warnings("base", base, rows)
         warnings += _noise_warnings("contender", contender, rows)
-        warnings += [f"left out: {s}" for s in base.skipped + contender.skipped]
+        skipped = base.skipped + contender.skipped
+        warnings += [f"left out: {s}" for s in skipped[:4]]
+        if len(skipped) > 4:
+            warnings.append(f"left out: {len(skipped) - 4} more runs that did not complete")
         results.append(ContenderResult(contender, rows, env, warnings))
     return Comparison(base, results, noise, confidence)
 

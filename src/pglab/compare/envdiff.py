@@ -53,8 +53,10 @@ def facts(run: RunData) -> dict[str, dict[str, str]]:
         "envelope": {},
         "scenario": {},
     }
-    out["host"]["data_dir_fs"] = f"{data_dir.get('fstype') or UNKNOWN} on " \
-                                 f"{data_dir.get('device') or UNKNOWN}"
+    if data_dir.get("fstype") or data_dir.get("device"):
+        out["host"]["data_dir_fs"] = f"{data_dir.get('fstype')} on {data_dir.get('device')}"
+    else:
+        out["host"]["data_dir_fs"] = UNKNOWN
     for name, info in (primary.get("settings") or {}).items():
         if name in _VOLATILE_SETTINGS:
             continue
@@ -89,6 +91,12 @@ def diff_facts(base: dict[str, dict[str, str]], other: dict[str, dict[str, str]]
     result = EnvDiff()
     for category, base_values in base.items():
         other_values = other.get(category, {})
+        if bool(base_values) != bool(other_values) and category in ("settings", "envelope"):
+            # One side recorded nothing (an imported run): one row, not one per value.
+            a, b = (f"{len(v)} recorded" if v else "not recorded"
+                    for v in (base_values, other_values))
+            result.rows.append((category, "*", a, b))
+            continue
         changed: list[str] = []
         unknown: list[str] = []
         for key in sorted(set(base_values) | set(other_values)):
@@ -116,12 +124,18 @@ def compare_environments(base: list[RunData], contender: list[RunData],
     result = diff_facts(base_facts, facts(contender[0]), contender_label)
     for side, runs in (("base", base), ("contender", contender)):
         first = facts(runs[0])
+        differing = 0
         for run in runs[1:]:
             inner = diff_facts(first, facts(run), run.label)
             keys = sorted({f"{cat}.{key}" for cat, key, _, _ in inner.rows
                            if cat != "scenario" or not key.startswith("variant")})
             if keys:
+                differing += 1
+            if keys and differing <= 3:
                 result.warnings.append(
                     f"{side} repeat {run.label} differs from {runs[0].label} in "
                     f"{', '.join(keys[:6])}{' ...' if len(keys) > 6 else ''}")
+        if differing > 3:
+            result.warnings.append(f"{side}: {differing - 3} more repeats differ from "
+                                   f"{runs[0].label}")
     return result
