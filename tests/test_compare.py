@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import SAMPLES, run_cli, write_scenario
+from conftest import SAMPLES, run_cli, write_scenario
 
 PG15_BIN = Path("/usr/lib/postgresql/15/bin")
 NOISE = "50"  # run-to-run variation assumed for single runs on this shared VM (see above)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import itertools
 import re
 import shutil
 from pathlib import Path
@@ -155,7 +156,7 @@ def aggregate_window(logs: pl.DataFrame, series: pl.DataFrame,
                                                                       or 0),
         "lat_avg_ms": float(window["lat_sum"].sum()) / n / 1000.0 if n else None,
         "lat_p50_ms": None, "lat_p95_ms": None, "lat_p99_ms": None,
-        "lat_max_ms": float(window["lat_max"].max() or 0) / 1000.0 if n else None,
+        "lat_max_ms": int(window["lat_max"].cast(pl.Int64).max() or 0) / 1000.0 if n else None,
         "lag_avg_ms": float(window["lag_sum"].sum()) / n / 1000.0 if n else None,
     }
 
@@ -206,13 +207,13 @@ def import_run(summary_path: Path, logs: list[Path], results_root: Path, name: s
             raise BadInput(f"{logs[0]}: no pgbench per-transaction log lines in the -l logs")
         series = per_second_series(tx, warmup_s, sampling_rate)
         measured = dataclasses.asdict(measured_window_stats(tx, series, sampling_rate))
-        start_us = int(tx["end_us"].min() or 0)
+        start_us = int(tx["end_us"].cast(pl.Int64).min() or 0)
     elif kind == "aggregate":
         frame = pl.concat([read_aggregate_log(p, job) for job, p in enumerate(logs)])
         if frame.height == 0:
             raise BadInput(f"{logs[0]}: empty --aggregate-interval log")
         starts = sorted(set(frame["start"].to_list()))
-        interval = min((b - a for a, b in zip(starts, starts[1:], strict=False)), default=1)
+        interval = min((b - a for a, b in itertools.pairwise(starts)), default=1)
         series = aggregate_series(frame, interval, warmup_s)
         measured = aggregate_window(frame, series, interval)
         start_us = int(starts[0]) * US

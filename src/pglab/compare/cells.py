@@ -29,7 +29,7 @@ def row(result: MetricResult, short_na: bool = False) -> tuple[str, str, str, st
         is not None else number(result.delta, unit))
     ci = result.ci_pct
     interval = "" if ci is None else f"[{ci[0]:+.1f}%, {ci[1]:+.1f}%]"
-    verdict = result.verdict
+    verdict: str = result.verdict
     if verdict == "n/a" and short_na:
         verdict = "n/a *"
     elif verdict == "n/a":

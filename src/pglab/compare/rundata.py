@@ -16,6 +16,7 @@ import polars as pl
 
 from pglab.store import StoredRun
 
+
 class RunData:
     """One run folder, as the comparison metrics see it."""
 

@@ -80,7 +80,7 @@ def block_length(xs: Sequence[float]) -> int:
     n = len(xs)
     if n < 4:
         return 1
-    floor_len = max(1, round(n ** (1 / 3)))
+    floor_len: int = max(1, round(float(n) ** (1 / 3)))
     band = 2.0 / math.sqrt(n)
     lag = 1
     while lag < n // 2 and abs(autocorrelation(xs, lag)) > band:
