@@ -24,6 +24,8 @@ from typing import Any
 import pytest
 
 from conftest import SAMPLES, run_cli, write_scenario
+from pglab.compare.comparison import as_dict, compare
+from pglab.compare.groups import load_group
 
 PG15_BIN = Path("/usr/lib/postgresql/15/bin")
 NOISE = "50"  # run-to-run variation assumed for single runs on this shared VM (see above)
@@ -58,10 +60,13 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
     yield found
 
 
-def compare_json(*args: str) -> tuple[int, dict[str, Any], str]:
-    result = run_cli("compare", *args, "--format", "json", "--noise", NOISE)
-    data = json.loads(result.stdout) if result.stdout.strip() else {}
-    return result.returncode, data, result.stderr
+def compare_json(base: str, *contenders: str) -> dict[str, Any]:
+    """In-process, what `pglab compare --format json --noise NOISE` prints (the CLI itself
+    is exercised by the tests of outputs, --fail-if and bad input)."""
+    result = compare(load_group(base), [load_group(c) for c in contenders],
+                     float(NOISE) / 100.0)
+    data: dict[str, Any] = json.loads(json.dumps(as_dict(result)))
+    return data
 
 
 def verdicts(data: dict[str, Any], contender: int = 0) -> dict[str, str]:
@@ -73,8 +78,7 @@ def metric(data: dict[str, Any], name: str, contender: int = 0) -> dict[str, Any
 
 
 def test_identical_runs_show_no_significant_difference(runs: dict[str, Path]) -> None:
-    code, data, _ = compare_json(str(runs["on1"]), str(runs["on2"]))
-    assert code == 0
+    data = compare_json(str(runs["on1"]), str(runs["on2"]))
     found = verdicts(data)
     print({k: (metric(data, k)["delta_pct"], metric(data, k)["ci_pct"]) for k in found})
     # Every metric that can be tested says so; none is called better or worse.
@@ -87,8 +91,7 @@ def test_identical_runs_show_no_significant_difference(runs: dict[str, Path]) ->
 
 
 def test_a_clearly_better_setting_is_significant(runs: dict[str, Path]) -> None:
-    code, data, _ = compare_json(str(runs["on1"]), str(runs["off"]))
-    assert code == 0
+    data = compare_json(str(runs["on1"]), str(runs["off"]))
     tps = metric(data, "tps")
     print("sync off vs on", tps)
     assert tps["verdict"] == "better"
@@ -114,16 +117,16 @@ def test_fail_if_gates_on_significant_changes(runs: dict[str, Path]) -> None:
 
 def test_repeats_by_comma_list_and_glob(runs: dict[str, Path]) -> None:
     base = f"{runs['on1']},{runs['on2']}"
-    code, data, _ = compare_json(base, str(runs["off"]))
-    assert code == 0 and len(data["base"]) == 2
+    data = compare_json(base, str(runs["off"]))
+    assert len(data["base"]) == 2
     tps = metric(data, "tps")
     assert tps["verdict"] == "better" and "over repeats" in tps["note"]
     assert tps["base_cv"] is not None
     # A quoted glob naming both "on" runs, against the two of them by folder: repeats
     # on both sides, so the interval resamples runs and nothing is assumed.
     pattern = str(runs["on1"].parent.parent.parent / "on*" / "w" / "*")
-    code, data, _ = compare_json(pattern, base)
-    assert code == 0 and len(data["base"]) == 2 and len(data["contenders"][0]["runs"]) == 2
+    data = compare_json(pattern, base)
+    assert len(data["base"]) == 2 and len(data["contenders"][0]["runs"]) == 2
     assert "widened" not in metric(data, "tps")["note"]
 
 
@@ -148,8 +151,7 @@ def test_markdown_and_html_outputs(runs: dict[str, Path], tmp_path: Path) -> Non
 def test_another_postgresql_version_is_not_comparable(runs: dict[str, Path]) -> None:
     if "pg15" not in runs:
         pytest.skip(f"no PostgreSQL 15 at {PG15_BIN}")
-    code, data, _ = compare_json(str(runs["on1"]), str(runs["pg15"]))
-    assert code == 0
+    data = compare_json(str(runs["on1"]), str(runs["pg15"]))
     contender = data["contenders"][0]
     assert contender["comparable"] is False
     assert any(w.startswith("NOT COMPARABLE") and "version" in w and "postgresql" in w
@@ -165,8 +167,7 @@ def test_another_host_is_not_comparable(runs: dict[str, Path], tmp_path: Path) -
     manifest["host"]["hostname"] = "db-bench-7"
     manifest["host"]["cpu_cores"] = 64
     (copy / "manifest.json").write_text(json.dumps(manifest))
-    code, data, _ = compare_json(str(runs["on1"]), str(copy))
-    assert code == 0
+    data = compare_json(str(runs["on1"]), str(copy))
     warnings = data["contenders"][0]["warnings"]
     assert any(w.startswith("NOT COMPARABLE") and "host" in w and "hostname" in w
                and "cpu_cores" in w for w in warnings), warnings
@@ -179,8 +180,7 @@ def test_imported_run_compares_with_native(runs: dict[str, Path], tmp_path: Path
                        "--results", str(tmp_path), "--name", "old", "--this-host")
     assert imported.returncode == 0, imported.stderr
     (folder,) = (tmp_path / "old").iterdir()
-    code, data, err = compare_json(str(folder), str(runs["on1"]))
-    assert code == 0, err
+    data = compare_json(str(folder), str(runs["on1"]))
     assert metric(data, "tps")["base"] is not None and metric(data, "p99")["base"] is not None
     env = {(e["category"], e["key"]): (e["base"], e["contender"])
            for e in data["contenders"][0]["environment"]}

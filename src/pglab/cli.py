@@ -6,7 +6,6 @@ lacks, 130 interrupted by SIGINT, 143 by SIGTERM.
 
 from __future__ import annotations
 
-import io
 import json
 import signal
 import sys
@@ -156,22 +155,6 @@ def show(run_dir: Path, as_json: bool) -> int:
     return ExitCode.OK
 
 
-def _since(value: str | None, option: str) -> str | None:
-    """A date or time as an ISO prefix comparable with manifests' started_at (UTC)."""
-    if value is None:
-        return None
-    import datetime as dt
-
-    try:
-        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise PglabError(f"{option} {value!r}: expected a date or time like 2026-11-21 or "
-                         "2026-11-21T14:00", ExitCode.BAD_INPUT) from None
-    if parsed.tzinfo is not None:
-        parsed = parsed.astimezone(dt.timezone.utc).replace(tzinfo=None)
-    return parsed.isoformat(timespec="milliseconds") + "Z"
-
-
 def _source(run: StoredRun) -> str:
     source = run.manifest.get("source") or {}
     return "imported" if source.get("kind") == "import" else "pglab"
@@ -190,11 +173,11 @@ def _source(run: StoredRun) -> str:
 def list_runs(root: Path, as_json: bool, scenario_glob: str | None, statuses: tuple[str, ...],
               since: str | None, until: str | None) -> int:
     """List the runs below ROOT (default ./results), with filters."""
-    import fnmatch
+    from pglab.store import RunFilter
 
     if not root.exists():
         raise PglabError(f"{root}: no such directory", ExitCode.BAD_INPUT)
-    since_iso, until_iso = _since(since, "--since"), _since(until, "--until")
+    keep = RunFilter.parse(scenario_glob, statuses, since, until)
     runs = []
     for path in find_runs(root):
         try:
@@ -202,14 +185,8 @@ def list_runs(root: Path, as_json: bool, scenario_glob: str | None, statuses: tu
         except PglabError as exc:
             err.print(f"[yellow]skipped[/yellow] {exc}")
             continue
-        started = str(run.manifest.get("started_at") or "")
-        if scenario_glob and not fnmatch.fnmatchcase(
-                str(run.manifest.get("scenario_name")), scenario_glob):
-            continue
-        if (statuses and run.status not in statuses) \
-                or (since_iso and started < since_iso) or (until_iso and started >= until_iso):
-            continue
-        runs.append(run)
+        if keep.matches(run):
+            runs.append(run)
     if as_json:
         click.echo(json.dumps([_summary_json(r) for r in runs], indent=2))
         return ExitCode.OK
@@ -232,8 +209,7 @@ def list_runs(root: Path, as_json: bool, scenario_glob: str | None, statuses: tu
         )
     out.print(table)
     if not runs:
-        err.print(f"no runs under {root}" + (" matching the filters" if scenario_glob
-                                               or statuses or since or until else ""))
+        err.print(f"no runs under {root}" + (" matching the filters" if keep.active else ""))
     return ExitCode.OK
 
 
@@ -385,7 +361,8 @@ def compare(base: str, contenders: tuple[str, ...], fail_if: tuple[str, ...], fm
     comma-separated list of those.
     """
     from pglab.compare import comparison as cmp
-    from pglab.compare import render_html, render_markdown, render_terminal
+    from pglab.compare import render_terminal
+    from pglab.compare.cells import render_text
     from pglab.compare.groups import load_group
     from pglab.compare.metrics import BY_NAME
     from pglab.errors import BadInput
@@ -406,22 +383,11 @@ def compare(base: str, contenders: tuple[str, ...], fail_if: tuple[str, ...], fm
     result.failed_conditions = cmp.failed_conditions(result, conditions)
     if fmt == "terminal" and output is None:
         render_terminal.render(out, result)
+    elif output is None:
+        click.echo(render_text(result, fmt), nl=False)
     else:
-        if fmt == "json":
-            text = json.dumps(cmp.as_dict(result), indent=2) + "\n"
-        elif fmt == "html":
-            text = render_html.render(result)
-        elif fmt == "markdown":
-            text = render_markdown.render(result)
-        else:
-            buffer = Console(record=True, width=120, no_color=True, file=io.StringIO())
-            render_terminal.render(buffer, result)
-            text = buffer.export_text()
-        if output is None:
-            click.echo(text, nl=False)
-        else:
-            write_text(output, text)
-            err.print(f"wrote {output}")
+        write_text(output, render_text(result, fmt))
+        err.print(f"wrote {output}")
     for failure in result.failed_conditions:
         click.echo(f"pglab: --fail-if {failure}", err=True)
     return ExitCode.RUN_FAILED if result.failed_conditions else ExitCode.OK
