@@ -189,6 +189,37 @@ def test_imported_run_compares_with_native(runs: dict[str, Path], tmp_path: Path
     assert not any(w.startswith("NOT COMPARABLE") for w in data["contenders"][0]["warnings"])
 
 
+def test_mislabelled_repeats_warn(runs: dict[str, Path]) -> None:
+    # "Repeats" that are not: synchronous_commit on and off on the same side.
+    data = compare_json(f"{runs['on1']},{runs['off']}", str(runs["on2"]))
+    warnings = data["contenders"][0]["warnings"]
+    assert any(w.startswith("noisy: the base repeats") for w in warnings), warnings
+    assert any("base repeat" in w and "settings.synchronous_commit" in w for w in warnings)
+
+
+def test_stall_seconds_come_from_analysis_json(runs: dict[str, Path], tmp_path: Path) -> None:
+    copies = []
+    for index, (name, stalls) in enumerate([("on1", 4), ("on2", 6), ("off", 0), ("on1", 1)]):
+        copy = tmp_path / f"r{index}" / runs[name].name
+        shutil.copytree(runs[name], copy)
+        # The analysis.json contract (DESIGN.md); `pglab analyze` writes it.
+        (copy / "analysis.json").write_text(json.dumps(
+            {"format": 1, "summary": {"tps_median": 1.0, "tps_cv": 0.1, "degraded_pct": 0.0,
+                                      "stall_seconds": stalls}, "stalls": [],
+             "recommendations": []}))
+        copies.append(str(copy))
+    single = metric(compare_json(copies[0], copies[2]), "stall_seconds")
+    assert (single["base"], single["contender"], single["verdict"]) == (4.0, 0.0, "n/a")
+    assert "repeats" in single["note"]
+    repeated = metric(compare_json(f"{copies[0]},{copies[1]}", f"{copies[2]},{copies[3]}"),
+                      "stall_seconds")
+    assert (repeated["base"], repeated["contender"]) == (5.0, 0.5)
+    assert repeated["verdict"] == "better"  # every resample of runs: base above contender
+    assert repeated["note"] == "one value per run, bootstrap over repeats"
+    assert metric(compare_json(copies[0], str(runs["on2"])), "stall_seconds")["note"] == (
+        "no analysis.json (run `pglab analyze`)")
+
+
 @pytest.mark.parametrize(("args", "expected"), [
     (["{on1}"], "expected at least one CONTENDER"),
     (["{on1}", "{on2}", "--fail-if", "tpz<-5%"], "unknown metric 'tpz'"),

@@ -4,6 +4,8 @@ short sample runs give enough points) and on exact small cases."""
 
 from __future__ import annotations
 
+import math
+
 import polars as pl
 import pytest
 
@@ -40,7 +42,7 @@ def test_a_run_against_itself_includes_zero(version: str) -> None:
     values = throughput(version)
     assert len(values) >= 10
     interval = stats.bootstrap_difference([values], [values], stats.mean)
-    assert interval.diff == 0 and interval.includes_zero
+    assert interval.estimate == 0 and interval.includes_zero and interval.mode == "ratio"
     # The same statistic and interval whatever the order of the calls: deterministic.
     again = stats.bootstrap_difference([values], [values], stats.mean)
     assert (again.low, again.high) == (interval.low, interval.high)
@@ -52,10 +54,24 @@ def test_a_doubled_throughput_is_significant(version: str) -> None:
     doubled = [2 * v for v in values]
     interval = stats.bootstrap_difference([values], [doubled], stats.mean)
     assert not interval.includes_zero and interval.low > 0
-    assert interval.relative(interval.diff) == pytest.approx(1.0)
-    # The assumed run-to-run noise widens the interval on both ends.
-    wide = interval.widened(0.5 * interval.base)
-    assert wide.low == interval.low - 0.5 * interval.base
+    assert interval.relative(interval.estimate) == pytest.approx(1.0)
+    # Ratio mode: halving is as far from zero as doubling, whichever side is the base.
+    halved = stats.bootstrap_difference([doubled], [values], stats.mean)
+    assert halved.estimate == pytest.approx(-interval.estimate)
+    assert halved.relative(halved.estimate) == pytest.approx(-0.5)
+    # The assumed run-to-run noise widens the interval on both ends, by log(1 + noise).
+    wide = interval.widened(0.5)
+    assert wide.low == pytest.approx(interval.low - math.log(1.5))
+    assert wide.high == pytest.approx(interval.high + math.log(1.5))
+
+
+def test_zeros_use_differences() -> None:
+    none_failed, some_failed = [0.0] * 20, [0.0] * 10 + [2.0] * 10
+    interval = stats.bootstrap_difference([none_failed], [some_failed], stats.mean)
+    assert interval.mode == "difference" and interval.estimate == 1.0
+    assert interval.relative(interval.estimate) is None  # no % of a zero base
+    same = stats.bootstrap_difference([none_failed], [none_failed], stats.mean)
+    assert (same.low, same.high) == (0.0, 0.0) and same.includes_zero
 
 
 def test_repeats_that_disagree_make_the_interval_wide() -> None:

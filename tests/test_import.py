@@ -68,6 +68,19 @@ def test_per_transaction_logs_round_trip(tmp_path: Path, version: str) -> None:
     assert measured["transactions"] == window["tps"].sum()
 
 
+def test_warmup_is_left_out(tmp_path: Path) -> None:
+    sample = PGBENCH / "15"
+    logs = [sample / "txlog_stall.0", sample / "txlog_stall.1"]
+    run = import_run(sample / "txlog_stall.summary.txt", logs, tmp_path, "w", warmup_s=2)
+    series = pl.read_parquet(run.path / "client.parquet").filter(pl.col("job").is_null())
+    flags = series["warmup"].to_list()
+    assert flags[:2] == [True, True] and not any(flags[3:])
+    measured = run.manifest["results"]["measured"]
+    window = series.filter(~pl.col("warmup") & ~pl.col("partial"))
+    assert measured["seconds"] == window.height and measured["transactions"] == window[
+        "tps"].sum()
+
+
 @pytest.mark.parametrize("version", VERSIONS)
 @pytest.mark.parametrize("name", ["agg_plain", "agg_rate", "agg_retries"])
 def test_aggregate_logs_round_trip(tmp_path: Path, version: str, name: str) -> None:

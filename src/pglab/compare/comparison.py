@@ -8,9 +8,9 @@ Verdicts:
 
 Run-to-run noise. Per-second samples of one run only show how a run varies from second
 to second, not how much two runs of the same configuration differ on this machine (on a
-shared 2-core VM we measured 10-17% between identical runs, in TPS and in CPU per
+shared 2-core VM we measured up to 41% between identical runs, in TPS and in CPU per
 transaction). So when a side has a single run, the interval is widened on both ends by
-an assumed run-to-run noise, `noise` times the base value (default 10%, `--noise`).
+an assumed run-to-run noise (default 10%, `--noise`; see stats.Interval.widened).
 When both sides have repeats, the bootstrap resamples runs and measures that variation
 itself, and nothing is assumed.
 """
@@ -120,13 +120,13 @@ def compare_metric(metric: Metric, base: Group, contender: Group, noise: float,
                             base_cv, cont_cv)
     interval = stats.bootstrap_difference(base_runs, cont_runs, metric.stat(), confidence)
     if len(base_runs) < 2 or len(cont_runs) < 2:
-        interval = interval.widened(noise * abs(interval.base))
+        interval = interval.widened(noise)
         how += f"; widened by the assumed run-to-run noise (+-{100 * noise:g}%)"
     verdict: Verdict
     if interval.includes_zero:
         verdict = "no significant difference"
     else:
-        up = interval.diff > 0
+        up = interval.estimate > 0
         verdict = "better" if up == (metric.better == "higher") else "worse"
     return MetricResult(metric, base_value, cont_value, interval, verdict, how,
                         base_cv, cont_cv)

@@ -10,8 +10,10 @@ When a side has several runs (repeats), each bootstrap replicate first draws run
 replacement, then blocks within each drawn run: the interval then includes the
 run-to-run variation, which per-second samples of a single run cannot show.
 
-The interval is a percentile interval of the difference of the statistic (contender minus
-base); "no significant difference" when it includes zero. Pure Python (no numpy: polars
+The interval is a percentile interval of the change of the statistic: of log(contender /
+base) when the statistic is positive (TPS, latencies: a factor of 2 up or down counts the
+same whichever run is the base), else of contender - base; "no significant difference"
+when it includes zero. Pure Python (no numpy: polars
 does not bring it) and deterministic: a fixed seed, so the same folders always give the
 same verdict.
 """
@@ -23,6 +25,7 @@ import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 Statistic = Callable[[Sequence[float]], float]
 DEFAULT_RESAMPLES = 2000
@@ -111,11 +114,17 @@ def _replicate(runs: Sequence[Sequence[float]], blocks: Sequence[int],
 
 @dataclass(frozen=True)
 class Interval:
-    """The contender-minus-base difference of a statistic, with its bootstrap interval."""
+    """The change of a statistic from base to contender, with its bootstrap interval.
+
+    Ratio mode (every replicate's statistic is positive on both sides): `low`/`high` bound
+    log(contender / base), so a gain and a loss of the same factor are equally far from
+    zero whichever side is the base. Difference mode (a statistic can be 0, as failures
+    often are): they bound contender - base.
+    """
 
     base: float  # the statistic over the pooled base samples
     contender: float
-    diff: float
+    mode: Literal["ratio", "difference"]
     low: float
     high: float
     confidence: float
@@ -123,15 +132,26 @@ class Interval:
     blocks: tuple[int, ...]  # block lengths used (base runs, then contender runs)
 
     @property
+    def estimate(self) -> float:
+        if self.mode == "ratio":
+            return math.log(self.contender / self.base)
+        return self.contender - self.base
+
+    @property
     def includes_zero(self) -> bool:
         return self.low <= 0.0 <= self.high
 
-    def widened(self, margin: float) -> Interval:
-        """The interval with `margin` added on both ends (an assumed extra uncertainty)."""
+    def widened(self, noise: float) -> Interval:
+        """Both ends pushed out by a relative run-to-run noise (0.1 = 10%): by log(1 +
+        noise) in ratio mode, by noise times the larger statistic in difference mode."""
+        margin = (math.log1p(noise) if self.mode == "ratio"
+                  else noise * max(abs(self.base), abs(self.contender)))
         return dataclasses.replace(self, low=self.low - margin, high=self.high + margin)
 
     def relative(self, value: float) -> float | None:
-        """`value` (diff, low or high) as a fraction of the base statistic."""
+        """A bound (or the estimate) as a relative change: 0.25 = +25%."""
+        if self.mode == "ratio":
+            return math.expm1(value)
         return value / abs(self.base) if self.base else None
 
 
@@ -141,7 +161,7 @@ def bootstrap_difference(base_runs: Sequence[Sequence[float]],
                          confidence: float = 0.95,
                          resamples: int = DEFAULT_RESAMPLES,
                          seed: int = DEFAULT_SEED) -> Interval:
-    """Bootstrap interval of statistic(contender) - statistic(base).
+    """Bootstrap interval of the change statistic(base) -> statistic(contender).
 
     Each side is a list of runs, each run a list of per-second samples in time order
     (a run may be a single value, e.g. a count per run, when there are repeats).
@@ -155,13 +175,14 @@ def bootstrap_difference(base_runs: Sequence[Sequence[float]],
     cont_blocks = [block_length(r) for r in contender_runs]
     base_stat = statistic([x for r in base_runs for x in r])
     cont_stat = statistic([x for r in contender_runs for x in r])
-    diffs = sorted(
-        statistic(_replicate(contender_runs, cont_blocks, rng))
-        - statistic(_replicate(base_runs, base_blocks, rng))
-        for _ in range(resamples)
-    )
+    pairs = [(statistic(_replicate(base_runs, base_blocks, rng)),
+              statistic(_replicate(contender_runs, cont_blocks, rng)))
+             for _ in range(resamples)]
+    positive = base_stat > 0 and cont_stat > 0 and all(b > 0 and c > 0 for b, c in pairs)
+    mode: Literal["ratio", "difference"] = "ratio" if positive else "difference"
+    changes = sorted(math.log(c / b) if positive else c - b for b, c in pairs)
     alpha = (1.0 - confidence) / 2.0
-    return Interval(base=base_stat, contender=cont_stat, diff=cont_stat - base_stat,
-                    low=quantile(diffs, alpha), high=quantile(diffs, 1.0 - alpha),
+    return Interval(base=base_stat, contender=cont_stat, mode=mode,
+                    low=quantile(changes, alpha), high=quantile(changes, 1.0 - alpha),
                     confidence=confidence, resamples=resamples,
                     blocks=tuple(base_blocks + cont_blocks))
