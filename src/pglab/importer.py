@@ -9,7 +9,8 @@ The folder gets the same files a pglab run has, as far as the input allows:
   records this machine's facts when the pgbench run was made here).
 - client.parquet (the schema of native runs) from the logs: with `-l` logs every column;
   with aggregate logs tps, latency avg/max, lag, skipped, retries, and failures (pgbench
-  15-18 count them in aggregate logs only with --failures-detailed), percentiles null.
+  15-18 count them in aggregate logs only with --failures-detailed: without it, failures
+  the summary reports are unknown per second, null), percentiles null.
 - raw/: copies of the input files.
 Without logs only the summary's figures exist (no per-second samples).
 
@@ -216,6 +217,11 @@ def import_run(summary_path: Path, logs: list[Path], results_root: Path, name: s
         interval = min((b - a for a, b in itertools.pairwise(starts)), default=1)
         series = aggregate_series(frame, interval, warmup_s)
         measured = aggregate_window(frame, series, interval)
+        logged = int((frame["serialization_failures"] + frame["deadlock_failures"]).sum())
+        if (summary.failed or 0) > 0 and logged == 0:
+            # Without --failures-detailed pgbench logs no failure count: unknown, not 0.
+            measured["failures"] = None
+            series = series.with_columns(pl.lit(None, dtype=pl.Int64()).alias("failures"))
         start_us = int(starts[0]) * US
     else:
         measured = _summary_measured(summary)

@@ -108,7 +108,8 @@ collect_txlogs() {  # name
 
 # --aggregate-interval logs (one line per interval and thread) with the run's summary, for
 # `pglab import`: plain with -r, rate-limited with skips and lag, retries with failures.
-aggregate_samples() {
+aggregate_samples() {  # major
+    local major=$1
     log "aggregate-interval logs"
     : >"$OUT/agg_counts.txt"
     pgb -c 2 -j 2 -T 3 -r -l --aggregate-interval=1 --log-prefix="$TMPLOG/txlog" \
@@ -123,6 +124,11 @@ aggregate_samples() {
         --failures-detailed -l --aggregate-interval=1 --log-prefix="$TMPLOG/txlog" \
         >"$OUT/agg_retries.summary.txt"
     OUT_COUNTS=$OUT/agg_counts.txt collect_txlogs agg_retries
+    # deadlocks without --failures-detailed: the summary counts them, the log does not
+    cp "$HERE/script.sql" "$WORK/$major/"
+    (cd "$WORK/$major" && pgb -c 4 -j 2 -T 3 -f script.sql -l --aggregate-interval=1 \
+        --log-prefix="$TMPLOG/txlog") >"$OUT/agg_failed.summary.txt"
+    OUT_COUNTS=$OUT/agg_counts.txt collect_txlogs agg_failed
 }
 
 samples() {  # major port
@@ -132,7 +138,7 @@ samples() {  # major port
         mkdir -p "$OUT"
         start_server "$major" "$port"
         pgb -i -s 2 >/dev/null 2>&1
-        aggregate_samples
+        aggregate_samples "$major"
         stop_server
         return
     fi
@@ -200,7 +206,7 @@ samples() {  # major port
         >"$OUT/txlog_sampled.summary.txt"
     collect_txlogs txlog_sampled
 
-    aggregate_samples
+    aggregate_samples "$major"
     stop_server
 }
 
