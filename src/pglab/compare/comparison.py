@@ -8,8 +8,8 @@ Verdicts:
 
 Run-to-run noise. Per-second samples of one run only show how a run varies from second
 to second, not how much two runs of the same configuration differ on this machine (on a
-shared 2-core VM we measured up to 41% between identical runs, in TPS and in CPU per
-transaction). So when a side has a single run, the interval is widened on both ends by
+shared 2-core VM with other loads we measured identical runs up to 41% apart in TPS and
+2x in p99 latency). So when a side has a single run, the interval is widened on both ends by
 an assumed run-to-run noise (default 10%, `--noise`; see stats.Interval.widened).
 When both sides have repeats, the bootstrap resamples runs and measures that variation
 itself, and nothing is assumed.
