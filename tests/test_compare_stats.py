@@ -9,8 +9,9 @@ import math
 import polars as pl
 import pytest
 
-from conftest import SAMPLES
+from conftest import ROOT, SAMPLES
 from pglab.compare import stats
+from pglab.compare.metrics import METRICS
 from pglab.workload.txlog import TxLogSpec, read_txlogs
 
 SPEC = TxLogSpec(has_lag=False, has_retries=False, sampling_rate=1.0)
@@ -87,3 +88,9 @@ def test_repeats_that_disagree_make_the_interval_wide() -> None:
 def test_needs_samples_on_both_sides() -> None:
     with pytest.raises(ValueError):
         stats.bootstrap_difference([[]], [[1.0]])
+
+
+def test_every_metric_is_documented() -> None:
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Comparing runs", 1)[1].split("\n## ", 1)[0]
+    assert [m.name for m in METRICS if f"`{m.name}`" not in section] == []

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pglab import __version__
+from pglab.compare.metrics import METRICS
 from pglab.errors import ExitCode, Interrupted, PglabError
 from pglab.lab.processes import signals_as_exceptions
 from pglab.report.terminal import TerminalUI, print_summary, print_sweep
@@ -348,11 +349,12 @@ def main(argv: list[str] | None = None) -> None:
               default="terminal", show_default=True)
 @click.option("--output", "-o", type=click.Path(path_type=Path), default=None,
               help="Write the comparison to this file instead of stdout.")
-@click.option("--noise", type=click.FloatRange(0, 100), default=10.0, show_default=True,
+@click.option("--noise", type=click.FloatRange(0, 1000), default=10.0, show_default=True,
               help="Run-to-run variation (%) assumed when a side has a single run; "
                    "measured instead when both sides have repeats.")
-@click.option("--metric", "metric_names", multiple=True,
-              help="Only these metrics (repeatable; default all).")
+@click.option("--metric", "metric_names", multiple=True, metavar="NAME",
+              help="Only these metrics (repeatable; default all): "
+                   + ", ".join(m.name for m in METRICS) + ".")
 def compare(base: str, contenders: tuple[str, ...], fail_if: tuple[str, ...], fmt: str,
             output: Path | None, noise: float, metric_names: tuple[str, ...]) -> int:
     """Compare BASE with each CONTENDER: deltas, 95% intervals, verdicts, environment.
