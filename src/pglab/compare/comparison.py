@@ -140,6 +140,10 @@ def _noise_warnings(side: str, group: Group, results: list[MetricResult]) -> lis
         warnings.append(f"noisy: the {side} repeats ({group.spec}) spread {100 * spread:.1f}% "
                         f"(CV of TPS) > {100 * NOISY_REPEATS_CV:g}%; run more repeats or "
                         "quieten the machine")
+    if 1 < len(group.runs) < 5:
+        # Resampling 2-4 runs cannot show the tails of run-to-run variation.
+        warnings.append(f"only {len(group.runs)} {side} repeats: intervals over so few runs "
+                        "tend to be too narrow; 5 or more are better")
     short = [run.label for run in group.runs
              if isinstance(run.measured.get("seconds"), int) and run.measured["seconds"] < 10]
     if short:
