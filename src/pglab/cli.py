@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pglab import __version__
+from pglab.compare.metrics import METRICS
 from pglab.errors import ExitCode, Interrupted, PglabError
 from pglab.lab.lab import check_supported
 from pglab.lab.processes import signals_as_exceptions
@@ -131,6 +132,7 @@ def _summary_json(run: StoredRun) -> dict[str, Any]:
         "clients": (manifest.get("scenario") or {}).get("workload", {}).get("clients"),
         "server_version": (nodes.get("primary") or {}).get("server_version"),
         "measured": (manifest.get("results") or {}).get("measured"),
+        "source": (manifest.get("source") or {}).get("kind", "pglab"),
     }
 
 
@@ -153,27 +155,51 @@ def show(run_dir: Path, as_json: bool) -> int:
         click.echo(json.dumps(_show_json(run), indent=2))
     else:
         print_summary(out, run)
+        source = run.manifest.get("source") or {}
+        if source.get("kind") == "import":
+            out.print(f"  imported ({source.get('from')}) from {source.get('summary')}"
+                      f" on {source.get('imported_at')}", highlight=False)
     return ExitCode.OK
+
+
+def _source(run: StoredRun) -> str:
+    source = run.manifest.get("source") or {}
+    return "imported" if source.get("kind") == "import" else "pglab"
 
 
 @cli.command(name="ls")
 @click.argument("root", type=click.Path(path_type=Path), default=Path("results"))
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def list_runs(root: Path, as_json: bool) -> int:
-    """List the runs below ROOT (default ./results)."""
+@click.option("--scenario", "scenario_glob", default=None, metavar="NAME",
+              help="Only runs of this scenario (shell-style wildcards allowed).")
+@click.option("--status", "statuses", multiple=True,
+              type=click.Choice(["running", "completed", "failed", "interrupted"]),
+              help="Only runs with this status (repeatable).")
+@click.option("--since", default=None, help="Only runs started at or after this UTC date/time.")
+@click.option("--until", default=None, help="Only runs started before this UTC date/time.")
+def list_runs(root: Path, as_json: bool, scenario_glob: str | None, statuses: tuple[str, ...],
+              since: str | None, until: str | None) -> int:
+    """List the runs below ROOT (default ./results), with filters."""
+    from pglab.store import RunFilter
+
     if not root.exists():
         raise PglabError(f"{root}: no such directory", ExitCode.BAD_INPUT)
+    keep = RunFilter.parse(scenario_glob, statuses, since, until)
     runs = []
     for path in find_runs(root):
         try:
-            runs.append(load_run(path))
+            run = load_run(path)
         except PglabError as exc:
             err.print(f"[yellow]skipped[/yellow] {exc}")
+            continue
+        if keep.matches(run):
+            runs.append(run)
     if as_json:
         click.echo(json.dumps([_summary_json(r) for r in runs], indent=2))
         return ExitCode.OK
     table = Table(header_style="bold", box=None)
-    for column in ("run", "scenario", "status", "clients", "TPS", "p99 ms", "started"):
+    for column in ("run", "scenario", "status", "source", "clients", "TPS", "p99 ms",
+                   "started"):
         table.add_column(column, justify="right" if column in ("clients", "TPS", "p99 ms")
                          else "left")
     for run in runs:
@@ -181,7 +207,7 @@ def list_runs(root: Path, as_json: bool) -> int:
         measured = info["measured"] or {}
         table.add_row(
             str(run.path.relative_to(root) if run.path != root else run.path.name),
-            str(info["scenario"]), run.status,
+            str(info["scenario"]), run.status, _source(run),
             str(info["clients"] if not isinstance(info["clients"], list)
                 else ",".join(map(str, info["clients"]))),
             f"{measured['tps']:,.1f}" if measured.get("tps") is not None else "-",
@@ -190,7 +216,7 @@ def list_runs(root: Path, as_json: bool) -> int:
         )
     out.print(table)
     if not runs:
-        err.print(f"no runs under {root}")
+        err.print(f"no runs under {root}" + (" matching the filters" if keep.active else ""))
     return ExitCode.OK
 
 
@@ -368,3 +394,100 @@ def main(argv: list[str] | None = None) -> None:
         err.print("pglab: aborted")
         code = ExitCode.INTERRUPTED
     sys.exit(code)
+
+
+# --- compare ----------------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("base")
+@click.argument("contenders", nargs=-1)
+@click.option("--fail-if", "fail_if", multiple=True, metavar="METRIC<PCT%",
+              help="Exit 1 if a contender changed METRIC significantly beyond PCT, e.g. "
+                   "'tps<-5%' or 'p99>+10%' (repeatable).")
+@click.option("--format", "fmt", type=click.Choice(["terminal", "markdown", "html", "json"]),
+              default="terminal", show_default=True)
+@click.option("--output", "-o", type=click.Path(path_type=Path), default=None,
+              help="Write the comparison to this file instead of stdout.")
+@click.option("--noise", type=click.FloatRange(0, 1000), default=10.0, show_default=True,
+              help="Run-to-run variation (%) assumed when a side has a single run; "
+                   "measured instead when both sides have repeats.")
+@click.option("--metric", "metric_names", multiple=True, metavar="NAME",
+              help="Only these metrics (repeatable; default all): "
+                   + ", ".join(m.name for m in METRICS) + ".")
+def compare(base: str, contenders: tuple[str, ...], fail_if: tuple[str, ...], fmt: str,
+            output: Path | None, noise: float, metric_names: tuple[str, ...]) -> int:
+    """Compare BASE with each CONTENDER: deltas, 95% intervals, verdicts, environment.
+
+    Each side is a run folder, a folder of runs (repeats), a quoted glob, or a
+    comma-separated list of those.
+    """
+    from pglab.compare import comparison as cmp
+    from pglab.compare import render_terminal
+    from pglab.compare.cells import render_text
+    from pglab.compare.groups import load_group
+    from pglab.compare.metrics import BY_NAME
+    from pglab.errors import BadInput
+    from pglab.store import write_text
+
+    if not contenders:
+        raise BadInput(f"compare {base}: expected at least one CONTENDER after BASE "
+                       "(pglab compare BASE CONTENDER [CONTENDER...])")
+    conditions = [cmp.parse_condition(text) for text in fail_if]
+    for name in metric_names:
+        if name not in BY_NAME:
+            raise BadInput(f"--metric {name!r}: unknown metric; expected one of "
+                           f"{', '.join(BY_NAME)}")
+    names = list(dict.fromkeys([*metric_names, *(c.metric for c in conditions)])) \
+        if metric_names else None
+    result = cmp.compare(load_group(base), [load_group(c) for c in contenders],
+                         noise / 100.0, metric_names=names)
+    result.failed_conditions = cmp.failed_conditions(result, conditions)
+    if fmt == "terminal" and output is None:
+        render_terminal.render(out, result)
+    elif output is None:
+        click.echo(render_text(result, fmt), nl=False)
+    else:
+        write_text(output, render_text(result, fmt))
+        err.print(f"wrote {output}")
+    for failure in result.failed_conditions:
+        click.echo(f"pglab: --fail-if {failure}", err=True)
+    return ExitCode.RUN_FAILED if result.failed_conditions else ExitCode.OK
+
+
+# --- import -----------------------------------------------------------------------------
+
+
+@cli.command(name="import")
+@click.argument("summary", type=click.Path(path_type=Path))
+@click.argument("logs", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--name", default="imported", show_default=True,
+              help="Scenario name: the run goes to RESULTS/NAME/<run-id>/.")
+@results_option
+@click.option("--warmup", default="0s", show_default=True,
+              help="Seconds at the start of the logs to leave out of the statistics.")
+@click.option("--sampling-rate", type=click.FloatRange(0, 1, min_open=True), default=1.0,
+              show_default=True, help="pgbench's --sampling-rate, if the -l logs used one.")
+@click.option("--this-host", is_flag=True,
+              help="The pgbench run was made on this machine: record its host facts.")
+def import_(summary: Path, logs: tuple[Path, ...], name: str, results: Path, warmup: str,
+            sampling_rate: float, this_host: bool) -> int:
+    """Turn a pgbench run made without pglab into a results folder.
+
+    SUMMARY is pgbench's stdout; LOGS are its -l per-transaction logs or its
+    --aggregate-interval logs (one file per pgbench thread), optional.
+    """
+    from pglab.errors import BadInput
+    from pglab.importer import import_run
+    from pglab.units import parse_duration
+
+    for path in (summary, *logs):
+        if not path.is_file():
+            raise BadInput(f"{path}: no such file")
+    try:
+        warmup_s = int(parse_duration(warmup))
+    except ValueError as exc:
+        raise BadInput(f"--warmup {warmup!r}: {exc}") from None
+    run = import_run(summary, list(logs), results, name, warmup_s, sampling_rate, this_host)
+    print_summary(out, run)
+    return ExitCode.OK

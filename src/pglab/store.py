@@ -9,6 +9,7 @@ The manifest is written when the run starts (status "running") and rewritten as 
 from __future__ import annotations
 
 import datetime as dt
+import fnmatch
 import json
 import os
 import secrets
@@ -181,3 +182,46 @@ def find_runs(root: Path) -> Iterator[Path]:
     for manifest in sorted(root.rglob("manifest.json")):
         if "raw" not in manifest.parent.parts[len(root.parts):]:
             yield manifest.parent
+
+
+@dataclass(frozen=True)
+class RunFilter:
+    """`pglab ls` filters: scenario name (shell wildcards), statuses, start time range."""
+
+    scenario: str | None = None
+    statuses: tuple[str, ...] = ()
+    since: str | None = None  # ISO UTC, compared as text with manifests' started_at
+    until: str | None = None
+
+    @staticmethod
+    def parse(scenario: str | None, statuses: tuple[str, ...], since: str | None,
+              until: str | None) -> RunFilter:
+        return RunFilter(scenario, statuses, _iso_utc(since, "--since"),
+                         _iso_utc(until, "--until"))
+
+    @property
+    def active(self) -> bool:
+        return bool(self.scenario or self.statuses or self.since or self.until)
+
+    def matches(self, run: StoredRun) -> bool:
+        started = str(run.manifest.get("started_at") or "")
+        return not (
+            (self.scenario and not fnmatch.fnmatchcase(
+                str(run.manifest.get("scenario_name")), self.scenario))
+            or (self.statuses and run.status not in self.statuses)
+            or (self.since and started < self.since)
+            or (self.until and started >= self.until)
+        )
+
+
+def _iso_utc(value: str | None, option: str) -> str | None:
+    if value is None:
+        return None
+    try:
+        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise BadInput(f"{option} {value!r}: expected a date or time like 2026-11-21 or "
+                       "2026-11-21T14:00") from None
+    if parsed.tzinfo is not None:
+        parsed = parsed.astimezone(dt.timezone.utc).replace(tzinfo=None)
+    return iso(parsed.replace(tzinfo=dt.timezone.utc))

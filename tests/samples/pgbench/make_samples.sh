@@ -4,6 +4,8 @@
 #
 #   sudo tests/samples/pgbench/make_samples.sh          # both versions
 #   sudo tests/samples/pgbench/make_samples.sh 18       # one version
+#   sudo ONLY=aggregate tests/samples/pgbench/make_samples.sh   # only the agg_* samples
+#                                                   # (keeps the other files as they are)
 #
 # Needs root (the servers run as `nobody`, PostgreSQL refuses to run as root). Each server
 # gets a throw-away data directory and a private unix socket under /tmp, no TCP listener,
@@ -19,6 +21,7 @@ RUNAS=nobody
 PG18_COPY=${PG18_COPY:-/tmp/pg18copy}   # removed at the end if this script made it
 PG18_COPY_MADE=""
 TXLOG_MAX_LINES=${TXLOG_MAX_LINES:-4000}   # per file; keeps the committed samples small
+ONLY=${ONLY:-all}   # all | aggregate
 
 log() { printf '== %s\n' "$*" >&2; }
 
@@ -98,14 +101,47 @@ collect_txlogs() {  # name
         job=${job:-0}
         head -n "$TXLOG_MAX_LINES" "$f" >"$OUT/$name.$job"
         printf '%s %s lines (of %s)\n' "$name.$job" "$(wc -l <"$OUT/$name.$job")" \
-            "$(wc -l <"$f")" >>"$OUT/txlog_counts.txt"
+            "$(wc -l <"$f")" >>"${OUT_COUNTS:-$OUT/txlog_counts.txt}"
         rm -f "$f"
     done
+}
+
+# --aggregate-interval logs (one line per interval and thread) with the run's summary, for
+# `pglab import`: plain with -r, rate-limited with skips and lag, retries with failures.
+aggregate_samples() {  # major
+    local major=$1
+    log "aggregate-interval logs"
+    : >"$OUT/agg_counts.txt"
+    pgb -c 2 -j 2 -T 3 -r -l --aggregate-interval=1 --log-prefix="$TMPLOG/txlog" \
+        >"$OUT/agg_plain.summary.txt"
+    OUT_COUNTS=$OUT/agg_counts.txt collect_txlogs agg_plain
+    stall_soon
+    pgb -c 4 -j 2 -T 3 -R 200 -L 5 -l --aggregate-interval=1 --log-prefix="$TMPLOG/txlog" \
+        >"$OUT/agg_rate.summary.txt"
+    wait
+    OUT_COUNTS=$OUT/agg_counts.txt collect_txlogs agg_rate
+    pgb_opts "-c default_transaction_isolation=serializable" -c 4 -j 2 -T 3 --max-tries=3 \
+        --failures-detailed -l --aggregate-interval=1 --log-prefix="$TMPLOG/txlog" \
+        >"$OUT/agg_retries.summary.txt"
+    OUT_COUNTS=$OUT/agg_counts.txt collect_txlogs agg_retries
+    # deadlocks without --failures-detailed: the summary counts them, the log does not
+    cp "$HERE/script.sql" "$WORK/$major/"
+    (cd "$WORK/$major" && pgb -c 4 -j 2 -T 3 -f script.sql -l --aggregate-interval=1 \
+        --log-prefix="$TMPLOG/txlog") >"$OUT/agg_failed.summary.txt"
+    OUT_COUNTS=$OUT/agg_counts.txt collect_txlogs agg_failed
 }
 
 samples() {  # major port
     local major=$1 port=$2
     OUT=$HERE/$major
+    if [[ $ONLY == aggregate ]]; then
+        mkdir -p "$OUT"
+        start_server "$major" "$port"
+        pgb -i -s 2 >/dev/null 2>&1
+        aggregate_samples "$major"
+        stop_server
+        return
+    fi
     rm -rf "$OUT"
     mkdir -p "$OUT"
     : >"$OUT/txlog_counts.txt"
@@ -170,6 +206,7 @@ samples() {  # major port
         >"$OUT/txlog_sampled.summary.txt"
     collect_txlogs txlog_sampled
 
+    aggregate_samples "$major"
     stop_server
 }
 

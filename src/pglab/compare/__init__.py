@@ -1,0 +1,1 @@
+"""`pglab compare`: runs against runs, with honest statistics (see comparison.py)."""

@@ -1,0 +1,241 @@
+"""BASE against each CONTENDER, metric by metric: values, delta, interval and verdict.
+
+Verdicts:
+- `better` / `worse`: the 95% interval of the difference excludes zero.
+- `no significant difference`: the interval includes zero.
+- `n/a`: a side lacks the metric (with the reason), or the metric has one value per run
+  and a side has no repeats to test it on.
+
+Run-to-run noise. Per-second samples of one run only show how a run varies from second
+to second, not how much two runs of the same configuration differ on this machine (on a
+shared 2-core VM with other loads we measured identical runs up to 41% apart in TPS and
+2x in p99 latency). So when a side has a single run, the interval is widened on both ends by
+an assumed run-to-run noise (default 10%, `--noise`; see stats.Interval.widened).
+When both sides have repeats, the bootstrap resamples runs and measures that variation
+itself, and nothing is assumed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pglab.compare import stats
+from pglab.compare.envdiff import EnvDiff, compare_environments
+from pglab.compare.groups import Group
+from pglab.compare.metrics import BY_NAME, METRICS, Measure, Metric
+from pglab.errors import BadInput
+
+DEFAULT_NOISE = 0.10
+NOISY_REPEATS_CV = 0.05  # repeats whose TPS spread (CV) exceeds this get a noise warning
+Verdict = Literal["better", "worse", "no significant difference", "n/a"]
+
+
+@dataclass(frozen=True)
+class MetricResult:
+    metric: Metric
+    base: float | None  # mean of the run values over the side's runs
+    contender: float | None
+    interval: stats.Interval | None  # already widened by the assumed noise, if any
+    verdict: Verdict
+    note: str  # why n/a, or how the interval was made
+    base_cv: float | None = None  # spread of run values over repeats
+    contender_cv: float | None = None
+
+    @property
+    def delta(self) -> float | None:
+        if self.base is None or self.contender is None:
+            return None
+        return self.contender - self.base
+
+    @property
+    def delta_pct(self) -> float | None:
+        if self.delta is None or not self.base:
+            return None
+        return 100.0 * self.delta / abs(self.base)
+
+    @property
+    def ci_pct(self) -> tuple[float, float] | None:
+        """The interval as % of the base statistic."""
+        if self.interval is None:
+            return None
+        low, high = self.interval.relative(self.interval.low), self.interval.relative(
+            self.interval.high)
+        if low is None or high is None:
+            return None
+        return 100.0 * low, 100.0 * high
+
+
+@dataclass
+class ContenderResult:
+    group: Group
+    metrics: list[MetricResult]
+    env: EnvDiff
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Comparison:
+    base: Group
+    contenders: list[ContenderResult]
+    noise: float
+    confidence: float
+    failed_conditions: list[str] = field(default_factory=list)
+
+
+def _run_values(measures: list[Measure]) -> list[float] | None:
+    values = [m.value for m in measures]
+    if any(v is None for v in values):
+        return None
+    return [float(v) for v in values if v is not None]
+
+
+def compare_metric(metric: Metric, base: Group, contender: Group, noise: float,
+                   confidence: float) -> MetricResult:
+    base_m = [metric.read(r) for r in base.runs]
+    cont_m = [metric.read(r) for r in contender.runs]
+    base_values, cont_values = _run_values(base_m), _run_values(cont_m)
+    if base_values is None or cont_values is None:
+        missing = next(m.missing for m in base_m + cont_m if m.value is None)
+        return MetricResult(metric, None if base_values is None else stats.mean(base_values),
+                            None if cont_values is None else stats.mean(cont_values),
+                            None, "n/a", missing or "missing")
+    base_cv = stats.cv(base_values) if len(base_values) > 1 else None
+    cont_cv = stats.cv(cont_values) if len(cont_values) > 1 else None
+    base_value, cont_value = stats.mean(base_values), stats.mean(cont_values)
+    sampled = all(m.samples for m in base_m + cont_m)
+    if sampled:
+        base_runs = [m.samples or [] for m in base_m]
+        cont_runs = [m.samples or [] for m in cont_m]
+        how = (f"{metric.statistic} of per-second values, block bootstrap"
+               + (" over repeats" if len(base_runs) > 1 or len(cont_runs) > 1 else ""))
+    elif len(base_values) > 1 and len(cont_values) > 1:
+        base_runs = [[v] for v in base_values]
+        cont_runs = [[v] for v in cont_values]
+        how = "one value per run, bootstrap over repeats"
+    else:
+        return MetricResult(metric, base_value, cont_value, None, "n/a",
+                            "one value per run: give repeats on both sides for a verdict",
+                            base_cv, cont_cv)
+    interval = stats.bootstrap_difference(base_runs, cont_runs, metric.stat(), confidence)
+    if len(base_runs) < 2 or len(cont_runs) < 2:
+        interval = interval.widened(noise)
+        how += f"; widened by the assumed run-to-run noise (+-{100 * noise:g}%)"
+    verdict: Verdict
+    if interval.includes_zero:
+        verdict = "no significant difference"
+    else:
+        up = interval.estimate > 0
+        verdict = "better" if up == (metric.better == "higher") else "worse"
+    return MetricResult(metric, base_value, cont_value, interval, verdict, how,
+                        base_cv, cont_cv)
+
+
+def _noise_warnings(side: str, group: Group, results: list[MetricResult]) -> list[str]:
+    warnings = []
+    tps = next((r for r in results if r.metric.name == "tps"), None)
+    spread = None if tps is None else (tps.base_cv if side == "base" else tps.contender_cv)
+    if spread is not None and spread > NOISY_REPEATS_CV:
+        warnings.append(f"noisy: the {side} repeats ({group.spec}) spread {100 * spread:.1f}% "
+                        f"(CV of TPS) > {100 * NOISY_REPEATS_CV:g}%; run more repeats or "
+                        "quieten the machine")
+    if 1 < len(group.runs) < 5:
+        # Resampling 2-4 runs cannot show the tails of run-to-run variation.
+        warnings.append(f"only {len(group.runs)} {side} repeats: intervals over so few runs "
+                        "tend to be too narrow; 5 or more are better")
+    short = [run.label for run in group.runs
+             if isinstance(run.measured.get("seconds"), int) and run.measured["seconds"] < 10]
+    if short:
+        warnings.append(f"under 10 measured seconds, so wide intervals: {', '.join(short[:4])}"
+                        + (f" and {len(short) - 4} more" if len(short) > 4 else ""))
+    return warnings
+
+
+def compare(base: Group, contenders: list[Group], noise: float = DEFAULT_NOISE,
+            confidence: float = 0.95, metric_names: list[str] | None = None) -> Comparison:
+    metrics = [BY_NAME[n] for n in metric_names] if metric_names else list(METRICS)
+    results = []
+    for contender in contenders:
+        rows = [compare_metric(m, base, contender, noise, confidence) for m in metrics]
+        env = compare_environments(base.runs, contender.runs, contender.label)
+        warnings = list(env.warnings)
+        warnings += _noise_warnings("base", base, rows)
+        warnings += _noise_warnings("contender", contender, rows)
+        skipped = base.skipped + contender.skipped
+        warnings += [f"left out: {s}" for s in skipped[:4]]
+        if len(skipped) > 4:
+            warnings.append(f"left out: {len(skipped) - 4} more runs that did not complete")
+        results.append(ContenderResult(contender, rows, env, warnings))
+    return Comparison(base, results, noise, confidence)
+
+
+# --- --fail-if --------------------------------------------------------------------------
+
+_CONDITION = re.compile(r"^\s*([a-z_0-9]+)\s*([<>])\s*([-+]?\d+(?:\.\d+)?)\s*%\s*$")
+
+
+@dataclass(frozen=True)
+class Condition:
+    """`tps<-5%`: fail when TPS changed significantly by less than -5%."""
+
+    text: str
+    metric: str
+    op: Literal["<", ">"]
+    pct: float
+
+    def holds(self, result: MetricResult) -> bool:
+        if result.verdict not in ("better", "worse") or result.delta_pct is None:
+            return False  # not significant (or n/a): no evidence of a change
+        return result.delta_pct < self.pct if self.op == "<" else result.delta_pct > self.pct
+
+
+def parse_condition(text: str) -> Condition:
+    match = _CONDITION.match(text)
+    if match is None:
+        raise BadInput(f"--fail-if {text!r}: expected METRIC<PCT% or METRIC>PCT%, e.g. "
+                       "'tps<-5%' or 'p99>+10%'")
+    name, op, pct = match.group(1), match.group(2), float(match.group(3))
+    if name not in BY_NAME:
+        raise BadInput(f"--fail-if {text!r}: unknown metric {name!r}; expected one of "
+                       f"{', '.join(BY_NAME)}")
+    return Condition(text.strip(), name, "<" if op == "<" else ">", pct)
+
+
+def failed_conditions(comparison: Comparison, conditions: list[Condition]) -> list[str]:
+    failed = []
+    for contender in comparison.contenders:
+        by_name = {r.metric.name: r for r in contender.metrics}
+        for condition in conditions:
+            result = by_name.get(condition.metric)
+            if result is not None and condition.holds(result):
+                failed.append(f"{condition.text}: {contender.group.label} changed "
+                              f"{result.metric.title} by {result.delta_pct:+.1f}% "
+                              f"({result.verdict})")
+    return failed
+
+
+def as_dict(comparison: Comparison) -> dict[str, object]:
+    """The comparison as JSON-serialisable data (`pglab compare --format json`)."""
+    def metric(r: MetricResult) -> dict[str, object]:
+        ci = r.ci_pct
+        return {"metric": r.metric.name, "unit": r.metric.unit, "better": r.metric.better,
+                "base": r.base, "contender": r.contender, "delta": r.delta,
+                "delta_pct": r.delta_pct, "ci_pct": list(ci) if ci else None,
+                "verdict": r.verdict, "note": r.note,
+                "base_cv": r.base_cv, "contender_cv": r.contender_cv}
+
+    return {
+        "base": [str(r.path) for r in comparison.base.runs],
+        "noise": comparison.noise,
+        "confidence": comparison.confidence,
+        "contenders": [{
+            "runs": [str(r.path) for r in c.group.runs],
+            "comparable": c.env.comparable,
+            "warnings": c.warnings,
+            "environment": [{"category": cat, "key": key, "base": a, "contender": b}
+                            for cat, key, a, b in c.env.rows],
+            "metrics": [metric(r) for r in c.metrics],
+        } for c in comparison.contenders],
+        "failed_conditions": comparison.failed_conditions,
+    }

@@ -1,0 +1,106 @@
+"""The one registry of comparable metrics.
+
+A metric says where its run value comes from, where its per-second samples come from (if
+it has any), which direction is better, its unit and the statistic the bootstrap uses on
+the samples (mean for rates, whose run value is the mean of its seconds; median for
+latencies, which are skewed). A metric that a run cannot provide returns a reason
+instead, shown as "n/a (reason)". `--fail-if` names, README and tests use this list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from pglab.compare import stats
+from pglab.compare.rundata import RunData
+
+
+@dataclass(frozen=True)
+class Measure:
+    """What one run gives for one metric: the run value and per-second samples."""
+
+    value: float | None
+    samples: list[float] | None = None  # time order; None: one value per run only
+    missing: str | None = None  # why value is None
+
+
+Reader = Callable[[RunData], Measure]
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str  # used by --fail-if
+    title: str
+    unit: str
+    better: Literal["higher", "lower"]
+    statistic: Literal["mean", "median"]
+    read: Reader
+
+    def stat(self) -> stats.Statistic:
+        return stats.mean if self.statistic == "mean" else stats.median
+
+
+def _client(column: str, measured_key: str) -> Reader:
+    def read(run: RunData) -> Measure:
+        value = run.measured.get(measured_key)
+        samples = run.client_column(column)
+        if value is None:
+            why = ("no per-transaction latencies (imported without -l logs)"
+                   if column.startswith("lat_p") else "not in the run's results")
+            return Measure(None, None, why)
+        return Measure(float(value), samples)
+    return read
+
+
+def _stall_seconds(run: RunData) -> Measure:
+    analysis = run.analysis
+    if analysis is None:
+        return Measure(None, None, "no analysis.json (run `pglab analyze`)")
+    value = (analysis.get("summary") or {}).get("stall_seconds")
+    if not isinstance(value, int | float):
+        return Measure(None, None, "analysis.json has no summary.stall_seconds")
+    return Measure(float(value))
+
+
+def _checkpoints(run: RunData) -> Measure:
+    count = run.events_in_window("checkpoint")
+    if count is None:
+        return Measure(None, None, "no telemetry (events.parquet)")
+    return Measure(float(count))
+
+
+def _per_transaction(node: str, source: str, metric: str, label: str, scale: float,
+                     what: str) -> Reader:
+    def read(run: RunData) -> Measure:
+        if run.timeseries is None:
+            return Measure(None, None, "no telemetry (timeseries.parquet)")
+        found = run.per_transaction(node, source, metric, label, scale)
+        if found is None:
+            return Measure(None, None, f"no {what} samples in the measured window")
+        ratios, whole = found
+        return Measure(whole, ratios)
+    return read
+
+
+METRICS: tuple[Metric, ...] = (
+    Metric("tps", "TPS", "tx/s", "higher", "mean", _client("tps", "tps")),
+    Metric("lat_avg", "latency avg", "ms", "lower", "median",
+           _client("lat_avg_ms", "lat_avg_ms")),
+    Metric("p50", "latency p50", "ms", "lower", "median", _client("lat_p50_ms", "lat_p50_ms")),
+    Metric("p95", "latency p95", "ms", "lower", "median", _client("lat_p95_ms", "lat_p95_ms")),
+    Metric("p99", "latency p99", "ms", "lower", "median", _client("lat_p99_ms", "lat_p99_ms")),
+    Metric("max", "latency max", "ms", "lower", "median", _client("lat_max_ms", "lat_max_ms")),
+    Metric("failures", "failed transactions", "tx", "lower", "mean",
+           _client("failures", "failures")),
+    Metric("stall_seconds", "stall seconds", "s", "lower", "mean", _stall_seconds),
+    Metric("checkpoints", "checkpoints", "", "lower", "mean", _checkpoints),
+    Metric("wal_per_tx", "WAL per transaction", "bytes", "lower", "median",
+           _per_transaction("primary", "db.wal", "wal_bytes", "", 1.0, "db.wal wal_bytes")),
+    Metric("cpu_per_tx", "server CPU per transaction", "ms", "lower", "median",
+           _per_transaction("primary", "os.processes", "cpu_cores", "postgres", 1000.0,
+                            "os.processes cpu_cores")),
+)
+
+BY_NAME = {m.name: m for m in METRICS}

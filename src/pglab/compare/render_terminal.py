@@ -1,0 +1,44 @@
+"""A comparison in the terminal (rich tables; honours NO_COLOR)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from pglab.compare import cells
+from pglab.compare.comparison import Comparison
+
+_STYLE = {"better": "green", "worse": "red", "no significant difference": "dim"}
+
+
+def render(console: Console, comparison: Comparison) -> None:
+    base = comparison.base
+    console.print(f"[bold]base[/bold] {base.label}", highlight=False)
+    for contender in comparison.contenders:
+        console.print(f"[bold]contender[/bold] {contender.group.label}", highlight=False)
+        for warning in contender.warnings:
+            style = "bold red" if warning.startswith("NOT COMPARABLE") else "yellow"
+            console.print(f"  [{style}]! {warning}[/{style}]", highlight=False)
+        table = Table(header_style="bold", box=None, pad_edge=False)
+        for index, header in enumerate(cells.HEADERS):
+            table.add_column(header, justify="right" if 0 < index < 5 else "left")
+        for result in contender.metrics:
+            row = cells.row(result, short_na=True)
+            style = _STYLE.get(result.verdict, "")
+            table.add_row(*row[:-1], f"[{style}]{row[-1]}[/{style}]" if style else row[-1])
+        console.print(table)
+        for note in cells.notes(contender.metrics):
+            console.print(f"  {note}", style="dim", highlight=False)
+        spreads = [f"{r.metric.title}: {cells.spread(r)}" for r in contender.metrics
+                   if cells.spread(r) and r.metric.name == "tps"]
+        for line in spreads:
+            console.print(f"  {line}", highlight=False)
+        if contender.env.rows:
+            console.print("  [bold]environment differences[/bold] (base -> contender)")
+            for category, key, a, b in contender.env.rows:
+                console.print(f"    {category}.{key}: {a} -> {b}", highlight=False)
+        else:
+            console.print("  environment: same host, versions, settings and scenario")
+    console.print(cells.footer(comparison), style="dim", highlight=False)
+    for failure in comparison.failed_conditions:
+        console.print(f"[bold red]FAIL[/bold red] {failure}", highlight=False)

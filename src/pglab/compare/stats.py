@@ -1,0 +1,188 @@
+"""Pure statistics for comparing runs: a (hierarchical) moving-block bootstrap.
+
+Why this test. Per-second samples of one run are autocorrelated (a checkpoint or a
+vacuum slows several seconds in a row), so resampling single seconds would understate the
+variance and call noise significant. A moving-block bootstrap resamples runs of
+consecutive seconds instead; the block length is the lag after which the series'
+autocorrelation becomes indistinguishable from zero (at least n^(1/3), at most n/2).
+
+When a side has several runs (repeats), each bootstrap replicate first draws runs with
+replacement, then blocks within each drawn run: the interval then includes the
+run-to-run variation, which per-second samples of a single run cannot show.
+
+The interval is a percentile interval of the change of the statistic: of log(contender /
+base) when the statistic is positive (TPS, latencies: a factor of 2 up or down counts the
+same whichever run is the base), else of contender - base; "no significant difference"
+when it includes zero. Pure Python (no numpy: polars
+does not bring it) and deterministic: a fixed seed, so the same folders always give the
+same verdict.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+Statistic = Callable[[Sequence[float]], float]
+DEFAULT_RESAMPLES = 2000
+DEFAULT_SEED = 20261121
+
+
+def mean(xs: Sequence[float]) -> float:
+    return math.fsum(xs) / len(xs)
+
+
+def median(xs: Sequence[float]) -> float:
+    s = sorted(xs)
+    n = len(s)
+    mid = n // 2
+    return s[mid] if n % 2 else (s[mid - 1] + s[mid]) / 2.0
+
+
+def stdev(xs: Sequence[float]) -> float:
+    if len(xs) < 2:
+        return 0.0
+    m = mean(xs)
+    return math.sqrt(math.fsum((x - m) ** 2 for x in xs) / (len(xs) - 1))
+
+
+def cv(xs: Sequence[float]) -> float | None:
+    """Coefficient of variation (sample stdev / |mean|); None when the mean is 0."""
+    if not xs:
+        return None
+    m = mean(xs)
+    return stdev(xs) / abs(m) if m else None
+
+
+def quantile(sorted_xs: Sequence[float], p: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default) on sorted data."""
+    h = p * (len(sorted_xs) - 1)
+    lo = math.floor(h)
+    hi = min(lo + 1, len(sorted_xs) - 1)
+    return sorted_xs[lo] + (h - lo) * (sorted_xs[hi] - sorted_xs[lo])
+
+
+def autocorrelation(xs: Sequence[float], lag: int) -> float:
+    n = len(xs)
+    if lag >= n:
+        return 0.0
+    m = mean(xs)
+    var = math.fsum((x - m) ** 2 for x in xs)
+    if var == 0:
+        return 0.0
+    return math.fsum((xs[i] - m) * (xs[i + lag] - m) for i in range(n - lag)) / var
+
+
+def block_length(xs: Sequence[float]) -> int:
+    """Consecutive seconds that move together: the first lag whose autocorrelation is
+    inside the +-2/sqrt(n) band of white noise, bounded to [n^(1/3), n/2]."""
+    n = len(xs)
+    if n < 4:
+        return 1
+    floor_len: int = max(1, round(float(n) ** (1 / 3)))
+    band = 2.0 / math.sqrt(n)
+    lag = 1
+    while lag < n // 2 and abs(autocorrelation(xs, lag)) > band:
+        lag += 1
+    return max(floor_len, min(lag, n // 2))
+
+
+def block_resample(xs: Sequence[float], block: int, rng: random.Random) -> list[float]:
+    """A moving-block (circular) resample of `xs`, of the same length."""
+    n = len(xs)
+    out: list[float] = []
+    while len(out) < n:
+        start = rng.randrange(n)
+        out.extend(xs[(start + i) % n] for i in range(block))
+    return out[:n]
+
+
+def _replicate(runs: Sequence[Sequence[float]], blocks: Sequence[int],
+               rng: random.Random) -> list[float]:
+    """One bootstrap replicate of a side: runs drawn with replacement (when there are
+    several), then blocks within each drawn run; pooled."""
+    picked = [rng.randrange(len(runs)) for _ in runs] if len(runs) > 1 else [0]
+    pooled: list[float] = []
+    for index in picked:
+        pooled.extend(block_resample(runs[index], blocks[index], rng))
+    return pooled
+
+
+@dataclass(frozen=True)
+class Interval:
+    """The change of a statistic from base to contender, with its bootstrap interval.
+
+    Ratio mode (every replicate's statistic is positive on both sides): `low`/`high` bound
+    log(contender / base), so a gain and a loss of the same factor are equally far from
+    zero whichever side is the base. Difference mode (a statistic can be 0, as failures
+    often are): they bound contender - base.
+    """
+
+    base: float  # the statistic over the pooled base samples
+    contender: float
+    mode: Literal["ratio", "difference"]
+    low: float
+    high: float
+    confidence: float
+    resamples: int
+    blocks: tuple[int, ...]  # block lengths used (base runs, then contender runs)
+
+    @property
+    def estimate(self) -> float:
+        if self.mode == "ratio":
+            return math.log(self.contender / self.base)
+        return self.contender - self.base
+
+    @property
+    def includes_zero(self) -> bool:
+        return self.low <= 0.0 <= self.high
+
+    def widened(self, noise: float) -> Interval:
+        """Both ends pushed out by a relative run-to-run noise (0.1 = 10%): by log(1 +
+        noise) in ratio mode, by noise times the larger statistic in difference mode."""
+        margin = (math.log1p(noise) if self.mode == "ratio"
+                  else noise * max(abs(self.base), abs(self.contender)))
+        return dataclasses.replace(self, low=self.low - margin, high=self.high + margin)
+
+    def relative(self, value: float) -> float | None:
+        """A bound (or the estimate) as a relative change: 0.25 = +25%."""
+        if self.mode == "ratio":
+            return math.expm1(value)
+        return value / abs(self.base) if self.base else None
+
+
+def bootstrap_difference(base_runs: Sequence[Sequence[float]],
+                         contender_runs: Sequence[Sequence[float]],
+                         statistic: Statistic = median,
+                         confidence: float = 0.95,
+                         resamples: int = DEFAULT_RESAMPLES,
+                         seed: int = DEFAULT_SEED) -> Interval:
+    """Bootstrap interval of the change statistic(base) -> statistic(contender).
+
+    Each side is a list of runs, each run a list of per-second samples in time order
+    (a run may be a single value, e.g. a count per run, when there are repeats).
+    """
+    base_runs = [list(r) for r in base_runs if r]
+    contender_runs = [list(r) for r in contender_runs if r]
+    if not base_runs or not contender_runs:
+        raise ValueError("bootstrap_difference needs samples on both sides")
+    rng = random.Random(seed)
+    base_blocks = [block_length(r) for r in base_runs]
+    cont_blocks = [block_length(r) for r in contender_runs]
+    base_stat = statistic([x for r in base_runs for x in r])
+    cont_stat = statistic([x for r in contender_runs for x in r])
+    pairs = [(statistic(_replicate(base_runs, base_blocks, rng)),
+              statistic(_replicate(contender_runs, cont_blocks, rng)))
+             for _ in range(resamples)]
+    positive = base_stat > 0 and cont_stat > 0 and all(b > 0 and c > 0 for b, c in pairs)
+    mode: Literal["ratio", "difference"] = "ratio" if positive else "difference"
+    changes = sorted(math.log(c / b) if positive else c - b for b, c in pairs)
+    alpha = (1.0 - confidence) / 2.0
+    return Interval(base=base_stat, contender=cont_stat, mode=mode,
+                    low=quantile(changes, alpha), high=quantile(changes, 1.0 - alpha),
+                    confidence=confidence, resamples=resamples,
+                    blocks=tuple(base_blocks + cont_blocks))

@@ -1,0 +1,263 @@
+"""`pglab import`: a pgbench run made without pglab -> a results folder.
+
+Input: pgbench's stdout (the summary, required) and, when given, its logs: per-transaction
+logs (`-l`) or aggregate logs (`-l --aggregate-interval=N`), one file per pgbench thread.
+The folder gets the same files a pglab run has, as far as the input allows:
+- manifest.json with `source.kind = "import"` (what was imported, from where), the
+  parsed summary under `results.pgbench` and the measured-window figures under
+  `results.measured`; the host and the server's settings are unknown (`--this-host`
+  records this machine's facts when the pgbench run was made here).
+- client.parquet (the schema of native runs) from the logs: with `-l` logs every column;
+  with aggregate logs tps, latency avg/max, lag, skipped, retries, and failures (pgbench
+  15-18 count them in aggregate logs only with --failures-detailed: without it, failures
+  the summary reports are unknown per second, null), percentiles null.
+- raw/: copies of the input files.
+Without logs only the summary's figures exist (no per-second samples).
+
+Aggregate log line (pgbench 15-18, checked against real logs in tests/samples/pgbench/):
+interval_start num_transactions sum_latency sum_latency_2 min_latency max_latency
+sum_lag sum_lag_2 min_lag max_lag skipped retried retries serialization_failures
+deadlock_failures (µs; zeros where the option that fills a column was not used).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import itertools
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from pglab import __version__
+from pglab.errors import BadInput
+from pglab.hostfacts import host_facts
+from pglab.store import (
+    MANIFEST_FORMAT,
+    RunFolder,
+    StoredRun,
+    create_run_folder,
+    iso,
+    load_run,
+    utc_now,
+    write_parquet,
+)
+from pglab.workload.pgbench_output import PgbenchSummary, parse_summary, summary_to_dict
+from pglab.workload.txlog import (
+    SERIES_SCHEMA,
+    US,
+    TxLogSpec,
+    measured_window_stats,
+    per_second_series,
+    read_txlogs,
+)
+
+_AGG_COLUMNS = ("start", "n", "lat_sum", "lat_sum2", "lat_min", "lat_max", "lag_sum",
+                "lag_sum2", "lag_min", "lag_max", "skipped", "retried", "retries",
+                "serialization_failures", "deadlock_failures")
+_BUILTINS = {"<builtin: TPC-B (sort of)>": "tpcb-like", "<builtin: select only>": "select-only",
+             "<builtin: simple update>": "simple-update"}
+_VERSION = re.compile(r"^(\d+(?:\.\d+)?)")
+_EPOCH_2000 = 946_684_800  # aggregate lines start with an epoch; per-transaction lines don't
+
+
+def _read_summary(path: Path) -> PgbenchSummary:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot read the pgbench summary ({exc.strerror})") from None
+    summary = parse_summary(text)
+    if summary.tps is None or summary.transactions is None:
+        raise BadInput(f"{path}: not a pgbench summary (expected pgbench's stdout with "
+                       "'number of transactions actually processed' and 'tps = ' lines)")
+    return summary
+
+
+def _log_kind(path: Path) -> str:
+    """'aggregate' or 'transactions', from the first line."""
+    try:
+        with open(path, "rb") as fh:
+            first = fh.readline().split()
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot read the log ({exc.strerror})") from None
+    if len(first) >= 6 and all(f.isdigit() for f in first[:2]):
+        return "aggregate" if int(first[0]) > _EPOCH_2000 else "transactions"
+    raise BadInput(f"{path}: not a pgbench log (expected -l per-transaction lines "
+                   "'client_id transaction_no time script_no time_epoch time_us ...' or "
+                   "--aggregate-interval lines 'interval_start num_transactions ...')")
+
+
+def read_aggregate_log(path: Path, job: int) -> pl.DataFrame:
+    """One thread's aggregate log; a line that is not 15 integers is an error."""
+    rows: list[list[int]] = []
+    for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+        fields = line.split()
+        if not fields:
+            continue
+        if len(fields) < 6 or not all(f.lstrip("-").isdigit() for f in fields):
+            raise BadInput(f"{path}:{number}: not an --aggregate-interval log line "
+                           f"(expected integers: {' '.join(_AGG_COLUMNS)})")
+        values = [int(f) for f in fields[: len(_AGG_COLUMNS)]]
+        rows.append(values + [0] * (len(_AGG_COLUMNS) - len(values)))
+    frame = pl.DataFrame(rows, schema=list(_AGG_COLUMNS), orient="row")
+    return frame.with_columns(pl.lit(job, dtype=pl.Int16()).alias("job"))
+
+
+def aggregate_series(logs: pl.DataFrame, interval_s: int, warmup_s: int) -> pl.DataFrame:
+    """Aggregate-log rows -> the client series (per interval; per job and all jobs).
+
+    The first and last intervals are `partial` (pgbench starts and stops inside them)."""
+    def agg() -> list[pl.Expr]:
+        n = pl.col("n").sum()
+        return [
+            (n / interval_s).cast(pl.Float64()).alias("tps"),
+            (pl.col("serialization_failures") + pl.col("deadlock_failures")).sum()
+            .alias("failures"),
+            pl.col("skipped").sum().alias("skipped"),
+            pl.col("retries").sum().alias("retries"),
+            (pl.col("lat_sum").sum() / n / 1000.0).alias("lat_avg_ms"),
+            (pl.col("lat_max").max() / 1000.0).alias("lat_max_ms"),
+            (pl.col("lag_sum").sum() / n / 1000.0).alias("lag_avg_ms"),
+            (pl.col("lag_max").max() / 1000.0).alias("lag_max_ms"),
+        ]
+
+    per_job = logs.group_by("start", "job").agg(agg())
+    all_jobs = logs.group_by("start").agg(agg()).with_columns(
+        pl.lit(None, dtype=pl.Int16()).alias("job"))
+    combined = pl.concat([all_jobs.select(per_job.columns), per_job])
+    first, last = logs["start"].min(), logs["start"].max()
+    series = combined.with_columns(
+        (pl.col("start") < pl.lit(first) + warmup_s).alias("warmup"),
+        pl.col("start").is_in([first, last]).alias("partial"),
+        pl.lit(None, dtype=pl.Float64()).alias("lat_p50_ms"),
+        pl.lit(None, dtype=pl.Float64()).alias("lat_p95_ms"),
+        pl.lit(None, dtype=pl.Float64()).alias("lat_p99_ms"),
+        (pl.col("start") * US).cast(pl.Datetime("us")).dt.replace_time_zone("UTC").alias("t"),
+    )
+    return (series.select(list(SERIES_SCHEMA)).cast(SERIES_SCHEMA)  # type: ignore[arg-type]
+            .sort(["t", "job"], nulls_last=False))
+
+
+def aggregate_window(logs: pl.DataFrame, series: pl.DataFrame,
+                     interval_s: int) -> dict[str, Any]:
+    """The measured-window figures (intervals neither warmup nor partial)."""
+    measured = series.filter(pl.col("job").is_null() & ~pl.col("warmup") & ~pl.col("partial"))
+    starts = [int(t.timestamp()) for t in measured["t"].to_list()]
+    window = logs.filter(pl.col("start").is_in(starts))
+    n = int(window["n"].sum() or 0)
+    seconds = len(starts) * interval_s
+    return {
+        "seconds": seconds, "transactions": n, "tps": n / seconds if seconds else 0.0,
+        "failures": int((window["serialization_failures"] + window["deadlock_failures"]).sum()
+                        or 0),
+        "skipped": int(window["skipped"].sum() or 0), "retries": int(window["retries"].sum()
+                                                                      or 0),
+        "lat_avg_ms": float(window["lat_sum"].sum()) / n / 1000.0 if n else None,
+        "lat_p50_ms": None, "lat_p95_ms": None, "lat_p99_ms": None,
+        "lat_max_ms": int(window["lat_max"].cast(pl.Int64).max() or 0) / 1000.0 if n else None,
+        "lag_avg_ms": float(window["lag_sum"].sum()) / n / 1000.0 if n else None,
+    }
+
+
+def _summary_measured(summary: PgbenchSummary) -> dict[str, Any]:
+    seconds = int(summary.duration_s or 0)
+    return {"seconds": seconds, "transactions": summary.transactions, "tps": summary.tps,
+            "failures": summary.failed or 0, "skipped": summary.skipped or 0,
+            "retries": summary.retries or 0, "lat_avg_ms": summary.latency_avg_ms,
+            "lat_p50_ms": None, "lat_p95_ms": None, "lat_p99_ms": None, "lat_max_ms": None,
+            "lag_avg_ms": summary.lag_avg_ms}
+
+
+def _scenario(name: str, summary: PgbenchSummary, warmup_s: int,
+              sampling_rate: float) -> dict[str, Any]:
+    if summary.scripts:
+        mix = [f"{_BUILTINS.get(s.name, s.name)}@{s.weight}" for s in summary.scripts]
+    else:
+        kind = summary.transaction_type or "unknown"
+        mix = [_BUILTINS.get(kind, kind)]
+    workload = {"driver": "pgbench", "scale": summary.scaling_factor, "mix": mix,
+                "clients": [summary.clients], "jobs": summary.threads,
+                "duration": summary.duration_s, "warmup": float(warmup_s),
+                "protocol": summary.query_mode, "per_statement": bool(summary.statements)
+                or any(s.statements for s in summary.scripts),
+                "max_tries": summary.max_tries or 1, "log_sampling": sampling_rate}
+    return {"name": name, "server": {"target": "imported"}, "workload": workload}
+
+
+def import_run(summary_path: Path, logs: list[Path], results_root: Path, name: str,
+               warmup_s: int = 0, sampling_rate: float = 1.0,
+               this_host: bool = False) -> StoredRun:
+    """Make a results folder from a pgbench summary and its logs (see the module doc)."""
+    if not re.fullmatch(r"[a-z0-9-]+", name):
+        raise BadInput(f"--name {name!r}: expected lowercase letters, digits and '-'")
+    summary = _read_summary(summary_path)
+    kinds = {path: _log_kind(path) for path in logs}
+    if len(set(kinds.values())) > 1:
+        raise BadInput(f"{', '.join(map(str, logs))}: a mix of per-transaction and "
+                       "aggregate logs; give the logs of one pgbench run")
+    kind = next(iter(kinds.values()), "summary")
+    series: pl.DataFrame | None = None
+    if kind == "transactions":
+        spec = TxLogSpec(has_lag=summary.lag_avg_ms is not None,
+                         has_retries=(summary.max_tries or 1) != 1, sampling_rate=sampling_rate)
+        tx = read_txlogs(dict(enumerate(logs)), spec)
+        if tx.height == 0:
+            raise BadInput(f"{logs[0]}: no pgbench per-transaction log lines in the -l logs")
+        series = per_second_series(tx, warmup_s, sampling_rate)
+        measured = dataclasses.asdict(measured_window_stats(tx, series, sampling_rate))
+        start_us = int(tx["end_us"].cast(pl.Int64).min() or 0)
+    elif kind == "aggregate":
+        frame = pl.concat([read_aggregate_log(p, job) for job, p in enumerate(logs)])
+        if frame.height == 0:
+            raise BadInput(f"{logs[0]}: empty --aggregate-interval log")
+        starts = sorted(set(frame["start"].to_list()))
+        interval = min((b - a for a, b in itertools.pairwise(starts)), default=1)
+        series = aggregate_series(frame, interval, warmup_s)
+        measured = aggregate_window(frame, series, interval)
+        logged = int((frame["serialization_failures"] + frame["deadlock_failures"]).sum())
+        if (summary.failed or 0) > 0 and logged == 0:
+            # Without --failures-detailed pgbench logs no failure count: unknown, not 0.
+            measured["failures"] = None
+            series = series.with_columns(pl.lit(None, dtype=pl.Int64()).alias("failures"))
+        start_us = int(starts[0]) * US
+    else:
+        measured = _summary_measured(summary)
+        start_us = int(summary_path.stat().st_mtime - (summary.duration_s or 0)) * US
+    started = dt.datetime.fromtimestamp(start_us / US, dt.timezone.utc)
+
+    folder = create_run_folder(results_root, name)
+    shutil.copyfile(summary_path, folder.raw / "pgbench.stdout")
+    for job, path in enumerate(logs):
+        shutil.copyfile(path, folder.raw / f"{'aggregate' if kind == 'aggregate' else 'txlog'}"
+                                           f".{job}")
+    if series is not None:
+        write_parquet(folder.path / "client.parquet", series)
+    version = _VERSION.match(summary.server_version or summary.pgbench_version or "")
+    manifest = _manifest(folder, name, summary, measured, started, warmup_s, sampling_rate)
+    manifest["nodes"]["primary"]["server_version"] = version.group(1) if version else None
+    manifest["source"] = {"kind": "import", "from": kind, "imported_at": iso(utc_now()),
+                          "summary": str(summary_path.absolute()),
+                          "logs": [str(p.absolute()) for p in logs]}
+    if this_host:
+        manifest["host"] = host_facts(None)
+    folder.write_manifest(manifest)
+    return load_run(folder.path)
+
+
+def _manifest(folder: RunFolder, name: str, summary: PgbenchSummary, measured: dict[str, Any],
+              started: dt.datetime, warmup_s: int, sampling_rate: float) -> dict[str, Any]:
+    ended = started + dt.timedelta(seconds=summary.duration_s or 0)
+    return {
+        "format": MANIFEST_FORMAT, "pglab_version": __version__, "run_id": folder.path.name,
+        "scenario_name": name, "status": "completed", "reason": None,
+        "started_at": iso(started), "ended_at": iso(ended),
+        "scenario_source": "import", "overrides": {}, "variant": {}, "study_id": None,
+        "scenario": _scenario(name, summary, warmup_s, sampling_rate),
+        "envelope": {}, "host": {},
+        "nodes": {"primary": {"name": "primary", "target": "imported"}},
+        "workload": {"jobs": summary.threads, "log_sampling": sampling_rate},
+        "results": {"pgbench": summary_to_dict(summary), "measured": measured},
+    }

@@ -1,0 +1,96 @@
+"""The comparison statistics (pure functions), on per-second TPS that real pgbench 15 and
+18 runs logged (tests/samples/pgbench/*/txlog_plain.*, binned per 100 ms so that the
+short sample runs give enough points) and on exact small cases."""
+
+from __future__ import annotations
+
+import math
+
+import polars as pl
+import pytest
+
+from conftest import ROOT, SAMPLES
+from pglab.compare import stats
+from pglab.compare.metrics import METRICS
+from pglab.workload.txlog import TxLogSpec, read_txlogs
+
+SPEC = TxLogSpec(has_lag=False, has_retries=False, sampling_rate=1.0)
+
+
+def throughput(version: str) -> list[float]:
+    """Transactions per 100 ms of a real pgbench run, in time order."""
+    sample = SAMPLES / "pgbench" / version
+    files = {0: sample / "txlog_plain.0", 1: sample / "txlog_plain.1"}
+    tx = read_txlogs(files, SPEC)
+    binned = (tx.group_by(pl.col("end_us") // 100_000).agg(pl.len().alias("n"))
+              .sort("end_us"))
+    values = [float(v) for v in binned["n"].to_list()]
+    return values[1:-1]  # the first and last bins are partial
+
+
+def test_exact_small_cases() -> None:
+    assert stats.median([3, 1, 2]) == 2 and stats.median([4, 1, 2, 3]) == 2.5
+    assert stats.quantile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.5
+    assert stats.cv([2.0, 2.0]) == 0.0 and stats.cv([0.0, 0.0]) is None
+    assert stats.block_length([1.0, 2.0]) == 1
+    # A slow trend is autocorrelated: long blocks; no variation: the n^(1/3) floor.
+    assert stats.block_length([float(i) for i in range(40)]) == 10
+    assert stats.block_length([5.0] * 27) == 3
+
+
+@pytest.mark.parametrize("version", ["15", "18"])
+def test_a_run_against_itself_includes_zero(version: str) -> None:
+    values = throughput(version)
+    assert len(values) >= 10
+    interval = stats.bootstrap_difference([values], [values], stats.mean)
+    assert interval.estimate == 0 and interval.includes_zero and interval.mode == "ratio"
+    # The same statistic and interval whatever the order of the calls: deterministic.
+    again = stats.bootstrap_difference([values], [values], stats.mean)
+    assert (again.low, again.high) == (interval.low, interval.high)
+
+
+@pytest.mark.parametrize("version", ["15", "18"])
+def test_a_doubled_throughput_is_significant(version: str) -> None:
+    values = throughput(version)
+    doubled = [2 * v for v in values]
+    interval = stats.bootstrap_difference([values], [doubled], stats.mean)
+    assert not interval.includes_zero and interval.low > 0
+    assert interval.relative(interval.estimate) == pytest.approx(1.0)
+    # Ratio mode: halving is as far from zero as doubling, whichever side is the base.
+    halved = stats.bootstrap_difference([doubled], [values], stats.mean)
+    assert halved.estimate == pytest.approx(-interval.estimate)
+    assert halved.relative(halved.estimate) == pytest.approx(-0.5)
+    # The assumed run-to-run noise widens the interval on both ends, by log(1 + noise).
+    wide = interval.widened(0.5)
+    assert wide.low == pytest.approx(interval.low - math.log(1.5))
+    assert wide.high == pytest.approx(interval.high + math.log(1.5))
+
+
+def test_zeros_use_differences() -> None:
+    none_failed, some_failed = [0.0] * 20, [0.0] * 10 + [2.0] * 10
+    interval = stats.bootstrap_difference([none_failed], [some_failed], stats.mean)
+    assert interval.mode == "difference" and interval.estimate == 1.0
+    assert interval.relative(interval.estimate) is None  # no % of a zero base
+    same = stats.bootstrap_difference([none_failed], [none_failed], stats.mean)
+    assert (same.low, same.high) == (0.0, 0.0) and same.includes_zero
+
+
+def test_repeats_that_disagree_make_the_interval_wide() -> None:
+    a, b = throughput("15"), throughput("18")
+    # Two "repeats" from different runs on each side: the spread between runs enters the
+    # interval, which must be wider than the one from a single run on each side.
+    single = stats.bootstrap_difference([a], [a], stats.median)
+    repeats = stats.bootstrap_difference([a, b], [b, a], stats.median)
+    assert repeats.includes_zero
+    assert repeats.high - repeats.low > single.high - single.low
+
+
+def test_needs_samples_on_both_sides() -> None:
+    with pytest.raises(ValueError):
+        stats.bootstrap_difference([[]], [[1.0]])
+
+
+def test_every_metric_is_documented() -> None:
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Comparing runs", 1)[1].split("\n## ", 1)[0]
+    assert [m.name for m in METRICS if f"`{m.name}`" not in section] == []

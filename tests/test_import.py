@@ -1,0 +1,172 @@
+"""`pglab import` with real pgbench 15 and 18 outputs (tests/samples/pgbench/): the
+summary alone (with and without -r), -l per-transaction logs, --aggregate-interval logs;
+round trips against what pgbench itself printed and logged; bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+from conftest import SAMPLES, run_cli
+from pglab.importer import import_run, read_aggregate_log
+from pglab.workload.pgbench_output import parse_summary
+
+PGBENCH = SAMPLES / "pgbench"
+VERSIONS = ("15", "18")
+
+
+def do_import(tmp_path: Path, summary: Path, *logs: Path,
+              name: str = "old") -> tuple[Path, dict[str, Any]]:
+    """In-process (the CLI path is tested below): the folder and its manifest."""
+    run = import_run(summary, list(logs), tmp_path, name)
+    return run.path, json.loads((run.path / "manifest.json").read_text())
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("name", ["summary_tpcb", "summary_r", "summary_mix_r"])
+def test_summary_only(tmp_path: Path, version: str, name: str) -> None:
+    path = PGBENCH / version / f"{name}.txt"
+    summary = parse_summary(path.read_text())
+    folder, manifest = do_import(tmp_path, path)
+    measured = manifest["results"]["measured"]
+    assert measured["tps"] == summary.tps and measured["transactions"] == summary.transactions
+    assert measured["lat_avg_ms"] == summary.latency_avg_ms and measured["lat_p99_ms"] is None
+    assert manifest["status"] == "completed" and manifest["source"]["kind"] == "import"
+    assert manifest["source"]["from"] == "summary"
+    assert manifest["nodes"]["primary"]["server_version"].startswith(version + ".")
+    workload = manifest["scenario"]["workload"]
+    assert workload["per_statement"] is name.endswith("_r")
+    assert workload["clients"] == [summary.clients] and workload["jobs"] == summary.threads
+    if name == "summary_mix_r":
+        assert workload["mix"] == ["select-only@80", "tpcb-like@20"]
+    else:
+        assert workload["mix"] == ["tpcb-like"]
+    assert (folder / "raw" / "pgbench.stdout").read_text() == path.read_text()
+    assert not (folder / "client.parquet").exists()
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_per_transaction_logs_round_trip(tmp_path: Path, version: str) -> None:
+    sample = PGBENCH / version
+    logs = [sample / "txlog_plain.0", sample / "txlog_plain.1"]
+    folder, manifest = do_import(tmp_path, sample / "txlog_plain.summary.txt", *logs)
+    assert manifest["source"]["from"] == "transactions"
+    series = pl.read_parquet(folder / "client.parquet")
+    # Every logged transaction is in the series once (all-jobs rows), and per job.
+    lines = [sum(1 for _ in p.open()) for p in logs]
+    everything = series.filter(pl.col("job").is_null())
+    assert everything["tps"].sum() == sum(lines)
+    for job, count in enumerate(lines):
+        assert series.filter(pl.col("job") == job)["tps"].sum() == count
+    measured = manifest["results"]["measured"]
+    assert measured["lat_p99_ms"] is not None and measured["seconds"] >= 1
+    window = everything.filter(~pl.col("warmup") & ~pl.col("partial"))
+    assert measured["transactions"] == window["tps"].sum()
+
+
+def test_warmup_is_left_out(tmp_path: Path) -> None:
+    sample = PGBENCH / "15"
+    logs = [sample / "txlog_stall.0", sample / "txlog_stall.1"]
+    run = import_run(sample / "txlog_stall.summary.txt", logs, tmp_path, "w", warmup_s=2)
+    series = pl.read_parquet(run.path / "client.parquet").filter(pl.col("job").is_null())
+    flags = series["warmup"].to_list()
+    assert flags[:2] == [True, True] and not any(flags[3:])
+    measured = run.manifest["results"]["measured"]
+    window = series.filter(~pl.col("warmup") & ~pl.col("partial"))
+    assert measured["seconds"] == window.height and measured["transactions"] == window[
+        "tps"].sum()
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("name", ["agg_plain", "agg_rate", "agg_retries", "agg_failed"])
+def test_aggregate_logs_round_trip(tmp_path: Path, version: str, name: str) -> None:
+    sample = PGBENCH / version
+    logs = [sample / f"{name}.0", sample / f"{name}.1"]
+    raw = pl.concat([read_aggregate_log(p, job) for job, p in enumerate(logs)])
+    assert raw.width == 16  # 15 columns in pgbench 15 and 18, plus the job
+    folder, manifest = do_import(tmp_path, sample / f"{name}.summary.txt", *logs)
+    assert manifest["source"]["from"] == "aggregate"
+    series = pl.read_parquet(folder / "client.parquet")
+    everything = series.filter(pl.col("job").is_null())
+    assert everything["tps"].sum() == raw["n"].sum()
+    assert everything["lat_max_ms"].max() == pytest.approx(
+        int(raw["lat_max"].cast(pl.Int64).max() or 0) / 1000.0)
+    assert everything["lat_p99_ms"].null_count() == everything.height
+    measured = manifest["results"]["measured"]
+    window = raw.filter(pl.col("start") == sorted(set(raw["start"].to_list()))[1])
+    assert measured["seconds"] == 1  # 3 intervals: the first and last are partial
+    assert measured["transactions"] == window["n"].sum()
+    lat_sum, n = int(window["lat_sum"].sum()), int(window["n"].sum())
+    assert measured["lat_avg_ms"] == pytest.approx(lat_sum / n / 1000.0)
+    summary = parse_summary((sample / f"{name}.summary.txt").read_text())
+    if name == "agg_rate":  # skipped transactions and schedule lag are logged with -R/-L
+        assert everything["skipped"].sum() == raw["skipped"].sum() > 0
+        assert summary.skipped is not None and summary.skipped >= raw["skipped"].sum()
+        assert measured["lag_avg_ms"] > 0
+    if name == "agg_failed":  # deadlocks, but no --failures-detailed: unknown, not zero
+        assert summary.failed is not None and summary.failed > 0
+        assert measured["failures"] is None
+        assert everything["failures"].null_count() == everything.height
+    else:
+        assert everything["failures"].null_count() == 0
+    if name == "agg_retries":  # --failures-detailed: serialization failures are counted
+        assert everything["failures"].sum() == raw["serialization_failures"].sum() > 0
+        assert summary.failed is not None and summary.failed >= everything["failures"].sum()
+        assert everything["retries"].sum() == raw["retries"].sum() > 0
+
+
+def test_imported_runs_show_in_ls_and_show(tmp_path: Path) -> None:
+    sample = PGBENCH / "15"
+    result = run_cli("import", str(sample / "agg_plain.summary.txt"),
+                     str(sample / "agg_plain.0"), str(sample / "agg_plain.1"),
+                     "--results", str(tmp_path), "--name", "legacy", "--warmup", "0s")
+    assert result.returncode == 0, result.stderr
+    assert "imported" in result.stdout
+    (folder,) = (tmp_path / "legacy").iterdir()
+    listing = run_cli("ls", str(tmp_path))
+    assert listing.returncode == 0 and "legacy" in listing.stdout
+    assert "imported" in listing.stdout and "completed" in listing.stdout
+    as_json = json.loads(run_cli("ls", str(tmp_path), "--json").stdout)
+    assert as_json[0]["source"] == "import" and as_json[0]["status"] == "completed"
+    shown = run_cli("show", str(folder))
+    assert shown.returncode == 0
+    assert "imported" in shown.stdout and "PostgreSQL 15.18" in shown.stdout
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(("files", "expected"), [
+    (["{bad_summary}"], "{bad_summary}: not a pgbench summary"),
+    (["{summary}", "{bad_agg}"], "{bad_agg}:3: not an --aggregate-interval log line"),
+    (["{summary}", "{not_a_log}"], "{not_a_log}: not a pgbench log"),
+    (["{summary}", "{txlog}", "{agg}"], "a mix of per-transaction and aggregate logs"),
+    (["{summary}", "{tmp}/missing.0"], "{tmp}/missing.0: no such file"),
+])
+def test_bad_input_is_one_line(tmp_path: Path, files: list[str], expected: str) -> None:
+    sample = PGBENCH / "18"
+    agg_lines = (sample / "agg_plain.0").read_text().splitlines()
+    values = {
+        "tmp": str(tmp_path),
+        "summary": str(sample / "agg_plain.summary.txt"),
+        "agg": str(sample / "agg_plain.0"),
+        "txlog": str(sample / "txlog_plain.0"),
+        # a summary cut before its figures, as when pgbench was killed
+        "bad_summary": str(write(tmp_path / "cut.txt", "\n".join(
+            (sample / "summary_r.txt").read_text().splitlines()[:6]))),
+        "bad_agg": str(write(tmp_path / "agg.0", "\n".join(
+            [*agg_lines[:2], agg_lines[2][:20] + " x 1"]) + "\n")),
+        "not_a_log": str(write(tmp_path / "notes.txt", "this is not a log\n")),
+    }
+    result = run_cli("import", *[f.format(**values) for f in files], "--results",
+                     str(tmp_path / "r"))
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected.format(**values) in lines[0], result.stderr
+    assert not (tmp_path / "r").exists()  # nothing written for bad input
