@@ -60,8 +60,9 @@ def wait_shares(run: Path, node: str = "primary", start: dt.datetime | None = No
 
 def test_catalogue_lists_story_and_expected_signal() -> None:
     names = builtin_names()
-    for wanted in ("healthy-control", "hot-row-contention", "sync-standby-paused",
-                   "too-many-connections"):
+    for wanted in ("checkpoint-flush-storm", "wal-segment-init-stall", "hot-row-contention",
+                   "sync-standby-slow-disk", "sync-standby-paused", "too-many-connections",
+                   "dirty-writeback-storm", "healthy-control"):
         assert wanted in names
     for name in names:
         scenario = load_builtin(name).scenario
@@ -106,3 +107,57 @@ def test_too_many_connections_pooler_wins(tmp_path: Path, pgbouncer_binary: str)
     by_pooler = {json.loads((r / "manifest.json").read_text())["variant"]["topology.pooler"]:
                  statistics.fmean(measured_tps(r).to_list()) for r in runs}
     assert by_pooler["pgbouncer"] > 2 * by_pooler["none"], by_pooler
+
+
+def _low_seconds_with(run: Path, metric_prefix: str, fraction: float = 0.1) -> list[str]:
+    """Low-TPS measured seconds during which (or in the second before) some backend was
+    sampled in a wait whose name starts with `metric_prefix`."""
+    tps = pl.read_parquet(run / "client.parquet").filter(
+        pl.col("job").is_null() & ~pl.col("warmup") & ~pl.col("partial"))
+    median = statistics.median(tps["tps"].to_list())
+    low = tps.filter(pl.col("tps") < fraction * median)["t"].to_list()
+    waits = pl.read_parquet(run / "timeseries.parquet").filter(
+        (pl.col("source") == "db.waits") & pl.col("metric").str.starts_with(metric_prefix))
+    seconds = set(waits["t"].dt.truncate("1s").to_list())
+    return [str(t) for t in low if t in seconds or t - dt.timedelta(seconds=1) in seconds]
+
+
+def test_checkpoint_flush_storm_drops_tps_during_checkpoints(tmp_path: Path) -> None:
+    (run,) = _run(tmp_path, "checkpoint-flush-storm", "workload.duration=20s",
+                  "workload.warmup=2s")
+    assert low_seconds(run) >= 1
+    events = pl.read_parquet(run / "events.parquet")
+    assert events.filter(pl.col("kind") == "checkpoint").height >= 2
+    manifest = json.loads((run / "manifest.json").read_text())
+    measured = manifest["nodes"]["primary"]["envelope"]["measured_write_mbps"]
+    assert abs(measured - 16) <= 1.6, measured  # the envelope was verified at 16 MB/s
+
+
+def test_wal_segment_init_stall_coincides_with_walinit_waits(tmp_path: Path) -> None:
+    (run,) = _run(tmp_path, "wal-segment-init-stall", "workload.duration=30s",
+                  "workload.warmup=2s")
+    assert _low_seconds_with(run, "IO:WalInit"), "no low second beside a WalInit wait"
+
+
+def test_sync_standby_on_slow_disk_makes_commits_wait_on_syncrep(tmp_path: Path) -> None:
+    (run,) = _run(tmp_path, "sync-standby-slow-disk", "workload.duration=25s",
+                  "workload.warmup=2s",
+                  'faults=[{at="5s", action="bulk-update", args={rows=50000}}]')
+    assert low_seconds(run) >= 3
+    faults = pl.read_parquet(run / "events.parquet").filter(pl.col("kind") == "fault")
+    shares = wait_shares(run, start=faults["t_start"][0],
+                         end=faults["t_start"][0] + dt.timedelta(seconds=20))
+    assert max(shares, key=lambda k: shares[k]) == "IPC:SyncRep", shares
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["nodes"]["standby1"]["envelope"]["limits"]["write_mbps"] == 6
+
+
+def test_dirty_writeback_storm_stalls_in_the_checkpoint_sync(tmp_path: Path) -> None:
+    (run,) = _run(tmp_path, "dirty-writeback-storm", "workload.duration=25s",
+                  "workload.warmup=2s", 'faults=[{at="10s", action="checkpoint"}]')
+    assert low_seconds(run) >= 2
+    memory = pl.read_parquet(run / "timeseries.parquet").filter(
+        (pl.col("source") == "os.memory") & (pl.col("metric") == "dirty_mb"))
+    assert max(memory["value"].to_list()) > 200  # checkpoint writes sat as dirty pages
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["kernel"]["set"]["vm.dirty_ratio"] == 60
