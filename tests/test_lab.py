@@ -134,3 +134,40 @@ def test_stale_lab_of_a_dead_pglab_is_reaped() -> None:
     (stale / "owner.json").write_text('{"pid": 999999999}')
     assert stale in reap_stale_labs()
     assert not stale.exists()
+
+
+LEAK_SCENARIO = """
+name = "leak"
+[envelope]
+cpus = 1.0
+memory = "1GB"
+[kernel]
+"vm.swappiness" = 7
+[workload]
+scale = 1
+"""
+
+
+@pytest.mark.root
+def test_start_stop_twenty_times_leaves_nothing(pglab_home: Path) -> None:
+    """Processes, cgroups, kernel knobs, socket dirs and ports: all back after each lab."""
+    from pglab.lab.cgroups import detect_cgroups, pglab_cgroups
+    from pglab.lab.kernel import read_knobs
+
+    if os.geteuid() != 0 or not detect_cgroups().usable:
+        pytest.skip("needs root and cgroups (envelope and kernel knobs)")
+    scenario = load_text(LEAK_SCENARIO, "leak.toml").scenario
+    knobs_before = read_knobs()
+    cgroups_before = set(pglab_cgroups())
+    for round_ in range(20):
+        with Lab(scenario, "leak.toml", f"leak-{os.getpid()}-{round_}") as lab:
+            assert lab.primary is not None
+            port, sockets = lab.primary.port, lab.primary.socket_dir
+            assert read_knobs()["vm.swappiness"] == 7
+            assert set(pglab_cgroups()) - cgroups_before  # the node is in its own cgroup
+        assert processes_under(lab.lab_dir) == []
+        assert not lab.lab_dir.exists() and not sockets.exists()
+        assert set(pglab_cgroups()) == cgroups_before
+        assert read_knobs() == knobs_before
+        with socket.socket() as probe:
+            assert probe.connect_ex(("127.0.0.1", port)) != 0, f"port {port} still open"
