@@ -179,6 +179,21 @@ def sync_replication(ev: WindowEvidence) -> Finding | None:
     for e in ev.events_of("replication-state")[:2]:
         s.add(0.2, f"replication state of {e.attrs.get('standby')} changed to "
                    f"{e.attrs.get('state')}/{e.attrs.get('sync_state')} at {at(e)}")
+    waiting = ev.wait_count(primary, ("IPC:SyncRep",))
+    inside, _healthy = ev.shares(primary, ("IPC:SyncRep",))
+    if ev.window.kind == "drop-to-zero" and inside >= 0.15:
+        # With synchronous replication SyncRep is common in healthy seconds too, so its
+        # rise says little; but when nothing commits, the few SyncRep waiters hold the
+        # row locks that everyone else queues on.
+        s.add(0.3, f"while no transaction committed, {pct(inside)} of sampled client "
+                   "backends waited on SyncRep (the rest queued behind them)")
+    for e in ev.events_of("fault"):
+        action = str(e.attrs.get("action"))
+        if waiting and e.node.startswith("standby") and action in ("pause-standby",
+                                                                     "throttle-disk"):
+            s.add(0.5, f"fault {action} on {e.node} from {at(e)} while commits waited on "
+                       "SyncRep")
+            break
     return s.finding()
 
 
