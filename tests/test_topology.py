@@ -207,3 +207,55 @@ action = "crash"
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"] == "completed"
     assert "clients_aborted_by_crash" in manifest["results"]
+
+
+@pytest.mark.root
+def test_disk_memory_and_walreceiver_faults(tmp_path: Path) -> None:
+    """throttle-disk sets and restores the node's limits, memory-pressure runs inside the
+    node's memory envelope, pausing only the WAL receiver leaves the standby up."""
+    from pglab.lab.cgroups import detect_cgroups
+
+    if not detect_cgroups().usable:
+        pytest.skip("needs root and cgroups")
+    scenario = write_scenario(tmp_path, """
+[envelope]
+memory = "1GB"
+[topology]
+standbys = 1
+synchronous = "on"
+[workload]
+scale = 1
+clients = 2
+jobs = 1
+duration = "8s"
+warmup = "1s"
+[[faults]]
+at = "1s"
+action = "throttle-disk"
+duration = "2s"
+args = { write_mbps = 2 }
+[[faults]]
+at = "1s"
+action = "memory-pressure"
+duration = "2s"
+args = { mb = 64 }
+[[faults]]
+at = "4s"
+action = "pause-standby"
+node = "standby1"
+duration = "2s"
+args = { part = "walreceiver" }
+""")
+    result = run_cli("run", str(scenario), "--results", str(tmp_path / "r"))
+    assert result.returncode == 0, result.stderr
+    run_dir = next((tmp_path / "r" / "t").iterdir())
+    faults = {str(f["action"]): f for f in _faults(run_dir)}
+    throttle = faults["throttle-disk"]
+    assert throttle["write_mbps"] == 2.0
+    assert throttle["restored"] == {"write_mbps": 0, "read_mbps": 0, "write_iops": 0,
+                                    "read_iops": 0}
+    assert faults["memory-pressure"]["ended_early"] is False
+    assert faults["pause-standby"]["paused_pids"]  # the WAL receiver's pid
+    shares = pl.read_parquet(run_dir / "timeseries.parquet").filter(
+        (pl.col("source") == "db.waits") & (pl.col("metric") == "IPC:SyncRep"))
+    assert shares.height > 0  # commits waited while the receiver was stopped
