@@ -455,6 +455,33 @@ def compare(base: str, contenders: tuple[str, ...], fail_if: tuple[str, ...], fm
     return ExitCode.RUN_FAILED if result.failed_conditions else ExitCode.OK
 
 
+@cli.command()
+@click.argument("scenario")
+@set_option
+@results_option
+@pg_bin_option
+@click.option("--repeats", default=3, show_default=True,
+              help="Interleaved rounds of baseline + each candidate.")
+@click.option("--top", default=3, show_default=True, help="Recommendations to test.")
+@click.option("--noise", default=10.0, show_default=True,
+              help="Assumed run-to-run noise in % (used only with --repeats 1).")
+def tune(scenario: str, overrides: tuple[str, ...], results: Path, pg_bin: str | None,
+         repeats: int, top: int, noise: float) -> int:
+    """Run SCENARIO, test its top recommendations interleaved with the baseline, keep
+    only what is significantly better."""
+    from pglab.report.tune_terminal import print_tune
+    from pglab.tune import tune as run_tune
+
+    base = _load(scenario, overrides)
+    for variant in base.variants:
+        check_supported(variant.scenario, base.where)
+    result = run_tune(lambda extra: _load(scenario, tuple(extra)), list(overrides),
+                      RunOptions(results, False, pg_bin), TerminalUI(err), repeats, top,
+                      noise / 100.0, on_run=lambda run: print_summary(out, run))
+    print_tune(out, result)
+    return ExitCode.OK
+
+
 # --- import -----------------------------------------------------------------------------
 
 

@@ -185,8 +185,9 @@ def sync_replication(ev: WindowEvidence) -> Finding | None:
         # With synchronous replication SyncRep is common in healthy seconds too, so its
         # rise says little; but when nothing commits, the few SyncRep waiters hold the
         # row locks that everyone else queues on.
-        s.add(0.3, f"while no transaction committed, {pct(inside)} of sampled client "
-                   "backends waited on SyncRep (the rest queued behind them)")
+        s.add(0.2 + 0.6 * inside, f"while no transaction committed, {pct(inside)} of "
+                                  "sampled client backends waited on SyncRep (the rest "
+                                  "queued behind them)")
     for e in ev.events_of("fault"):
         action = str(e.attrs.get("action"))
         if waiting and e.node.startswith("standby") and action in ("pause-standby",

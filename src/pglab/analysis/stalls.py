@@ -8,9 +8,10 @@ A measured second (neither warmup nor partial) is *degraded* when
   detect: on a shared machine one descheduled transaction makes it jump tenfold, while
   a p99 three times the usual means many transactions were slow.
 The reference is the rolling median of TPS over REFERENCE_WINDOW_S seconds, centred, so
-a slow drift is not a stall but a short fall is. Adjacent degraded seconds make one
-window; its kind is the worst of its seconds, its depth 1 - min TPS / reference, and
-its lost transactions the sum of (reference - TPS) over its seconds.
+a slow drift is not a stall but a short fall is; where that median is 0 (a run stalled
+for most of a window), the median TPS of the run's working seconds. Adjacent degraded
+seconds make one window; its kind is the worst of its seconds, its depth 1 - min TPS /
+reference, and its lost transactions the sum of (reference - TPS) over its seconds.
 Four or more windows (all, or all of one kind) whose starts are regularly spaced
 (intervals within PERIOD_TOLERANCE of their median) are reported as periodic.
 """
@@ -85,7 +86,12 @@ def classify_seconds(measured: pl.DataFrame) -> pl.DataFrame:
     window = max(1, min(REFERENCE_WINDOW_S, measured.height))
     p99_median = measured["lat_p99_ms"].median()
     p99_base = float(p99_median) if isinstance(p99_median, (int, float)) else None
-    reference = pl.col("tps").rolling_median(window, center=True, min_samples=1)
+    rolling = pl.col("tps").rolling_median(window, center=True, min_samples=1)
+    # A run stalled for more than half of a window has a rolling median of 0, which would
+    # hide the stall itself: there the reference is what the run did while it worked.
+    working = measured.filter(pl.col("tps") > 0)["tps"].median()
+    working_tps = float(working) if isinstance(working, (int, float)) else 0.0
+    reference = pl.when(rolling > 0).then(rolling).otherwise(pl.lit(working_tps))
     frame = measured.with_columns(reference.alias("reference"))
     spike = pl.lit(False)
     if p99_base is not None:
