@@ -1,0 +1,34 @@
+"""pglab tune on a real pathology: the baseline's advice, measured against it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import run_cli, write_scenario
+
+
+def test_tune_keeps_a_change_that_removes_the_checkpoint_storm(tmp_path: Path) -> None:
+    # One round (baseline, candidate) with a 10 s load: the storm costs most of the TPS,
+    # so a single interleaved round is enough to see it; more rounds only narrow it.
+    result = run_cli("tune", "checkpoint-flush-storm", "--results", str(tmp_path / "r"),
+                     "--set", "workload.duration=10s", "--set", "workload.warmup=2s",
+                     "--top", "1", "--repeats", "1", timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (tune_file,) = (tmp_path / "r" / "checkpoint-flush-storm").glob("*.tune.json")
+    tune = json.loads(tune_file.read_text())
+    assert len(tune["baseline"]) == 2  # the first run, then one interleaved round
+    (candidate,) = tune["candidates"]
+    assert len(candidate["runs"]) == 1 and "checkpoint-io" in candidate["because"]
+    verdicts = {m["metric"]: m["verdict"] for m in candidate["metrics"]}
+    assert set(verdicts) == {"stall_seconds", "tps", "p99"}
+    assert candidate["kept"] == ("better" in verdicts.values()
+                                 and "worse" not in verdicts.values())
+    assert "winning overrides" in result.stdout or "keep the baseline" in result.stdout
+
+
+def test_tune_refuses_a_sweep(tmp_path: Path) -> None:
+    scenario = write_scenario(tmp_path, "[workload]\nclients = [1, 2]\nscale = 1\n")
+    result = run_cli("tune", str(scenario), "--results", str(tmp_path / "r"))
+    assert result.returncode == 2
+    assert "tune needs a single run" in result.stderr and "Traceback" not in result.stderr
