@@ -7,6 +7,7 @@ The `timeline` part is what the page's JavaScript draws; the rest are tables.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -146,8 +147,6 @@ def _stalls(analysis: dict[str, Any] | None, t0_us: int) -> list[list[Any]]:
 
 
 def _iso_offset(value: str, t0_us: int) -> float:
-    import datetime as dt
-
     t = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
     return round(t.timestamp() - t0_us / 1e6, 1)
 

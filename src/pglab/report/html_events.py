@@ -6,6 +6,7 @@ decimal); an instantaneous event has start == end and is drawn as a thin mark.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 from typing import Any
@@ -31,7 +32,7 @@ _SEGMENT = re.compile(r"^(\d+)\s*(kB|MB|GB)$")
 def _offset(t: Any, t0_us: int) -> float | None:
     if t is None:
         return None
-    return round(t.timestamp() - t0_us / 1e6, 1)
+    return round(float(t.timestamp()) - t0_us / 1e6, 1)
 
 
 def _text(kind: str, attrs: dict[str, Any]) -> str:
@@ -114,8 +115,6 @@ def event_lanes(events: pl.DataFrame | None, ts: pl.DataFrame | None, t0_us: int
         color = LANES[lane][2]
         text = _text(kind, attrs)
         if kind == "checkpoint" and attrs.get("write_phase_end"):
-            import datetime as dt
-
             mid = _offset(dt.datetime.fromisoformat(attrs["write_phase_end"]), t0_us)
             if mid is not None and start <= mid <= end:
                 items.append([start, mid, lane, color, "write phase · " + text])

@@ -42,7 +42,7 @@ def round3(value: float | None) -> float | None:
         return None
     if value == 0:
         return 0
-    digits = 2 - int(math.floor(math.log10(abs(value))))
+    digits = 2 - math.floor(math.log10(abs(value)))
     rounded = round(value, digits)
     return int(rounded) if digits <= 0 else rounded
 
@@ -156,8 +156,8 @@ def line_chart(ts: pl.DataFrame, t0_us: int, chart_id: str, title: str, unit: st
     order = list(dict.fromkeys(name(m, lb) for m in metrics for lb in labels))
     x, columns = bucketed(x_all, {n: columns[n] for n in order if n in columns})
     chart = Chart(chart_id, title, unit, x)
-    for i, name in enumerate(columns):
-        chart.series.append(Series(name, columns[name], PALETTE[i % len(PALETTE)], stack=stack))
+    for i, key in enumerate(columns):
+        chart.series.append(Series(key, columns[key], PALETTE[i % len(PALETTE)], stack=stack))
     return chart
 
 

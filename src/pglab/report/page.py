@@ -20,7 +20,7 @@ from pglab.store import write_text
 
 
 def asset(name: str) -> str:
-    return resources.files("pglab.report").joinpath("assets", name).read_text("utf-8")
+    return resources.files("pglab.report").joinpath("assets").joinpath(name).read_text("utf-8")
 
 
 def _json_for_script(obj: Any) -> str:
