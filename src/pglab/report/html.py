@@ -196,7 +196,7 @@ def build_model(run_dir: Path) -> ReportModel:
         if warm.height:
             warmup = [0, int(warm.select(seconds_since(pl.col("t"), t0_us)).max().item()) + 1]
     x_max = max((c.x[-1] for c in charts if c.x), default=0) + 1
-    lanes = event_lanes(events, ts, t0_us, run.manifest)
+    lanes = event_lanes(events, ts, t0_us, run.manifest, x_max)
     timeline = {
         "t0": t0_us // 1_000_000,
         "xmax": x_max,

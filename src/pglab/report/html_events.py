@@ -90,9 +90,16 @@ def _wal_files_from_io(ts: pl.DataFrame | None, t0_us: int,
     return items
 
 
+# Kinds that last: without t_end they had not finished when the run ended.
+_LASTING = ("checkpoint", "lock-wait", "recovery")
+
+
 def event_lanes(events: pl.DataFrame | None, ts: pl.DataFrame | None, t0_us: int,
-                manifest: dict[str, Any]) -> dict[str, Any]:
-    """{"names": [...], "colors": [...], "items": [[start, end, lane, colour, text], ...]}."""
+                manifest: dict[str, Any], x_end: float) -> dict[str, Any]:
+    """{"names": [...], "colors": [...], "items": [[start, end, lane, colour, text], ...]}.
+
+    `x_end` (seconds since t0) is where unfinished events are drawn to.
+    """
     lane_of = {kind: i for i, (_, kinds, _) in enumerate(LANES) for kind in kinds}
     items: list[list[Any]] = []
     wal_items = _wal_files_from_io(ts, t0_us, manifest)
@@ -111,9 +118,11 @@ def event_lanes(events: pl.DataFrame | None, ts: pl.DataFrame | None, t0_us: int
         end = _offset(row["t_end"], t0_us)
         if start is None:
             continue
-        end = start if end is None else end
         color = LANES[lane][2]
         text = _text(kind, attrs)
+        if end is None and kind in _LASTING:
+            end, text = max(start, x_end), text + " (not finished when the run ended)"
+        end = start if end is None else end
         if kind == "checkpoint" and attrs.get("write_phase_end"):
             mid = _offset(dt.datetime.fromisoformat(attrs["write_phase_end"]), t0_us)
             if mid is not None and start <= mid <= end:
@@ -128,5 +137,8 @@ def event_lanes(events: pl.DataFrame | None, ts: pl.DataFrame | None, t0_us: int
                           f"{attrs['wal_added']} WAL file(s) added since the previous "
                           "checkpoint (checkpoint log)"])
     items += wal_items
+    # the timelines start with the first sample; what ended before it (server start) is
+    # setup, not part of the run
+    items = [[max(0.0, i[0]), *i[1:]] for i in items if i[1] >= 0]
     return {"names": [name for name, _, _ in LANES], "colors": [c for _, _, c in LANES],
             "items": items}

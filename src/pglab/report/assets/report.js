@@ -5,7 +5,7 @@
   "use strict";
   var DATA = JSON.parse(document.getElementById("pglab-data").textContent);
   var T = DATA.timeline;
-  var PAD = { l: 56, r: 14, t: 8, b: 22 };
+  var PAD = { l: 118, r: 14, t: 8, b: 22 };  // wide left: the event lane names
   var CHART_H = 170, LANE_H = 20;
   var view = { x0: 0, x1: Math.max(1, T.xmax) };
   var hoverX = null;
@@ -154,6 +154,11 @@
     ctx.save();
     ctx.beginPath(); ctx.rect(PAD.l, PAD.t, c.w - PAD.l - PAD.r, plotH); ctx.clip();
     if (c.lanes) drawLanes(ctx, c); else drawSeries(ctx, c, plotH);
+    // a solid strip on top of the data as well: the tint alone hides under stacked areas
+    T.stalls.forEach(function (st) {
+      var a = sx(c, st[0]), b = sx(c, st[1]);
+      ctx.fillStyle = "#d9534f"; ctx.fillRect(a, PAD.t, Math.max(2, b - a), 4);
+    });
     ctx.restore();
     ctx.strokeStyle = "#bbb"; ctx.strokeRect(PAD.l + 0.5, PAD.t + 0.5, c.w - PAD.l - PAD.r, plotH);
     c.base.dataset.x0 = view.x0.toFixed(2); c.base.dataset.x1 = view.x1.toFixed(2);
@@ -220,7 +225,7 @@
       var y = PAD.t + i * LANE_H;
       ctx.fillStyle = i % 2 ? "rgba(0,0,0,0.025)" : "rgba(0,0,0,0)";
       ctx.fillRect(PAD.l, y, c.w - PAD.l - PAD.r, LANE_H);
-      ctx.fillStyle = "#333"; ctx.fillText(n, PAD.l + 4, y + LANE_H / 2);
+      ctx.fillStyle = "#333"; ctx.textAlign = "right"; ctx.fillText(n, PAD.l - 6, y + LANE_H / 2);
     });
     ctx.beginPath(); ctx.rect(PAD.l, PAD.t, c.w - PAD.l - PAD.r, c.height - PAD.t - PAD.b); ctx.clip();
     c.lanes.items.forEach(function (it) {
