@@ -14,12 +14,14 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import matplotlib.image as mpimg
 import polars as pl
 import pytest
+from playwright.sync_api import ConsoleMessage, Error, FloatRect, Locator, Page, Request
 
 from conftest import TINY, run_cli, write_scenario
 from pglab.report.html import build_model
@@ -183,7 +185,10 @@ def test_a_report_failure_is_recorded_not_fatal(run_dir: Path, tmp_path: Path) -
 
 
 def test_study_report(tmp_path: Path) -> None:
-    body = TINY.replace("clients = 2", "clients = [1, 2]").replace("jobs = 2", "jobs = 1")
+    # four short points without telemetry: the study report only reads their measurements
+    body = (TINY.replace("clients = 2", "clients = [1, 2]").replace("jobs = 2", "jobs = 1")
+            .replace('duration = "3s"', 'duration = "2s"').replace('warmup = "1s"', 'warmup = "0s"')
+            + "[telemetry]\nenabled = false\n")
     scenario = write_scenario(tmp_path, body + '[matrix]\n"server.settings.synchronous_commit"'
                               ' = ["on", "off"]\n', "st")
     result = run_cli("run", str(scenario), "--results", str(tmp_path / "r"))
@@ -220,8 +225,14 @@ def chromium() -> Path:
     return CHROMIUM
 
 
+@dataclass
+class Opened:
+    page: Page
+    problems: list[str]  # console errors and warnings, page errors, network requests
+
+
 @pytest.fixture(scope="module")
-def page(chromium: Path, analysed_run: Path) -> Iterator[Any]:
+def opened(chromium: Path, analysed_run: Path) -> Iterator[Opened]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw, tempfile.TemporaryDirectory() as profile:
@@ -229,30 +240,54 @@ def page(chromium: Path, analysed_run: Path) -> Iterator[Any]:
             profile, executable_path=str(chromium), args=CHROMIUM_ARGS, headless=True,
             viewport={"width": 1400, "height": 900})
         page = context.new_page()
-        page.problems = []  # type: ignore[attr-defined]
-        page.on("console", lambda m: m.type in ("error", "warning")
-                and page.problems.append(f"console {m.type}: {m.text}"))  # type: ignore[attr-defined]
-        page.on("pageerror", lambda e: page.problems.append(f"page error: {e}"))  # type: ignore[attr-defined]
-        page.on("request", lambda r: r.url.startswith(("file:", "data:"))
-                or page.problems.append(f"request: {r.url}"))  # type: ignore[attr-defined]
+        problems: list[str] = []
+
+        def on_console(message: ConsoleMessage) -> None:
+            if message.type in ("error", "warning"):
+                problems.append(f"console {message.type}: {message.text}")
+
+        def on_page_error(error: Error) -> None:
+            problems.append(f"page error: {error}")
+
+        def on_request(request: Request) -> None:
+            if not request.url.startswith(("file:", "data:")):
+                problems.append(f"request: {request.url}")
+
+        page.on("console", on_console)
+        page.on("pageerror", on_page_error)
+        page.on("request", on_request)
         page.goto((analysed_run / "report.html").as_uri())
         page.wait_for_selector("body[data-ready]", timeout=10_000)
-        yield page
+        yield Opened(page, problems)
         context.close()
 
 
-def test_page_has_no_errors_and_no_requests(page: Any) -> None:
-    page.mouse.move(700, 400)
-    assert page.problems == []
+def test_page_has_no_errors_and_no_requests(opened: Opened) -> None:
+    opened.page.mouse.move(700, 400)
+    assert opened.problems == []
 
 
-def _no_hover(page: Any) -> None:
+def _drawn_range(canvas: Locator) -> tuple[float, float]:
+    """The time range a chart was last drawn with (report.js sets data-x0/x1)."""
+    x0, x1 = canvas.get_attribute("data-x0"), canvas.get_attribute("data-x1")
+    assert x0 is not None and x1 is not None
+    return float(x0), float(x1)
+
+
+def _box(locator: Locator) -> FloatRect:
+    box = locator.bounding_box()
+    assert box is not None
+    return box
+
+
+def _no_hover(page: Page) -> None:
     """Mouse off the charts: element screenshots include the crosshair and the tooltip."""
     page.mouse.move(1, 1)
     page.evaluate("window.scrollTo(0, 0)")
 
 
-def test_every_chart_is_drawn(page: Any) -> None:
+def test_every_chart_is_drawn(opened: Opened) -> None:
+    page = opened.page
     _no_hover(page)
     ids = page.evaluate("window.pglabReport.charts")
     assert {"tps", "latency", "waits", "events", "cpu", "disk_mbps", "memory"} <= set(ids)
@@ -266,8 +301,8 @@ def test_every_chart_is_drawn(page: Any) -> None:
                           ".timeline.lanes.items")
     assert items
     canvas = page.locator("#chart-events canvas.base")
-    x0, x1 = (float(canvas.get_attribute(a)) for a in ("data-x0", "data-x1"))
-    width = canvas.bounding_box()["width"] - PAD_LEFT - 14
+    x0, x1 = _drawn_range(canvas)
+    width = _box(canvas)["width"] - PAD_LEFT - 14
     pixels = mpimg.imread(io.BytesIO(canvas.screenshot()), format="png")[..., :3]
     for start, end, lane, color, text in items:
         px = int(PAD_LEFT + ((start + end) / 2 - x0) / (x1 - x0) * width)
@@ -278,14 +313,15 @@ def test_every_chart_is_drawn(page: Any) -> None:
         assert (abs(near - want).max(axis=2) < 0.2).any(), text
 
 
-def test_stall_is_highlighted_on_every_chart(page: Any) -> None:
+def test_stall_is_highlighted_on_every_chart(opened: Opened) -> None:
+    page = opened.page
     _no_hover(page)
     stall = page.evaluate("JSON.parse(document.getElementById('pglab-data').textContent)"
                           ".timeline.stalls[0]")
     for chart_id in page.evaluate("window.pglabReport.charts"):
         canvas = page.locator(f"#chart-{chart_id} canvas.base")
-        box = canvas.bounding_box()
-        x0, x1 = (float(canvas.get_attribute(a)) for a in ("data-x0", "data-x1"))
+        box = _box(canvas)
+        x0, x1 = _drawn_range(canvas)
         plot_w = box["width"] - PAD_LEFT - 14
         px = PAD_LEFT + ((stall[0] + stall[1]) / 2 - x0) / (x1 - x0) * plot_w
         pixels = mpimg.imread(io.BytesIO(canvas.screenshot()), format="png")[..., :3]
@@ -295,7 +331,8 @@ def test_stall_is_highlighted_on_every_chart(page: Any) -> None:
         assert not ((outside[:, 0] > 0.75) & (outside[:, 2] < 0.45)).all(), chart_id
 
 
-def test_zooming_one_timeline_zooms_the_others(page: Any) -> None:
+def test_zooming_one_timeline_zooms_the_others(opened: Opened) -> None:
+    page = opened.page
     _no_hover(page)
     page.evaluate("window.pglabReport.setView(0, 1e9)")
     before = {cid: page.locator(f"#chart-{cid} canvas.base").screenshot()
@@ -303,7 +340,7 @@ def test_zooming_one_timeline_zooms_the_others(page: Any) -> None:
     full = page.evaluate("window.pglabReport.view()")
     tps = page.locator("#chart-tps canvas.over")
     tps.scroll_into_view_if_needed()
-    box = tps.bounding_box()
+    box = _box(tps)
     page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
     for _ in range(3):
         page.mouse.wheel(0, -200)
@@ -312,8 +349,7 @@ def test_zooming_one_timeline_zooms_the_others(page: Any) -> None:
     assert zoomed[1] - zoomed[0] < 0.7 * (full[1] - full[0])
     for cid in page.evaluate("window.pglabReport.charts"):
         canvas = page.locator(f"#chart-{cid} canvas.base")
-        assert float(canvas.get_attribute("data-x0")) == pytest.approx(zoomed[0], abs=0.01)
-        assert float(canvas.get_attribute("data-x1")) == pytest.approx(zoomed[1], abs=0.01)
+        assert _drawn_range(canvas) == pytest.approx(zoomed, abs=0.01)
     for cid, image in before.items():
         assert page.locator(f"#chart-{cid} canvas.base").screenshot() != image, cid
     # and a tooltip tells the values under the cursor
@@ -322,4 +358,4 @@ def test_zooming_one_timeline_zooms_the_others(page: Any) -> None:
     assert tip.is_visible() and "total:" in tip.inner_text() and "UTC" in tip.inner_text()
     page.mouse.dblclick(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
     assert page.evaluate("window.pglabReport.view()") == full
-    assert page.problems == []
+    assert opened.problems == []

@@ -36,8 +36,8 @@ def _num(value: Any, digits: int = 2) -> str:
 
 def _table(headers: list[str], rows: list[list[str]], numeric: set[int] | None = None) -> str:
     numeric = numeric or set()
-    head = "".join(f'<th class="num">{escape(h)}</th>' if i in numeric else f"<th>{escape(h)}</th>"
-                   for i, h in enumerate(headers))
+    head = "".join(f'<th class="num">{escape(h)}</th>' if i in numeric
+                   else f"<th>{escape(h)}</th>" for i, h in enumerate(headers))
     body = []
     for row in rows:
         cells = "".join(f'<td class="num">{c}</td>' if i in numeric else f"<td>{c}</td>"
@@ -58,10 +58,11 @@ def _header(model: ReportModel) -> str:
     status = model.run.status
     reason = f" — {escape(model.run.reason)}" if model.run.reason else ""
     desc = (m.get("scenario") or {}).get("description") or ""
+    started = str(m.get("started_at")).replace("Z", "")
     return (f'<header class="top"><h1>{escape(str(m.get("scenario_name")))}'
             f'<span class="status {escape(status)}">{escape(status)}</span></h1>'
             f'<div class="sub">run {escape(str(m.get("run_id")))} · PostgreSQL '
-            f'{escape(str(version))} · started {escape(str(m.get("started_at")))} UTC'
+            f'{escape(str(version))} · started {escape(started)} UTC'
             f'{" · " + escape(variant) if variant else ""}{reason}</div>'
             f'{"<div class=sub>" + escape(desc) + "</div>" if desc else ""}</header>')
 

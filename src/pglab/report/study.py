@@ -123,7 +123,7 @@ def _svg_chart(study: Study, title: str, unit: str, value: str, log_x: bool) -> 
         return left + (pos / (hi - lo) if hi > lo else 0.5) * (width - left - right)
 
     def fy(y: float) -> float:
-        return top + (1 - y / ymax) * (height - top - bottom)
+        return float(top + (1 - y / ymax) * (height - top - bottom))
 
     parts = [f'<svg viewBox="0 0 {width} {height}" width="100%" role="img" '
              f'aria-label="{escape(title)}" class="study-chart">',

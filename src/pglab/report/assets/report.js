@@ -30,6 +30,10 @@
     if (a >= 1) return v.toFixed(2);
     return v.toPrecision(2);
   }
+  function tick(v, step) {
+    if (v >= 1e4) return fmt(v);
+    return v.toFixed(Math.max(0, Math.min(3, -Math.floor(Math.log10(step)))));
+  }
   function niceStep(range, count) {
     var raw = range / Math.max(1, count), mag = Math.pow(10, Math.floor(Math.log10(raw)));
     var f = raw / mag;
@@ -183,7 +187,7 @@
     for (var v = 0; v <= ymax + 1e-9; v += step) {
       var py = Math.round(sy(v)) + 0.5;
       ctx.strokeStyle = "#eee"; ctx.beginPath(); ctx.moveTo(PAD.l, py); ctx.lineTo(c.w - PAD.r, py); ctx.stroke();
-      ctx.fillStyle = "#555"; ctx.fillText(fmt(v), PAD.l - 5, py);
+      ctx.fillStyle = "#555"; ctx.fillText(tick(v, step), PAD.l - 5, py);
     }
     ctx.beginPath(); ctx.rect(PAD.l, PAD.t, c.w - PAD.l - PAD.r, plotH); ctx.clip();
     L.forEach(function (l, k) {
