@@ -86,6 +86,12 @@ def analysed_run(run_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
     copy = tmp_path_factory.mktemp("analysed") / run_dir.name
     shutil.copytree(run_dir, copy)
     (copy / "analysis.json").write_text(json.dumps(_analysis_for(copy)))
+    # The primary's applied disk limit, recorded as the envelope runner records it
+    # (nodes.<node>.envelope.limits, MiB/s); a generous one, so no run would be slowed.
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["nodes"]["primary"]["envelope"] = {"limits": {"write_mbps": 400.0,
+                                                           "read_mbps": 0.0}}
+    (copy / "manifest.json").write_text(json.dumps(manifest))
     result = run_cli("report", str(copy))
     assert result.returncode == 0, result.stderr
     return copy
@@ -134,7 +140,10 @@ def test_analysis_becomes_the_verdict_and_stall_bands(analysed_run: Path) -> Non
                  "spread-checkpoints", "server.settings.max_wal_size = 1GB", "1,234"):
         assert text in html, text
     assert "not analysed" not in html
-    stalls = build_model(analysed_run).timeline["stalls"]
+    model = build_model(analysed_run)
+    disk = next(c for c in model.timeline["charts"] if c["id"] == "disk_mbps")
+    assert disk["limits"] == [["write limit", 400.0]]
+    stalls = model.timeline["stalls"]
     assert len(stalls) == 1 and stalls[0][1] - stalls[0][0] == pytest.approx(2, abs=0.2)
 
 
@@ -258,6 +267,9 @@ def opened(chromium: Path, analysed_run: Path) -> Iterator[Opened]:
         page.on("request", on_request)
         page.goto((analysed_run / "report.html").as_uri())
         page.wait_for_selector("body[data-ready]", timeout=10_000)
+        # The sticky zoom toolbar would cover the top of a chart scrolled to the top of
+        # the viewport for an element screenshot.
+        page.add_style_tag(content=".toolbar { position: static; }")
         yield Opened(page, problems)
         context.close()
 
@@ -296,6 +308,10 @@ def test_every_chart_is_drawn(opened: Opened) -> None:
             continue
         canvas = page.locator(f"#chart-{chart_id} canvas.base")
         assert _non_blank(canvas.screenshot(), top=14) > 0.002, chart_id
+    limit = mpimg.imread(io.BytesIO(page.locator("#chart-disk_mbps canvas.base").screenshot()),
+                         format="png")[..., :3]
+    red = (abs(limit - [0xD6 / 255, 0x27 / 255, 0x28 / 255]).max(axis=2) < 0.1).sum()
+    assert red > 300  # the envelope's write limit, a dashed line across the plot
     # events: every band is painted in its lane, in its colour
     items = page.evaluate("JSON.parse(document.getElementById('pglab-data').textContent)"
                           ".timeline.lanes.items")

@@ -78,7 +78,10 @@ def _client_charts(client: pl.DataFrame, t0_us: int) -> list[Chart]:
 
 
 def _envelope_limits(manifest: dict[str, Any], keys: dict[str, str]) -> list[tuple[str, float]]:
-    disk = ((manifest.get("envelope") or {}).get("disk")) or {}
+    """The primary's disk limits (MiB/s, IOPS): as applied when recorded, else as asked."""
+    applied = ((((manifest.get("nodes") or {}).get("primary") or {}).get("envelope") or {})
+               .get("limits"))
+    disk = applied or ((manifest.get("envelope") or {}).get("disk")) or {}
     return [(label, float(disk[key])) for key, label in keys.items()
             if isinstance(disk.get(key), (int, float)) and disk[key] > 0]
 

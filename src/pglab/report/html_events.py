@@ -47,6 +47,7 @@ def _text(kind: str, attrs: dict[str, Any]) -> str:
         "crash": ("process", "signal", "exit_code"),
         "error": ("severity", "sqlstate", "message"),
         "probe-error": ("probe", "error"),
+        "fault": ("action", "args", "elapsed_s", "recovery_s", "error", "ended_by"),
     }.get(kind) or tuple(attrs)[:5]
     parts = []
     for key in keys:
