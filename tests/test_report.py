@@ -215,6 +215,9 @@ def test_study_report(tmp_path: Path) -> None:
     for entry in study["runs"]:
         assert f"{entry['tps']:,.1f}" in html
     assert "synchronous_commit=on" in html and "synchronous_commit=off" in html
+    written.unlink()
+    result = run_cli("report", str(study_file))  # the file itself works as well
+    assert result.returncode == 0 and written.read_text().count("<polyline") == 6
 
 
 # --- in a real browser --------------------------------------------------------------------

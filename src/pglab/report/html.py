@@ -132,6 +132,12 @@ def _telemetry_charts(ts: pl.DataFrame, t0_us: int, manifest: dict[str, Any],
                      "db.replication", {"replay_lag_s": "replay lag", "flush_lag_s": "flush lag"},
                      node="primary", per_label=True)
     add(lag, "Replication lag: no standbys in this run")
+    if lag is not None:
+        behind = line_chart(ts, t0_us, "replication_bytes", "Replication lag per standby (WAL)",
+                            "bytes", "db.replication",
+                            {"sent_lag_bytes": "sent", "flush_lag_bytes": "flushed",
+                             "replay_lag_bytes": "replayed"}, node="primary", per_label=True)
+        add(behind, "Replication lag in bytes: not recorded")
     return charts
 
 
