@@ -130,6 +130,10 @@ def main() -> None:
         print(f"real run: {real} ({manifest['results']['measured']['seconds']} s measured, "
               f"{manifest['telemetry']['wait_sampling_hz']:.0f} Hz wait samples)")
         if args.screenshot:
+            # with `pglab analyze` available, the first screen shows its verdict
+            analyze = subprocess.run([sys.executable, "-m", "pglab", "analyze", str(real)],
+                                     capture_output=True)
+            print(f"pglab analyze: {'done' if analyze.returncode == 0 else 'not available'}")
             generate(real)
             open_in_chromium(real / "report.html", 1, args.screenshot)
             print(f"first screen: {args.screenshot}")

@@ -121,6 +121,8 @@ def event_lanes(events: pl.DataFrame | None, ts: pl.DataFrame | None, t0_us: int
             continue
         color = LANES[lane][2]
         text = _text(kind, attrs)
+        if row["node"] and row["node"] != "primary":
+            text = f"{row['node']}: {text}"
         if end is None and kind in _LASTING:
             end, text = max(start, x_end), text + " (not finished when the run ended)"
         end = start if end is None else end

@@ -81,10 +81,20 @@ def _cards(model: ReportModel) -> str:
              ("measured", _num(measured.get("seconds"), 0) + " s")]
     if model.analysis is not None:
         cards.append(("stall seconds", _num(summary.get("stall_seconds"), 0)))
-        cards.append(("TPS variation (CV)", _num(summary.get("tps_cv"), 2)))
+        cards.append(("degraded", _num(summary.get("degraded_pct"), 1) + " %"))
+        cards.append(("TPS CV", _num(summary.get("tps_cv"), 2)))
     return '<div class="cards">' + "".join(
         f'<div class="card"><div class="k">{escape(k)}</div><div class="v">{escape(v)}</div></div>'
         for k, v in cards) + "</div>"
+
+
+def _clock(value: Any) -> str:
+    """'2026-11-21T14:03:07.000Z' -> '14:03:07' (the date is in the page's header)."""
+    try:
+        t = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return str(value)
+    return t.strftime("%H:%M:%S") + (f".{t.microsecond // 100000}" if t.microsecond else "")
 
 
 def _stall_html(stall: dict[str, Any], t0: int) -> str:
@@ -97,19 +107,32 @@ def _stall_html(stall: dict[str, Any], t0: int) -> str:
     except (KeyError, ValueError):
         zoom = ""
     facts = [f"{stall.get('kind', 'stall')}"]
+    if isinstance(stall.get("seconds"), (int, float)):
+        facts.append(f"{stall['seconds']:,.0f} s")
     if isinstance(stall.get("depth"), (int, float)):
         facts.append(f"depth {stall['depth'] * 100:.0f}%")
+    if isinstance(stall.get("reference_tps"), (int, float)) and isinstance(
+            stall.get("min_tps"), (int, float)):
+        facts.append(f"TPS {stall['reference_tps']:,.0f} → {stall['min_tps']:,.0f}")
+    if isinstance(stall.get("p99_ms"), (int, float)):
+        facts.append(f"p99 {stall['p99_ms']:,.1f} ms")
     if isinstance(stall.get("lost_transactions"), (int, float)):
         facts.append(f"~{stall['lost_transactions']:,.0f} transactions lost")
+    for fault in stall.get("faults") or []:
+        if isinstance(fault, dict):
+            facts.append(f"fault {fault.get('action', fault.get('kind', '?'))} on "
+                         f"{fault.get('node', '?')}")
     parts = [f'<div class="stall"><span class="when"{zoom} title="zoom the timelines here">'
-             f'{escape(str(stall.get("start")))} → {escape(str(stall.get("end")))}</span> '
-             f'· {escape(", ".join(facts))}']
+             f'{escape(_clock(stall.get("start")))} → {escape(_clock(stall.get("end")))} UTC'
+             f'</span> · {escape(", ".join(facts))}']
     for rank, cause in enumerate(stall.get("causes") or [], 1):
         if not isinstance(cause, dict):
             continue
         conf = cause.get("confidence")
         conf_text = f' <span class="conf">confidence {conf:.0%}</span>' if isinstance(
             conf, (int, float)) else ""
+        if cause.get("outside_the_lab"):
+            conf_text += ' <span class="conf">(outside the lab: nothing to tune)</span>'
         evidence = "".join(f"<li>{escape(str(e))}</li>" for e in cause.get("evidence") or [])
         parts.append(f'<div class="cause">{rank}. <b>{escape(str(cause.get("cause")))}</b>'
                      f"{conf_text}<ul>{evidence}</ul></div>")
@@ -123,6 +146,9 @@ def _verdict(model: ReportModel) -> str:
                 f'{escape(str(model.run.path))}</code>, then report again.</p>')
     stalls = model.analysis.get("stalls") or []
     html = ["<h2>Verdict</h2><div class='verdict'>"]
+    if model.analysis.get("partial"):
+        missing = ", ".join(map(str, model.analysis.get("missing") or []))
+        html.append(f'<p class="empty">partial analysis: missing {escape(missing)}</p>')
     if not stalls:
         html.append("<p>No stalls: throughput held steady over the measured window.</p>")
     else:
@@ -134,12 +160,15 @@ def _verdict(model: ReportModel) -> str:
         rows = []
         for rec in recs:
             change = ", ".join(f"{k} = {v}" for k, v in (rec.get("change") or {}).items())
-            rows.append([f"<b>{escape(str(rec.get('rule', '')))}</b>",
+            test = f"<br><code>{escape(str(rec['test']))}</code>" if rec.get("test") else ""
+            rows.append([f"<b>{escape(str(rec.get('rule', '')))}</b><br>"
+                         f"{escape(str(rec.get('action') or ''))}",
                          f"<code>{escape(change)}</code>",
                          escape(", ".join(map(str, rec.get("because") or []))),
-                         escape(str(rec.get("effect") or "")), escape(str(rec.get("risk") or ""))])
+                         escape(str(rec.get("effect") or "")),
+                         escape(str(rec.get("risk") or "")) + test])
         html.append("<h3>Recommendations</h3>" + _table(
-            ["rule", "change", "because", "expected effect", "risk"], rows))
+            ["rule", "change", "because", "expected effect", "risk, and how to test it"], rows))
     html.append("</div>")
     return "".join(html)
 

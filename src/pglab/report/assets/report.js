@@ -136,7 +136,7 @@
     for (var t = start; t <= view.x1; t += step) {
       var px = Math.round(sx(c, t)) + 0.5;
       ctx.beginPath(); ctx.moveTo(px, PAD.t); ctx.lineTo(px, PAD.t + plotH); ctx.stroke();
-      ctx.fillText(utc(t), px, PAD.t + plotH + 5);
+      if (px > PAD.l + 20 && px < c.w - 26) ctx.fillText(utc(t), px, PAD.t + plotH + 5);
     }
     var shade = function (a, b, color, label) {
       var x0 = Math.max(PAD.l, sx(c, a)), x1 = Math.min(c.w - PAD.r, sx(c, b));
