@@ -23,7 +23,6 @@ from pglab.report.html_series import (
     Series,
     bucketed,
     line_chart,
-    round3,
     seconds_since,
     wait_charts,
     wide,
@@ -217,4 +216,4 @@ def build_model(run_dir: Path) -> ReportModel:
     return ReportModel(run, timeline, analysis, top_waits, notes)
 
 
-__all__ = ["ReportModel", "build_model", "read_analysis", "round3"]
+__all__ = ["ReportModel", "build_model", "read_analysis"]
