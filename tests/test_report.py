@@ -178,6 +178,18 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
         assert "Traceback" not in result.stderr
 
 
+def test_a_failed_run_still_gets_a_report(tmp_path: Path) -> None:
+    scenario = write_scenario(tmp_path, TINY + '[server.settings]\nshared_buffers = "lots"\n',
+                              "bad")
+    result = run_cli("run", str(scenario), "--results", str(tmp_path / "r"))
+    assert result.returncode != 0
+    run = _only_run(tmp_path / "r", "bad")
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "failed" and "report_error" not in manifest
+    html = (run / "report.html").read_text()
+    assert "No client or telemetry data: the run failed" in html and "shared_buffers" in html
+
+
 def test_a_report_failure_is_recorded_not_fatal(run_dir: Path, tmp_path: Path) -> None:
     from pglab.runner import _write_report
     from pglab.store import RunFolder

@@ -15,7 +15,6 @@ from typing import Any
 
 import polars as pl
 
-from pglab.errors import BadInput
 from pglab.report.html_events import event_lanes
 from pglab.report.html_series import (
     PALETTE,
@@ -159,6 +158,14 @@ def _iso_offset(value: str, t0_us: int) -> float:
     return round(t.timestamp() - t0_us / 1e6, 1)
 
 
+def _started_us(manifest: dict[str, Any]) -> int:
+    try:
+        started = dt.datetime.fromisoformat(str(manifest.get("started_at")).replace("Z", "+00:00"))
+    except ValueError:
+        return 0
+    return int(started.timestamp()) * 1_000_000
+
+
 def read_analysis(run_dir: Path) -> dict[str, Any] | None:
     """analysis.json as pglab analyze wrote it, or None (not analysed, or unreadable)."""
     path = run_dir / "analysis.json"
@@ -179,10 +186,11 @@ def build_model(run_dir: Path) -> ReportModel:
     events = _read(run_dir / "events.parquet")
     analysis = read_analysis(run_dir)
     t0_us = _t0_us(client, ts)
-    if t0_us is None:
-        raise BadInput(f"{run_dir}: the run recorded no client or telemetry data to report on "
-                       f"(status {run.status}{': ' + run.reason if run.reason else ''})")
     notes: list[str] = []
+    if t0_us is None:  # e.g. failed before the load: the report still says what happened
+        notes.append("No client or telemetry data: the run " + run.status
+                     + (f" ({run.reason})" if run.reason else ""))
+        t0_us = _started_us(run.manifest)
     charts: list[Chart] = []
     top_waits: list[dict[str, Any]] = []
     if client is not None and client.height > 0:
