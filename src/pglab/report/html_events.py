@@ -32,7 +32,8 @@ _SEGMENT = re.compile(r"^(\d+)\s*(kB|MB|GB)$")
 def _offset(t: Any, t0_us: int) -> float | None:
     if t is None:
         return None
-    return round(float(t.timestamp()) - t0_us / 1e6, 1)
+    # centiseconds: a checkpoint's sync phase can last a few ms
+    return round(float(t.timestamp()) - t0_us / 1e6, 2)
 
 
 def _text(kind: str, attrs: dict[str, Any]) -> str:
@@ -143,5 +144,8 @@ def event_lanes(events: pl.DataFrame | None, ts: pl.DataFrame | None, t0_us: int
     # the timelines start with the first sample; what ended before it (server start) is
     # setup, not part of the run
     items = [[max(0.0, i[0]), *i[1:]] for i in items if i[1] >= 0]
+    # drawn in this order: the longest first, so a short mark (a sync phase, an
+    # autovacuum of a few ms) stays visible on top of a long band
+    items.sort(key=lambda i: i[0] - i[1])
     return {"names": [name for name, _, _ in LANES], "colors": [c for _, _, c in LANES],
             "items": items}

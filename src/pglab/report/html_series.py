@@ -161,7 +161,8 @@ def line_chart(ts: pl.DataFrame, t0_us: int, chart_id: str, title: str, unit: st
     named = rows.with_columns(
         (display + " " + pl.col("label")).str.strip_chars().alias("name") if show_label
         else display.alias("name"))
-    named = named.group_by("x", "name").agg(pl.col("value").sum())
+    # one device seen from two nodes is still one device: mean, not sum, over nodes
+    named = named.group_by("x", "name").agg(pl.col("value").mean())
     x_all = sorted(set(named["x"].to_list()))
     columns = wide(named, "name", x_all)
     order = list(dict.fromkeys(name(m, lb) for m in metrics for lb in labels))

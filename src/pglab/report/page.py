@@ -182,6 +182,8 @@ def _statements(model: ReportModel) -> str:
         if script.get("statements"):
             groups.append((str(script.get("name") or script.get("script") or ""),
                            script["statements"]))
+    if not pgb:
+        return '<p class="empty">no pgbench summary (the load did not finish)</p>'
     if not groups:
         return ('<p class="empty">not recorded — set <code>workload.per_statement = true</code>'
                 " (pgbench -r) to get per-statement latencies.</p>")

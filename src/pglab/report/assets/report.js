@@ -70,6 +70,7 @@
     box.appendChild(head);
     var wrap = el("div", "canvas-wrap");
     var base = el("canvas", "base"), over = el("canvas", "over");
+    base.setAttribute("role", "img"); base.setAttribute("aria-label", spec.title + " over time (UTC)");
     wrap.appendChild(base); wrap.appendChild(over);
     box.appendChild(wrap);
     if (spec.note) box.appendChild(el("div", "note", spec.note));
