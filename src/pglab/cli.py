@@ -314,8 +314,9 @@ def main(argv: list[str] | None = None) -> None:
 @click.argument("target")
 @click.option("--open", "open_it", is_flag=True, help="Open the report in a browser.")
 @click.option("--png", "png_dir", type=click.Path(path_type=Path), default=None,
-              help="Also write the main charts as PNG files into DIR.")
-@results_option
+              metavar="DIR", help="Also write the main charts as PNG files into DIR.")
+@click.option("--results", "results", type=click.Path(path_type=Path), default=Path("results"),
+              show_default=True, help="Where to look for a study id.")
 def report(target: str, open_it: bool, png_dir: Path | None, results: Path) -> int:
     """Write report.html for a run folder, or a study report (STUDY.study.json or its id)."""
     from pglab.report.study import find_study, write_study_report
