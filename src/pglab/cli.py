@@ -518,3 +518,41 @@ def import_(summary: Path, logs: tuple[Path, ...], name: str, results: Path, war
     run = import_run(summary, list(logs), results, name, warmup_s, sampling_rate, this_host)
     print_summary(out, run)
     return ExitCode.OK
+
+
+@cli.command()
+@click.argument("target")
+@click.option("--open", "open_it", is_flag=True, help="Open the report in a browser.")
+@click.option("--png", "png_dir", type=click.Path(path_type=Path), default=None,
+              metavar="DIR", help="Also write the main charts as PNG files into DIR.")
+@click.option("--results", "results", type=click.Path(path_type=Path), default=Path("results"),
+              show_default=True, help="Where to look for a study id.")
+def report(target: str, open_it: bool, png_dir: Path | None, results: Path) -> int:
+    """Write report.html for a run folder, or a study report (STUDY.study.json or its id)."""
+    from pglab.report.study import find_study, write_study_report
+
+    path = Path(target)
+    if path.is_dir():
+        from pglab.report.html import build_model
+        from pglab.report.page import render
+        from pglab.store import write_text
+
+        model = build_model(path)
+        out_path = path / "report.html"
+        write_text(out_path, render(model))
+        out.print(f"report: {out_path} ({out_path.stat().st_size / 1024:,.0f} kB)")
+        if png_dir is not None:
+            from pglab.report.png import write_pngs
+
+            for png in write_pngs(model, png_dir):
+                out.print(f"png: {png}")
+    else:
+        if png_dir is not None:
+            raise PglabError("--png: only for a run folder, not a study", ExitCode.BAD_INPUT)
+        out_path = write_study_report(find_study(target, results))
+        out.print(f"study report: {out_path}")
+    if open_it:
+        import webbrowser
+
+        webbrowser.open(out_path.resolve().as_uri())
+    return ExitCode.OK

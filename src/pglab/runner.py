@@ -264,6 +264,18 @@ def _finish(folder: RunFolder, manifest: dict[str, Any], cmd: pgbench.PgbenchCom
     manifest["ended_at"] = iso(utc_now())
     manifest.pop("pid", None)
     folder.write_manifest(manifest)
+    _write_report(folder, manifest)
+
+
+def _write_report(folder: RunFolder, manifest: dict[str, Any]) -> None:
+    """report.html for the run; a report that cannot be made is noted, never fatal."""
+    try:
+        from pglab.report.page import write_report
+
+        write_report(folder.path)
+    except Exception as exc:
+        manifest["report_error"] = f"{type(exc).__name__}: {exc}"
+        folder.write_manifest(manifest)
 
 
 def run_scenario(loaded: LoadedScenario, options: RunOptions, ui: RunUI,
@@ -287,8 +299,16 @@ def run_scenario(loaded: LoadedScenario, options: RunOptions, ui: RunUI,
     finally:
         if study_id is not None:
             with shielded(), contextlib.suppress(OSError):
-                write_study(options.results_root, loaded, study_id, variants, runs)
+                study = write_study(options.results_root, loaded, study_id, variants, runs)
+                _write_study_report(study)
     return runs
+
+
+def _write_study_report(study: Path) -> None:
+    with contextlib.suppress(Exception):  # the runs and the study file are what matter
+        from pglab.report.study import write_study_report
+
+        write_study_report(study)
 
 
 def write_study(results_root: Path, loaded: LoadedScenario, study_id: str,

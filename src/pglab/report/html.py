@@ -1,0 +1,227 @@
+"""The report's data model, built from a run folder alone (no server, no network).
+
+`build_model` reads manifest.json, client.parquet, timeseries.parquet, events.parquet and,
+when `pglab analyze` wrote it, analysis.json; page.py turns the model into report.html.
+The `timeline` part is what the page's JavaScript draws; the rest are tables.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from pglab.report.html_events import event_lanes
+from pglab.report.html_series import (
+    PALETTE,
+    Chart,
+    Series,
+    bucketed,
+    line_chart,
+    seconds_since,
+    wait_charts,
+    wide,
+)
+from pglab.store import StoredRun, load_run
+
+
+@dataclass
+class ReportModel:
+    run: StoredRun
+    timeline: dict[str, Any]  # drawn by report.js
+    analysis: dict[str, Any] | None  # analysis.json, None when not analysed
+    top_waits: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # charts left out, and why
+
+
+def _read(path: Path) -> pl.DataFrame | None:
+    return pl.read_parquet(path) if path.is_file() else None
+
+
+def _t0_us(client: pl.DataFrame | None, ts: pl.DataFrame | None) -> int | None:
+    starts = [int(f["t"].dt.epoch("us").min()) for f in (client, ts)  # type: ignore[arg-type]
+              if f is not None and f.height > 0]
+    return min(starts) // 1_000_000 * 1_000_000 if starts else None
+
+
+def _client_charts(client: pl.DataFrame, t0_us: int) -> list[Chart]:
+    data = client.with_columns(seconds_since(pl.col("t"), t0_us).alias("x"))
+    total = data.filter(pl.col("job").is_null()).sort("x")
+    per_job = (data.filter(pl.col("job").is_not_null())
+               .with_columns(pl.format("job {}", pl.col("job")).alias("name"),
+                             pl.col("tps").alias("value")))
+    x_all = total["x"].to_list()
+    columns = wide(per_job, "name", x_all)
+    columns["total"] = total["tps"].to_list()
+    x, columns = bucketed(x_all, columns)
+    tps = Chart("tps", "Throughput (transactions per second)", "TPS", x)
+    jobs = [n for n in columns if n != "total"]
+    for i, name in enumerate(sorted(jobs, key=lambda n: int(n.split()[1]))):
+        tps.series.append(Series(name, columns[name], PALETTE[i % len(PALETTE)], stack=True))
+    tps.series.append(Series("total", columns["total"], "#222222"))
+    names = {"lat_p50_ms": "p50", "lat_p95_ms": "p95", "lat_p99_ms": "p99",
+             "lat_max_ms": "max"}
+    x, lat_cols = bucketed(x_all, {n: total[c].to_list() for c, n in names.items()})
+    latency = Chart("latency", "Latency percentiles per second", "ms", x)
+    colors = {"p50": "#2e9e44", "p95": "#e8871e", "p99": "#d9534f", "max": "#999999"}
+    for name, values in lat_cols.items():
+        # max hidden at first: one slow transaction would flatten the percentiles
+        latency.series.append(Series(name, values, colors[name], dash=name == "max",
+                                     hidden=name == "max"))
+    return [tps, latency]
+
+
+def _envelope_limits(manifest: dict[str, Any], keys: dict[str, str]) -> list[tuple[str, float]]:
+    """The primary's disk limits (MiB/s, IOPS): as applied when recorded, else as asked."""
+    applied = ((((manifest.get("nodes") or {}).get("primary") or {}).get("envelope") or {})
+               .get("limits"))
+    disk = applied or ((manifest.get("envelope") or {}).get("disk")) or {}
+    return [(label, float(disk[key])) for key, label in keys.items()
+            if isinstance(disk.get(key), (int, float)) and disk[key] > 0]
+
+
+def _telemetry_charts(ts: pl.DataFrame, t0_us: int, manifest: dict[str, Any],
+                      notes: list[str]) -> list[Chart]:
+    charts: list[Chart] = []
+
+    def add(chart: Chart | None, missing: str) -> None:
+        if chart is None:
+            notes.append(missing)
+        else:
+            charts.append(chart)
+
+    cpu = line_chart(ts, t0_us, "cpu", "CPU and iowait (% of all cores)", "%", "os.cpu",
+                     {"user_pct": "user", "system_pct": "system", "iowait_pct": "iowait",
+                      "irq_pct": "irq", "steal_pct": "steal"}, stack=True)
+    if cpu is not None:
+        cpu.ymax = 100.0
+    add(cpu, "CPU: no os.cpu samples")
+    disk_mb = line_chart(ts, t0_us, "disk_mbps", "Disk throughput", "MiB/s", "os.disk",
+                         {"read_mbps": "read", "write_mbps": "write"}, per_label=True)
+    if disk_mb is not None:
+        disk_mb.limits = _envelope_limits(manifest, {"write_mbps": "write limit",
+                                                     "read_mbps": "read limit"})
+    add(disk_mb, "Disk: no os.disk samples")
+    disk_iops = line_chart(ts, t0_us, "disk_iops", "Disk IOPS", "IO/s", "os.disk",
+                           {"read_iops": "read", "write_iops": "write"}, per_label=True)
+    if disk_iops is not None:
+        disk_iops.limits = _envelope_limits(manifest, {"write_iops": "write limit",
+                                                       "read_iops": "read limit"})
+    add(disk_iops, "Disk IOPS: no os.disk samples")
+    util = line_chart(ts, t0_us, "disk_util", "Disk utilisation", "%", "os.disk",
+                      {"util_pct": "util"}, per_label=True)
+    if util is not None:
+        util.ymax = 100.0
+    add(util, "Disk utilisation: no os.disk samples")
+    memory = line_chart(ts, t0_us, "memory", "Dirty and writeback memory", "MiB", "os.memory",
+                        {"dirty_mb": "dirty", "writeback_mb": "writeback"})
+    if memory is not None:
+        thresholds = ts.filter(pl.col("metric").is_in(
+            ["dirty_background_threshold_mb", "dirty_threshold_mb"])).group_by("metric").agg(
+            pl.col("value").last())
+        memory.note = ", ".join(f"{m.replace('_mb', '').replace('_', ' ')} {v:,.0f} MiB"
+                                for m, v in sorted(thresholds.iter_rows()))
+    add(memory, "Memory: no os.memory samples")
+    lag = line_chart(ts, t0_us, "replication", "Replication lag per standby", "s",
+                     "db.replication", {"replay_lag_s": "replay lag", "flush_lag_s": "flush lag"},
+                     node="primary", per_label=True)
+    add(lag, "Replication lag: no standbys in this run")
+    if lag is not None:
+        behind = line_chart(ts, t0_us, "replication_bytes", "Replication lag per standby (WAL)",
+                            "bytes", "db.replication",
+                            {"sent_lag_bytes": "sent", "flush_lag_bytes": "flushed",
+                             "replay_lag_bytes": "replayed"}, node="primary", per_label=True)
+        add(behind, "Replication lag in bytes: not recorded")
+    return charts
+
+
+def _stalls(analysis: dict[str, Any] | None, t0_us: int) -> list[list[Any]]:
+    out: list[list[Any]] = []
+    for stall in (analysis or {}).get("stalls") or []:
+        try:
+            start = _iso_offset(stall["start"], t0_us)
+            end = _iso_offset(stall["end"], t0_us)
+        except (KeyError, TypeError, ValueError):
+            continue
+        causes = stall.get("causes") or []
+        label = causes[0].get("cause", "") if causes and isinstance(causes[0], dict) else ""
+        out.append([start, max(end, start + 1), f"stall ({stall.get('kind', '?')}) {label}"])
+    return out
+
+
+def _iso_offset(value: str, t0_us: int) -> float:
+    t = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    return round(t.timestamp() - t0_us / 1e6, 1)
+
+
+def _started_us(manifest: dict[str, Any]) -> int:
+    try:
+        started = dt.datetime.fromisoformat(str(manifest.get("started_at")).replace("Z", "+00:00"))
+    except ValueError:
+        return 0
+    return int(started.timestamp()) * 1_000_000
+
+
+def read_analysis(run_dir: Path) -> dict[str, Any] | None:
+    """analysis.json as pglab analyze wrote it, or None (not analysed, or unreadable)."""
+    path = run_dir / "analysis.json"
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def build_model(run_dir: Path) -> ReportModel:
+    """Everything the report shows, from the folder alone; BadInput if it is not a run."""
+    run = load_run(run_dir)
+    client = _read(run_dir / "client.parquet")
+    ts = _read(run_dir / "timeseries.parquet")
+    events = _read(run_dir / "events.parquet")
+    analysis = read_analysis(run_dir)
+    t0_us = _t0_us(client, ts)
+    notes: list[str] = []
+    if t0_us is None:  # e.g. failed before the load: the report still says what happened
+        notes.append("No client or telemetry data: the run " + run.status
+                     + (f" ({run.reason})" if run.reason else ""))
+        t0_us = _started_us(run.manifest)
+    charts: list[Chart] = []
+    top_waits: list[dict[str, Any]] = []
+    if client is not None and client.height > 0:
+        charts += _client_charts(client, t0_us)
+    else:
+        notes.append("Throughput and latency: no client.parquet (pgbench logged nothing)")
+    if ts is not None and ts.height > 0:
+        waits, top_waits = wait_charts(ts, t0_us)
+        if waits is not None:
+            charts.append(waits)
+        else:
+            notes.append("Wait events: no db.waits samples")
+        charts += _telemetry_charts(ts, t0_us, run.manifest, notes)
+    else:
+        notes.append("Telemetry: no timeseries.parquet (telemetry disabled?)")
+    warmup = None
+    if client is not None and client.height > 0:
+        warm = client.filter(pl.col("warmup") & pl.col("job").is_null())
+        if warm.height:
+            warmup = [0, int(warm.select(seconds_since(pl.col("t"), t0_us)).max().item()) + 1]
+    x_max = max((c.x[-1] for c in charts if c.x), default=0) + 1
+    lanes = event_lanes(events, ts, t0_us, run.manifest, x_max)
+    timeline = {
+        "t0": t0_us // 1_000_000,
+        "xmax": x_max,
+        "charts": [c.to_json() for c in charts],
+        "lanes": lanes,
+        "stalls": _stalls(analysis, t0_us),
+        "warmup": warmup,
+    }
+    return ReportModel(run, timeline, analysis, top_waits, notes)
+
+
+__all__ = ["ReportModel", "build_model", "read_analysis"]

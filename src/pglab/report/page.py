@@ -1,0 +1,327 @@
+"""report.html: the model from html.py as one self-contained page (no network at all).
+
+The page's CSS and JavaScript (pglab's own, in report/assets/) and the data (compact
+JSON) are inlined; tables are plain HTML so they read without JavaScript too.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from html import escape
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pglab import __version__
+from pglab.report.html import ReportModel, build_model
+from pglab.report.html_series import WAIT_CLASS_COLORS
+from pglab.store import write_text
+
+
+def asset(name: str) -> str:
+    return resources.files("pglab.report").joinpath("assets").joinpath(name).read_text("utf-8")
+
+
+def _json_for_script(obj: Any) -> str:
+    # Compact, and "</" cannot close the <script> element early.
+    return json.dumps(obj, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+
+
+def _num(value: Any, digits: int = 2) -> str:
+    if not isinstance(value, (int, float)):
+        return "–"
+    return f"{value:,.{digits}f}"
+
+
+def _table(headers: list[str], rows: list[list[str]], numeric: set[int] | None = None) -> str:
+    numeric = numeric or set()
+    head = "".join(f'<th class="num">{escape(h)}</th>' if i in numeric
+                   else f"<th>{escape(h)}</th>" for i, h in enumerate(headers))
+    body = []
+    for row in rows:
+        cells = "".join(f'<td class="num">{c}</td>' if i in numeric else f"<td>{c}</td>"
+                        for i, c in enumerate(row))
+        body.append(f"<tr>{cells}</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _kv(rows: list[tuple[str, Any]]) -> str:
+    return _table(["", ""], [[escape(k), escape(str(v))] for k, v in rows
+                             if v not in (None, "", [], {})])
+
+
+def _header(model: ReportModel) -> str:
+    m = model.run.manifest
+    version = ((m.get("nodes") or {}).get("primary") or {}).get("server_version", "?")
+    variant = ", ".join(f"{k}={v}" for k, v in (m.get("variant") or {}).items())
+    status = model.run.status
+    reason = f" — {escape(model.run.reason)}" if model.run.reason else ""
+    desc = (m.get("scenario") or {}).get("description") or ""
+    started = str(m.get("started_at")).replace("Z", "")
+    return (f'<header class="top"><h1>{escape(str(m.get("scenario_name")))}'
+            f'<span class="status {escape(status)}">{escape(status)}</span></h1>'
+            f'<div class="sub">run {escape(str(m.get("run_id")))} · PostgreSQL '
+            f'{escape(str(version))} · started {escape(started)} UTC'
+            f'{" · " + escape(variant) if variant else ""}{reason}</div>'
+            f'{"<div class=sub>" + escape(desc) + "</div>" if desc else ""}</header>')
+
+
+def _cards(model: ReportModel) -> str:
+    measured = (model.run.manifest.get("results") or {}).get("measured") or {}
+    summary = (model.analysis or {}).get("summary") or {}
+    cards = [("TPS", _num(measured.get("tps"), 1)),
+             ("latency avg", _num(measured.get("lat_avg_ms")) + " ms"),
+             ("p50", _num(measured.get("lat_p50_ms")) + " ms"),
+             ("p95", _num(measured.get("lat_p95_ms")) + " ms"),
+             ("p99", _num(measured.get("lat_p99_ms")) + " ms"),
+             ("max", _num(measured.get("lat_max_ms")) + " ms"),
+             ("transactions", _num(measured.get("transactions"), 0)),
+             ("failures", _num(measured.get("failures"), 0)),
+             ("measured", _num(measured.get("seconds"), 0) + " s")]
+    if model.analysis is not None:
+        cards.append(("stall seconds", _num(summary.get("stall_seconds"), 0)))
+        cards.append(("degraded", _num(summary.get("degraded_pct"), 1) + " %"))
+        cards.append(("TPS CV", _num(summary.get("tps_cv"), 2)))
+    return '<div class="cards">' + "".join(
+        f'<div class="card"><div class="k">{escape(k)}</div><div class="v">{escape(v)}</div></div>'
+        for k, v in cards) + "</div>"
+
+
+def _clock(value: Any) -> str:
+    """'2026-11-21T14:03:07.000Z' -> '14:03:07' (the date is in the page's header)."""
+    try:
+        t = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return str(value)
+    return t.strftime("%H:%M:%S") + (f".{t.microsecond // 100000}" if t.microsecond else "")
+
+
+def _stall_html(stall: dict[str, Any], t0: int) -> str:
+    def offset(value: Any) -> float:
+        t = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+        return t.timestamp() - t0
+
+    try:
+        zoom = f' data-zoom="{offset(stall["start"]):.1f},{offset(stall["end"]):.1f}"'
+    except (KeyError, ValueError):
+        zoom = ""
+    facts = [f"{stall.get('kind', 'stall')}"]
+    if isinstance(stall.get("seconds"), (int, float)):
+        facts.append(f"{stall['seconds']:,.0f} s")
+    if isinstance(stall.get("depth"), (int, float)):
+        facts.append(f"depth {stall['depth'] * 100:.0f}%")
+    if isinstance(stall.get("reference_tps"), (int, float)) and isinstance(
+            stall.get("min_tps"), (int, float)):
+        facts.append(f"TPS {stall['reference_tps']:,.0f} → {stall['min_tps']:,.0f}")
+    if isinstance(stall.get("p99_ms"), (int, float)):
+        facts.append(f"p99 {stall['p99_ms']:,.1f} ms")
+    if isinstance(stall.get("lost_transactions"), (int, float)):
+        facts.append(f"~{stall['lost_transactions']:,.0f} transactions lost")
+    for fault in stall.get("faults") or []:
+        if isinstance(fault, dict):
+            facts.append(f"fault {fault.get('action', fault.get('kind', '?'))} on "
+                         f"{fault.get('node', '?')}")
+    parts = [f'<div class="stall"><span class="when"{zoom} title="zoom the timelines here">'
+             f'{escape(_clock(stall.get("start")))} → {escape(_clock(stall.get("end")))} UTC'
+             f'</span> · {escape(", ".join(facts))}']
+    for rank, cause in enumerate(stall.get("causes") or [], 1):
+        if not isinstance(cause, dict):
+            continue
+        conf = cause.get("confidence")
+        conf_text = f' <span class="conf">confidence {conf:.0%}</span>' if isinstance(
+            conf, (int, float)) else ""
+        if cause.get("outside_the_lab"):
+            conf_text += ' <span class="conf">(outside the lab: nothing to tune)</span>'
+        evidence = "".join(f"<li>{escape(str(e))}</li>" for e in cause.get("evidence") or [])
+        parts.append(f'<div class="cause">{rank}. <b>{escape(str(cause.get("cause")))}</b>'
+                     f"{conf_text}<ul>{evidence}</ul></div>")
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def _verdict(model: ReportModel) -> str:
+    if model.analysis is None:
+        return ('<h2>Verdict</h2><p class="empty">not analysed — run <code>pglab analyze '
+                f'{escape(str(model.run.path))}</code>, then report again.</p>')
+    stalls = model.analysis.get("stalls") or []
+    html = ["<h2>Verdict</h2><div class='verdict'>"]
+    if model.analysis.get("partial"):
+        missing = ", ".join(map(str, model.analysis.get("missing") or []))
+        html.append(f'<p class="empty">partial analysis: missing {escape(missing)}</p>')
+    if not stalls:
+        html.append("<p>No stalls: throughput held steady over the measured window.</p>")
+    else:
+        html.append(f"<p>{len(stalls)} stall(s); most likely causes first. "
+                    "Click a time to zoom the timelines there.</p>")
+        html += [_stall_html(s, model.timeline["t0"]) for s in stalls if isinstance(s, dict)]
+    recs = [r for r in model.analysis.get("recommendations") or [] if isinstance(r, dict)]
+    if recs:
+        rows = []
+        for rec in recs:
+            change = ", ".join(f"{k} = {v}" for k, v in (rec.get("change") or {}).items())
+            test = f"<br><code>{escape(str(rec['test']))}</code>" if rec.get("test") else ""
+            rows.append([f"<b>{escape(str(rec.get('rule', '')))}</b><br>"
+                         f"{escape(str(rec.get('action') or ''))}",
+                         f"<code>{escape(change)}</code>",
+                         escape(", ".join(map(str, rec.get("because") or []))),
+                         escape(str(rec.get("effect") or "")),
+                         escape(str(rec.get("risk") or "")) + test])
+        html.append("<h3>Recommendations</h3>" + _table(
+            ["rule", "change", "because", "expected effect", "risk, and how to test it"], rows))
+    html.append("</div>")
+    return "".join(html)
+
+
+def _statements(model: ReportModel) -> str:
+    pgb = (model.run.manifest.get("results") or {}).get("pgbench") or {}
+    groups: list[tuple[str, list[dict[str, Any]]]] = []
+    if pgb.get("statements"):
+        groups.append(("", pgb["statements"]))
+    for script in pgb.get("scripts") or []:
+        if script.get("statements"):
+            groups.append((str(script.get("name") or script.get("script") or ""),
+                           script["statements"]))
+    if not pgb:
+        return '<p class="empty">no pgbench summary (the load did not finish)</p>'
+    if not groups:
+        return ('<p class="empty">not recorded — set <code>workload.per_statement = true</code>'
+                " (pgbench -r) to get per-statement latencies.</p>")
+    out = []
+    for name, statements in groups:
+        top = max((s.get("latency_ms") or 0 for s in statements), default=0) or 1
+        rows = []
+        for s in statements:
+            lat = s.get("latency_ms")
+            width = int(80 * (lat or 0) / top)
+            rows.append([f"<code>{escape(str(s.get('statement', '')))}</code>",
+                         f'{_num(lat, 3)} <span class="bar" style="width:{width}px"></span>',
+                         _num(s.get("failures"), 0)])
+        out.append((f"<h3>{escape(name)}</h3>" if name else "")
+                   + _table(["statement", "avg latency ms", "failures"], rows, {1, 2}))
+    return "".join(out)
+
+
+def _top_waits(model: ReportModel) -> str:
+    if not model.top_waits:
+        return '<p class="empty">no wait samples</p>'
+    rows = [[f'<i class="swatch" style="background:{escape(w["color"])}"></i>'
+             f'{escape(w["event"])}', _num(w.get("share"), 1) + "%", _num(w.get("aas"), 2)]
+            for w in model.top_waits]
+    legend = " ".join(f'<i class="swatch" style="background:{c}"></i>{escape(k)}'
+                      for k, c in WAIT_CLASS_COLORS.items())
+    return (_table(["wait event", "share of busy samples", "avg sessions"], rows, {1, 2})
+            + f'<p class="note" style="margin-left:0">{legend}</p>')
+
+
+def _scenario(model: ReportModel) -> str:
+    s = model.run.manifest.get("scenario") or {}
+    w = s.get("workload") or {}
+    rows: list[tuple[str, Any]] = [
+        ("workload", " + ".join(w.get("mix") or []) + " ".join(w.get("scripts") or [])),
+        ("scale", w.get("scale")), ("clients", w.get("clients")), ("jobs", w.get("jobs")),
+        ("duration", f"{w.get('duration')} s (warmup {w.get('warmup')} s)"),
+        ("rate limit", w.get("rate") or None), ("protocol", w.get("protocol")),
+        ("topology", json.dumps(s.get("topology"))),
+        ("envelope", json.dumps(model.run.manifest.get("envelope"))),
+        ("faults", "; ".join(json.dumps(f) for f in s.get("faults") or [])),
+        ("overrides", ", ".join(f"{k}={v}" for k, v in
+                                (model.run.manifest.get("overrides") or {}).items())),
+    ]
+    toml = model.run.path / "scenario.toml"
+    source = (f"<details><summary>scenario.toml</summary><pre>{escape(toml.read_text())}</pre>"
+              "</details>") if toml.is_file() else ""
+    return _kv(rows) + source
+
+
+def _environment(model: ReportModel) -> str:
+    h = model.run.manifest.get("host") or {}
+    node = (model.run.manifest.get("nodes") or {}).get("primary") or {}
+    data = h.get("data_dir") or {}
+    vm = h.get("vm") or {}
+    mem = h.get("memory_bytes")
+    return _kv([
+        ("PostgreSQL", f"{node.get('server_version', '?')} ({node.get('bin_source', '')})"),
+        ("CPU", f"{h.get('cpu_model', '?')}, {h.get('cpu_cores', '?')} cores"),
+        ("memory", f"{mem / 2**30:.1f} GiB" if isinstance(mem, (int, float)) else None),
+        ("kernel", h.get("kernel")),
+        ("data dir", f"{data.get('fstype', '?')} on {data.get('device', '?')}"),
+        ("vm.dirty_*", ", ".join(f"{k}={v}" for k, v in vm.items() if k.startswith("dirty"))),
+        ("transparent hugepages", h.get("transparent_hugepages")),
+        ("WAL segment", node.get("wal_segment_size")),
+        ("data checksums", node.get("data_checksums")),
+        ("pglab", model.run.manifest.get("pglab_version")),
+    ])
+
+
+def _settings(model: ReportModel) -> str:
+    m = model.run.manifest
+    asked = set(((m.get("scenario") or {}).get("server") or {}).get("settings") or {})
+    settings = ((m.get("nodes") or {}).get("primary") or {}).get("settings") or {}
+    if not settings:
+        return '<p class="empty">not recorded</p>'
+
+    def rows(names: list[str]) -> list[list[str]]:
+        out = []
+        for name in names:
+            info = settings[name] if isinstance(settings[name], dict) else {
+                "setting": settings[name]}
+            unit = info.get("unit") or ""
+            out.append([escape(name), escape(f"{info.get('setting')}{' ' + unit if unit else ''}"),
+                        "scenario" if name in asked else escape(str(info.get("source", "")))])
+        return out
+
+    mine = sorted((n for n in settings if n in asked), key=str.lower)
+    others = sorted((n for n in settings if n not in asked), key=str.lower)
+    head = (_table(["parameter", "value", "set by"], rows(mine)) if mine
+            else '<p class="empty">the scenario set no parameters</p>')
+    return head + (f"<details><summary>{len(others)} more (pglab, initdb)</summary>"
+                   f"{_table(['parameter', 'value', 'set by'], rows(others))}</details>")
+
+
+def render(model: ReportModel) -> str:
+    """The whole page as one string."""
+    notes = "".join(f"<li>{escape(n)}</li>" for n in model.notes)
+    generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    title = f"pglab · {model.run.manifest.get('scenario_name')} · {model.run.path.name}"
+    body = f"""{_header(model)}
+<main>
+{_cards(model)}
+{_verdict(model)}
+<h2>Timelines <span class="unit">UTC · wheel to zoom, drag to pan, double-click to reset;
+all charts move together · red bands are stalls</span></h2>
+<div class="toolbar"><span id="view-label"></span><button id="reset-zoom">reset zoom</button></div>
+<div id="timelines"></div>
+{"<p class='empty'>Not shown:</p><ul class='empty'>" + notes + "</ul>" if notes else ""}
+<div class="grid">
+<div class="panel"><h3>Top wait events</h3>{_top_waits(model)}</div>
+<div class="panel"><h3>Per-statement latency</h3>{_statements(model)}</div>
+</div>
+<h2>Scenario and environment</h2>
+<div class="grid">
+<div class="panel"><h3>Scenario</h3>{_scenario(model)}</div>
+<div class="panel"><h3>Environment</h3>{_environment(model)}</div>
+<div class="panel"><h3>Non-default settings (primary)</h3>{_settings(model)}</div>
+</div>
+<footer>pglab {escape(__version__)} · report generated {generated} UTC from
+{escape(str(model.run.path))}</footer>
+</main>"""
+    data = {"timeline": model.timeline}
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{escape(title)}</title>
+<style>{asset("report.css")}</style>
+</head><body>
+{body}
+<script type="application/json" id="pglab-data">{_json_for_script(data)}</script>
+<script>{asset("report.js")}</script>
+</body></html>
+"""
+
+
+def write_report(run_dir: Path) -> Path:
+    """Build and write RUN/report.html (atomically); BadInput if RUN is not a run folder."""
+    path = run_dir / "report.html"
+    write_text(path, render(build_model(run_dir)))
+    return path
