@@ -8,6 +8,7 @@ measure, not by number: a wait share that rose counts most, corroboration adds t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from pglab.analysis.evidence import EventView, WindowEvidence
 
@@ -66,10 +67,19 @@ def wait_signal(s: Score, ev: WindowEvidence, waits: tuple[str, ...] | None, wha
     return best
 
 
+def disk_limits(manifest: dict[str, Any], node: str) -> dict[str, Any]:
+    """The node's disk limits as applied (disk profile resolved), else as the scenario
+    wrote them (older manifests)."""
+    applied = (((manifest.get("nodes") or {}).get(node) or {}).get("envelope") or {})
+    if applied.get("limits"):
+        return dict(applied["limits"])
+    return dict((manifest.get("envelope") or {}).get("disk") or {}) if node == "primary" else {}
+
+
 def disk_write(s: Score, ev: WindowEvidence, weight: float) -> None:
     """Disk writes at the envelope's limit (MB/s or IOPS) or well above the healthy rate."""
-    disk = (ev.manifest.get("envelope") or {}).get("disk") or {}
     for node in ev.nodes:
+        disk = disk_limits(ev.manifest, node)
         mbps = ev.inside.mean(node, "os.disk", "write_mbps")
         if mbps is None:
             continue
