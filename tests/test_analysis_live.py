@@ -216,23 +216,6 @@ def test_live_lock_is_diagnosed(tmp_path: Path) -> None:
     assert worst["causes"][0]["cause"] == pathology.cause, worst
 
 
-def test_live_control_through_the_cli(tmp_path: Path) -> None:
-    """`pglab run` analyses the finished run and prints the findings under its summary."""
-    scenario = write_scenario(tmp_path, PATHOLOGIES["control"].scenario, name="control")
-    result = run_cli("run", str(scenario), "--results", str(tmp_path / "results"))
-    assert result.returncode == 0, result.stderr
-    assert "analysis: median" in result.stdout
-    (folder,) = (tmp_path / "results" / "control").iterdir()
-    analysis = json.loads((folder / "analysis.json").read_text())
-    assert analysis["summary"]["measured_seconds"] >= 9
-    assert analysis["recommendations"] == []
-    # The machine is shared: other work may take the CPU for a second. Such a stall is
-    # real, and must then be attributed outside the lab (tests/samples/runs/
-    # control-neighbour is one); any other stall of a healthy control is a false alarm.
-    for stall in analysis["stalls"]:
-        assert stall["causes"][0].get("outside_the_lab") is True, stall
-
-
 def test_live_killed_run_gives_a_partial_analysis(tmp_path: Path) -> None:
     """kill -9 of pglab in the middle of the load: the folder has a manifest saying
     running, the incremental telemetry and no client series. `pglab analyze` says so."""

@@ -40,9 +40,13 @@ def measured_tps(run: Path) -> pl.Series:
 
 
 def low_seconds(run: Path, fraction: float = 0.1) -> int:
-    tps = measured_tps(run)
-    median = statistics.median(tps.to_list())
-    return int((tps < fraction * median).sum())
+    """Measured seconds under `fraction` of what the run does when it is not stalled.
+
+    That reference is the 90th percentile of TPS rather than the median: a shortened
+    run can be stalled for more than half of its seconds, and its median is then 0."""
+    tps = sorted(measured_tps(run).to_list())
+    reference = tps[int(0.9 * (len(tps) - 1))]
+    return sum(1 for value in tps if value < fraction * reference)
 
 
 def wait_shares(run: Path, node: str = "primary", start: dt.datetime | None = None,
@@ -73,14 +77,25 @@ def test_catalogue_lists_story_and_expected_signal() -> None:
     assert "expect:" in result.stdout and "sync-standby-paused" in result.stdout
 
 
-def test_healthy_control_has_no_low_second(tmp_path: Path) -> None:
-    (run,) = _run(tmp_path, "healthy-control", "workload.duration=10s", "workload.warmup=2s")
-    assert measured_tps(run).len() == 10
+def test_healthy_control_has_no_low_second_and_no_finding(tmp_path: Path) -> None:
+    result = run_cli("run", "healthy-control", "--results", str(tmp_path / "r"),
+                     "--set", "workload.duration=8s", "--set", "workload.warmup=2s")
+    assert result.returncode == 0, result.stderr
+    assert "analysis: median" in result.stdout  # `pglab run` prints its analysis
+    (run,) = (tmp_path / "r" / "healthy-control").iterdir()
+    assert measured_tps(run).len() == 8
     assert low_seconds(run) == 0
+    analysis = json.loads((run / "analysis.json").read_text())
+    assert analysis["recommendations"] == []
+    # The machine is shared: other work may take the CPU for a second. Such a stall is
+    # real, and must then be attributed outside the lab (tests/samples/runs/
+    # control-neighbour is one); any other stall of a healthy control is a false alarm.
+    for stall in analysis["stalls"]:
+        assert stall["causes"][0].get("outside_the_lab") is True, stall
 
 
 def test_hot_row_contention_is_dominated_by_lock_waits(tmp_path: Path) -> None:
-    (run,) = _run(tmp_path, "hot-row-contention", "workload.duration=10s",
+    (run,) = _run(tmp_path, "hot-row-contention", "workload.duration=6s",
                   "workload.warmup=2s")
     shares = wait_shares(run)
     lock = sum(v for k, v in shares.items() if k.startswith("Lock:"))
@@ -90,11 +105,11 @@ def test_hot_row_contention_is_dominated_by_lock_waits(tmp_path: Path) -> None:
 
 
 def test_sync_standby_paused_stops_commits_on_syncrep(tmp_path: Path) -> None:
-    (run,) = _run(tmp_path, "sync-standby-paused", "workload.duration=16s",
+    (run,) = _run(tmp_path, "sync-standby-paused", "workload.duration=10s",
                   "workload.warmup=2s",
-                  'faults=[{at="5s", action="pause-standby", node="standby1", '
-                  'duration="6s"}]')
-    assert low_seconds(run) >= 4
+                  'faults=[{at="3s", action="pause-standby", node="standby1", '
+                  'duration="4s"}]')
+    assert low_seconds(run) >= 3
     events = pl.read_parquet(run / "events.parquet").filter(pl.col("kind") == "fault")
     start, end = events["t_start"][0], events["t_end"][0]
     shares = wait_shares(run, start=start, end=end)
@@ -102,7 +117,7 @@ def test_sync_standby_paused_stops_commits_on_syncrep(tmp_path: Path) -> None:
 
 
 def test_too_many_connections_pooler_wins(tmp_path: Path, pgbouncer_binary: str) -> None:
-    runs = _run(tmp_path, "too-many-connections", "workload.duration=8s",
+    runs = _run(tmp_path, "too-many-connections", "workload.duration=5s",
                 "workload.warmup=2s")
     by_pooler = {json.loads((r / "manifest.json").read_text())["variant"]["topology.pooler"]:
                  statistics.fmean(measured_tps(r).to_list()) for r in runs}
@@ -114,8 +129,9 @@ def _low_seconds_with(run: Path, metric_prefix: str, fraction: float = 0.1) -> l
     sampled in a wait whose name starts with `metric_prefix`."""
     tps = pl.read_parquet(run / "client.parquet").filter(
         pl.col("job").is_null() & ~pl.col("warmup") & ~pl.col("partial"))
-    median = statistics.median(tps["tps"].to_list())
-    low = tps.filter(pl.col("tps") < fraction * median)["t"].to_list()
+    values = sorted(tps["tps"].to_list())
+    reference = values[int(0.9 * (len(values) - 1))]  # as in low_seconds
+    low = tps.filter(pl.col("tps") < fraction * reference)["t"].to_list()
     waits = pl.read_parquet(run / "timeseries.parquet").filter(
         (pl.col("source") == "db.waits") & pl.col("metric").str.starts_with(metric_prefix))
     seconds = set(waits["t"].dt.truncate("1s").to_list())
@@ -140,21 +156,21 @@ def test_wal_segment_init_stall_coincides_with_walinit_waits(tmp_path: Path) -> 
 
 
 def test_sync_standby_on_slow_disk_makes_commits_wait_on_syncrep(tmp_path: Path) -> None:
-    (run,) = _run(tmp_path, "sync-standby-slow-disk", "workload.duration=25s",
+    (run,) = _run(tmp_path, "sync-standby-slow-disk", "workload.duration=15s",
                   "workload.warmup=2s",
                   'faults=[{at="5s", action="bulk-update", args={rows=50000}}]')
     assert low_seconds(run) >= 3
     faults = pl.read_parquet(run / "events.parquet").filter(pl.col("kind") == "fault")
     shares = wait_shares(run, start=faults["t_start"][0],
-                         end=faults["t_start"][0] + dt.timedelta(seconds=20))
+                         end=faults["t_start"][0] + dt.timedelta(seconds=10))
     assert max(shares, key=lambda k: shares[k]) == "IPC:SyncRep", shares
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["nodes"]["standby1"]["envelope"]["limits"]["write_mbps"] == 6
 
 
 def test_dirty_writeback_storm_stalls_in_the_checkpoint_sync(tmp_path: Path) -> None:
-    (run,) = _run(tmp_path, "dirty-writeback-storm", "workload.duration=25s",
-                  "workload.warmup=2s", 'faults=[{at="10s", action="checkpoint"}]')
+    (run,) = _run(tmp_path, "dirty-writeback-storm", "workload.duration=15s",
+                  "workload.warmup=2s", 'faults=[{at="6s", action="checkpoint"}]')
     assert low_seconds(run) >= 2
     memory = pl.read_parquet(run / "timeseries.parquet").filter(
         (pl.col("source") == "os.memory") & (pl.col("metric") == "dirty_mb"))

@@ -141,7 +141,7 @@ def test_missing_file(tmp_path: Path) -> None:
 
 def test_unknown_builtin_scenario_name() -> None:
     result = run_cli("run", "no-such-scenario")
-    assert result.returncode == 2 and "built-in: demo" in result.stderr
+    assert result.returncode == 2 and "(built-in: " in result.stderr and "demo" in result.stderr
 
 
 def test_unwritable_results_dir(tmp_path: Path) -> None:

@@ -9,10 +9,10 @@ from conftest import run_cli, write_scenario
 
 
 def test_tune_keeps_a_change_that_removes_the_checkpoint_storm(tmp_path: Path) -> None:
-    # One round (baseline, candidate) with a 10 s load: the storm costs most of the TPS,
+    # One round (baseline, candidate) with an 8 s load: the storm costs most of the TPS,
     # so a single interleaved round is enough to see it; more rounds only narrow it.
     result = run_cli("tune", "checkpoint-flush-storm", "--results", str(tmp_path / "r"),
-                     "--set", "workload.duration=10s", "--set", "workload.warmup=2s",
+                     "--set", "workload.duration=8s", "--set", "workload.warmup=2s",
                      "--top", "1", "--repeats", "1", timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     (tune_file,) = (tmp_path / "r" / "checkpoint-flush-storm").glob("*.tune.json")
