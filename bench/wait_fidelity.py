@@ -14,15 +14,15 @@
 4. Compares the two distributions over (wait_event_type, wait_event): pglab's db.waits
    counts (timeseries.parquet, the same window) against pg_wait_sampling_profile (its
    collector samples every process every 10 ms). Both sides are made to count the same
-   thing: "on CPU" is a NULL wait event in pg_wait_sampling and `CPU` in pglab (versions
-   of pg_wait_sampling before 1.1.5, Debian 12's 1.1.4 among them, sample no process
-   that is off a wait: then CPU is left out of both sides); waits of
+   thing: "on CPU" is a NULL wait event in pg_wait_sampling and `CPU` in pglab (Debian 12's
+   pg_wait_sampling 1.1.4 has no sample_cpu setting and samples no process that is off a
+   wait: when its profile has no NULL-event row, CPU is left out of both sides); waits of
    type Activity (background processes with nothing to do) and Client (pg_wait_sampling
    cannot tell an idle session from one idle in a transaction) are left out of both;
    pglab's own telemetry sessions, this script's session and pg_wait_sampling's collector
    are left out of both; pg_wait_sampling rows of processes never seen in
-   pg_stat_activity during the load are dropped (before PostgreSQL 17 an exited
-   process's PGPROC keeps its pid, and older pg_wait_sampling versions sample it).
+   pg_stat_activity during the load (pglab could not have seen them) are dropped, and
+   their number is printed.
 
 Prints both profiles side by side and the total variation distance (0 = identical,
 1 = disjoint). Exit status 0 when the run completed.
@@ -205,8 +205,8 @@ def run(args: argparse.Namespace) -> int:
         if args.keep:
             shutil.copytree(stored.path, args.keep / stored.path.name)
 
-    # pg_wait_sampling before 1.1.5 samples only processes in a wait: with no NULL-event
-    # row at all, "on CPU" is left out of both sides rather than compared with nothing.
+    # Older pg_wait_sampling (Debian 12's 1.1.4) samples only processes in a wait: with no
+    # NULL-event row at all, "on CPU" is left out of both sides, not compared with nothing.
     cpu_sampled = any(event_type is None for _, event_type, _, _ in ui.profile)
     if not cpu_sampled:
         ours.pop("CPU", None)
