@@ -29,34 +29,18 @@ class WaitSampler(DbProbe):
     """Samples are counts of processes per (wait, backend type) at one instant."""
 
     name = "db.waits"
-    help = (
-        "pg_stat_activity sampled at wait_sampling_hz: processes by wait event and backend "
-        "type; 'CPU' = active with no wait; idle sessions are not samples"
-    )
+    help = ("pg_stat_activity sampled at wait_sampling_hz: processes by wait event and backend "
+            "type; 'CPU' = active with no wait; idle sessions are not samples")
     cadence = "fast"
 
-    def read(
-        self,
-        conn: psycopg.Connection[Any],
-        caps: Capabilities,
-        node: str,
-        now: dt.datetime,
-        out: ProbeOutput,
-    ) -> None:
+    def read(self, conn: psycopg.Connection[Any], caps: Capabilities, node: str,
+             now: dt.datetime, out: ProbeOutput) -> None:
         rows = conn.execute(_WAITS_QUERY, [TELEMETRY_APP]).fetchall()
         total = 0
         for backend_type, wait_type, wait_event, count in rows:
             total += int(count)
-            out.samples.append(
-                Sample(
-                    now,
-                    node,
-                    self.name,
-                    canonical_wait(wait_type, wait_event),
-                    str(backend_type),
-                    float(count),
-                )
-            )
+            out.samples.append(Sample(now, node, self.name, canonical_wait(wait_type, wait_event),
+                                      str(backend_type), float(count)))
         # A sample with nothing busy is still a sample: it tells the share's denominator.
         out.samples.append(Sample(now, node, self.name, "sampled", "", float(total)))
 
@@ -65,47 +49,31 @@ class LockWaits(DbProbe):
     name = "db.locks"
     help = "ungranted locks by type, blocked backends, longest current lock wait"
 
-    def read(
-        self,
-        conn: psycopg.Connection[Any],
-        caps: Capabilities,
-        node: str,
-        now: dt.datetime,
-        out: ProbeOutput,
-    ) -> None:
+    def read(self, conn: psycopg.Connection[Any], caps: Capabilities, node: str,
+             now: dt.datetime, out: ProbeOutput) -> None:
         if caps.has("pg_locks", "waitstart"):  # 14+
             longest = "extract(epoch FROM max(now() - waitstart) FILTER (WHERE NOT granted))"
         else:
             longest = "NULL::float8"
-        row = row_dict(
-            conn,
-            f"""
+        row = row_dict(conn, f"""
             SELECT count(*) FILTER (WHERE NOT granted) AS ungranted_locks,
                    count(DISTINCT pid) FILTER (WHERE NOT granted) AS blocked_backends,
                    coalesce({longest}, 0) AS longest_wait_s
-            FROM pg_locks""",
-        )
+            FROM pg_locks""")
         self.add_gauges(out, now, node, "", row)
         for locktype, count in conn.execute(
             "SELECT locktype, count(*) FROM pg_locks WHERE NOT granted GROUP BY 1"
         ).fetchall():
-            out.samples.append(
-                Sample(now, node, self.name, "ungranted_by_type", str(locktype), float(count))
-            )
+            out.samples.append(Sample(now, node, self.name, "ungranted_by_type", str(locktype),
+                                      float(count)))
 
 
 class BackendStates(DbProbe):
     name = "db.backends"
     help = "processes by backend type and state; connections used vs max_connections"
 
-    def read(
-        self,
-        conn: psycopg.Connection[Any],
-        caps: Capabilities,
-        node: str,
-        now: dt.datetime,
-        out: ProbeOutput,
-    ) -> None:
+    def read(self, conn: psycopg.Connection[Any], caps: Capabilities, node: str,
+             now: dt.datetime, out: ProbeOutput) -> None:
         rows = conn.execute(
             "SELECT coalesce(backend_type, 'unknown'), coalesce(state, ''), count(*) "
             "FROM pg_stat_activity WHERE coalesce(application_name, '') <> %s GROUP BY 1, 2",
@@ -118,9 +86,8 @@ class BackendStates(DbProbe):
             if backend_type == "client backend":
                 clients += int(count)
         limit = row_dict(conn, "SELECT current_setting('max_connections')::int AS m")
-        self.add_gauges(
-            out, now, node, "", {"client_backends": clients, "max_connections": limit.get("m")}
-        )
+        self.add_gauges(out, now, node, "", {"client_backends": clients,
+                                             "max_connections": limit.get("m")})
 
 
 class VacuumProgress(DbProbe):
@@ -133,14 +100,8 @@ class VacuumProgress(DbProbe):
         super().start(ctx)
         self._running: dict[tuple[str, int, int], dict[str, Any]] = {}
 
-    def read(
-        self,
-        conn: psycopg.Connection[Any],
-        caps: Capabilities,
-        node: str,
-        now: dt.datetime,
-        out: ProbeOutput,
-    ) -> None:
+    def read(self, conn: psycopg.Connection[Any], caps: Capabilities, node: str,
+             now: dt.datetime, out: ProbeOutput) -> None:
         rows = conn.execute("""
             SELECT p.pid, p.relid, coalesce(c.relname, p.relid::text), p.phase,
                    p.heap_blks_total, p.heap_blks_scanned, p.heap_blks_vacuumed,
@@ -148,87 +109,50 @@ class VacuumProgress(DbProbe):
             FROM pg_stat_progress_vacuum p
             LEFT JOIN pg_class c ON c.oid = p.relid
             LEFT JOIN pg_stat_activity a ON a.pid = p.pid""").fetchall()
-        workers = row_dict(
-            conn,
-            "SELECT count(*) AS n FROM pg_stat_activity WHERE backend_type = 'autovacuum worker'",
-        )
-        self.add_gauges(
-            out,
-            now,
-            node,
-            "",
-            {"autovacuum_workers": workers.get("n"), "vacuums_running": len(rows)},
-        )
+        workers = row_dict(conn, "SELECT count(*) AS n FROM pg_stat_activity "
+                                 "WHERE backend_type = 'autovacuum worker'")
+        self.add_gauges(out, now, node, "", {"autovacuum_workers": workers.get("n"),
+                                             "vacuums_running": len(rows)})
         seen = set()
         for pid, relid, table, phase, total, scanned, vacuumed, auto in rows:
             key = (node, int(pid), int(relid))
             seen.add(key)
             info = self._running.setdefault(
-                key, {"start": now, "table": str(table), "autovacuum": bool(auto), "phases": []}
-            )
+                key, {"start": now, "table": str(table), "autovacuum": bool(auto), "phases": []})
             if phase not in info["phases"]:
                 info["phases"].append(str(phase))
             if total:
-                self.add_gauges(
-                    out,
-                    now,
-                    node,
-                    str(table),
-                    {
-                        "heap_scanned_pct": 100.0 * float(scanned) / float(total),
-                        "heap_vacuumed_pct": 100.0 * float(vacuumed) / float(total),
-                    },
-                )
+                self.add_gauges(out, now, node, str(table), {
+                    "heap_scanned_pct": 100.0 * float(scanned) / float(total),
+                    "heap_vacuumed_pct": 100.0 * float(vacuumed) / float(total),
+                })
         for key in [k for k in self._running if k[0] == node and k not in seen]:
             info = self._running.pop(key)
-            out.events.append(
-                Event(
-                    info["start"],
-                    "vacuum",
-                    node,
-                    t_end=now,
-                    attrs={
-                        "table": info["table"],
-                        "autovacuum": info["autovacuum"],
-                        "phases": info["phases"],
-                        "pid": key[1],
-                        "source": "pg_stat_progress_vacuum",
-                    },
-                )
-            )
+            out.events.append(Event(info["start"], "vacuum", node, t_end=now, attrs={
+                "table": info["table"], "autovacuum": info["autovacuum"],
+                "phases": info["phases"], "pid": key[1], "source": "pg_stat_progress_vacuum"}))
 
 
 class Replication(DbProbe):
     name = "db.replication"
-    help = (
-        "per standby: sent/write/flush/replay lag in bytes and seconds, sync state; on a "
-        "standby: receiver status and replay delay"
-    )
+    help = ("per standby: sent/write/flush/replay lag in bytes and seconds, sync state; on a "
+            "standby: receiver status and replay delay")
 
     def start(self, ctx: ProbeContext) -> None:
         super().start(ctx)
         self._sync_state: dict[tuple[str, str], str] = {}
 
-    def read(
-        self,
-        conn: psycopg.Connection[Any],
-        caps: Capabilities,
-        node: str,
-        now: dt.datetime,
-        out: ProbeOutput,
-    ) -> None:
+    def read(self, conn: psycopg.Connection[Any], caps: Capabilities, node: str,
+             now: dt.datetime, out: ProbeOutput) -> None:
         in_recovery = row_dict(conn, "SELECT pg_is_in_recovery() AS r").get("r")
         if in_recovery:
-            row = row_dict(
-                conn,
-                """
+            row = row_dict(conn, """
                 SELECT pg_wal_lsn_diff(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn())
                          AS replay_backlog_bytes,
                        extract(epoch FROM now() - pg_last_xact_replay_timestamp())
                          AS replay_delay_s,
                        (SELECT count(*) FROM pg_stat_wal_receiver WHERE status = 'streaming')
-                         AS receiver_streaming""",
-            )
+                         AS receiver_streaming""")
             self.add_gauges(out, now, node, "", row)
             return
         rows = conn.execute("""
@@ -241,30 +165,13 @@ class Replication(DbProbe):
                    extract(epoch FROM replay_lag)
             FROM pg_stat_replication""").fetchall()
         for app, state, sync_state, *lags in rows:
-            names = (
-                "sent_lag_bytes",
-                "write_lag_bytes",
-                "flush_lag_bytes",
-                "replay_lag_bytes",
-                "write_lag_s",
-                "flush_lag_s",
-                "replay_lag_s",
-            )
+            names = ("sent_lag_bytes", "write_lag_bytes", "flush_lag_bytes", "replay_lag_bytes",
+                     "write_lag_s", "flush_lag_s", "replay_lag_s")
             self.add_gauges(out, now, node, str(app), dict(zip(names, lags, strict=True)))
             key = (node, str(app))
             current = f"{state}/{sync_state}"
             if self._sync_state.get(key) != current:
-                out.events.append(
-                    Event(
-                        now,
-                        "replication-state",
-                        node,
-                        attrs={
-                            "standby": str(app),
-                            "state": str(state),
-                            "sync_state": str(sync_state),
-                            "previous": self._sync_state.get(key),
-                        },
-                    )
-                )
+                out.events.append(Event(now, "replication-state", node, attrs={
+                    "standby": str(app), "state": str(state), "sync_state": str(sync_state),
+                    "previous": self._sync_state.get(key)}))
                 self._sync_state[key] = current

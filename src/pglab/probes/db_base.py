@@ -56,25 +56,15 @@ class DbProbe(Probe):
                 if node not in self._failing:  # one event per outage, not one per tick
                     self._failing.add(node)
                     message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-                    out.events.append(
-                        Event(
-                            now, "probe-error", node, attrs={"probe": self.name, "error": message}
-                        )
-                    )
+                    out.events.append(Event(now, "probe-error", node,
+                                            attrs={"probe": self.name, "error": message}))
         return out
 
     def tracker(self, node: str) -> RateTracker:
         return self.rates.setdefault(node, RateTracker())
 
-    def add_rates(
-        self,
-        out: ProbeOutput,
-        now: dt.datetime,
-        node: str,
-        label: str,
-        counters: dict[str, Any],
-        skip_zero: bool = False,
-    ) -> None:
+    def add_rates(self, out: ProbeOutput, now: dt.datetime, node: str, label: str,
+                  counters: dict[str, Any], skip_zero: bool = False) -> None:
         mono = time.monotonic()
         tracker = self.tracker(node)
         for metric, value in counters.items():
@@ -85,22 +75,15 @@ class DbProbe(Probe):
                 continue
             out.samples.append(Sample(now, node, self.name, metric, label, rate))
 
-    def add_gauges(
-        self, out: ProbeOutput, now: dt.datetime, node: str, label: str, gauges: dict[str, Any]
-    ) -> None:
+    def add_gauges(self, out: ProbeOutput, now: dt.datetime, node: str, label: str,
+                   gauges: dict[str, Any]) -> None:
         for metric, value in gauges.items():
             if value is not None:
                 out.samples.append(Sample(now, node, self.name, metric, label, float(value)))
 
     @abstractmethod
-    def read(
-        self,
-        conn: psycopg.Connection[Any],
-        caps: Capabilities,
-        node: str,
-        now: dt.datetime,
-        out: ProbeOutput,
-    ) -> None:
+    def read(self, conn: psycopg.Connection[Any], caps: Capabilities, node: str,
+             now: dt.datetime, out: ProbeOutput) -> None:
         """Query the node and append samples/events to `out`."""
 
 

@@ -17,24 +17,10 @@ from pglab.probes.catalog import Capabilities
 from pglab.probes.db_base import DbProbe, row_dict, select_columns
 
 DATABASE_COUNTERS = (
-    "xact_commit",
-    "xact_rollback",
-    "blks_read",
-    "blks_hit",
-    "tup_returned",
-    "tup_fetched",
-    "tup_inserted",
-    "tup_updated",
-    "tup_deleted",
-    "conflicts",
-    "temp_files",
-    "temp_bytes",
-    "deadlocks",
-    "blk_read_time",
-    "blk_write_time",
-    "active_time",
-    "idle_in_transaction_time",
-    "sessions",
+    "xact_commit", "xact_rollback", "blks_read", "blks_hit", "tup_returned", "tup_fetched",
+    "tup_inserted", "tup_updated", "tup_deleted", "conflicts", "temp_files", "temp_bytes",
+    "deadlocks", "blk_read_time", "blk_write_time", "active_time",
+    "idle_in_transaction_time", "sessions",
 )
 
 CHECKPOINTER_COLUMNS = {  # pg_stat_checkpointer (17+)
@@ -71,40 +57,19 @@ WAL_COLUMNS = {  # pg_stat_wal (14+); write/sync columns gone in 18 (see pg_stat
     "wal_write_time": "wal_write_time_ms",
     "wal_sync_time": "wal_sync_time_ms",
 }
-IO_COUNTERS = (
-    "reads",
-    "writes",
-    "extends",
-    "fsyncs",
-    "writebacks",
-    "hits",
-    "evictions",
-    "read_time",
-    "write_time",
-    "fsync_time",
-    "writeback_time",
-    "extend_time",
-)
+IO_COUNTERS = ("reads", "writes", "extends", "fsyncs", "writebacks", "hits", "evictions",
+               "read_time", "write_time", "fsync_time", "writeback_time", "extend_time")
 
 
 class DatabaseStats(DbProbe):
     name = "db.database"
     help = "pg_stat_database of the benchmark database: commits, blocks, tuples, temp, deadlocks"
 
-    def read(
-        self,
-        conn: psycopg.Connection[Any],
-        caps: Capabilities,
-        node: str,
-        now: dt.datetime,
-        out: ProbeOutput,
-    ) -> None:
+    def read(self, conn: psycopg.Connection[Any], caps: Capabilities, node: str,
+             now: dt.datetime, out: ProbeOutput) -> None:
         cols = [c for c in DATABASE_COUNTERS if caps.has("pg_stat_database", c)]
-        row = row_dict(
-            conn,
-            f"SELECT numbackends, {', '.join(cols)} FROM pg_stat_database "
-            "WHERE datname = current_database()",
-        )
+        row = row_dict(conn, f"SELECT numbackends, {', '.join(cols)} FROM pg_stat_database "
+                             "WHERE datname = current_database()")
         if not row:
             return
         self.add_gauges(out, now, node, "", {"numbackends": row.pop("numbackends")})
@@ -115,14 +80,8 @@ class CheckpointerStats(DbProbe):
     name = "db.checkpointer"
     help = "checkpoints (timed/requested), write/sync time, buffers by checkpointer/bgwriter"
 
-    def read(
-        self,
-        conn: psycopg.Connection[Any],
-        caps: Capabilities,
-        node: str,
-        now: dt.datetime,
-        out: ProbeOutput,
-    ) -> None:
+    def read(self, conn: psycopg.Connection[Any], caps: Capabilities, node: str,
+             now: dt.datetime, out: ProbeOutput) -> None:
         counters: dict[str, Any] = {}
         if caps.has("pg_stat_checkpointer"):
             cols = select_columns(caps, "pg_stat_checkpointer", CHECKPOINTER_COLUMNS)
@@ -137,26 +96,17 @@ class WalStats(DbProbe):
     name = "db.wal"
     help = "WAL generated (bytes, records, full-page images), buffers full, write/sync (<=17)"
 
-    def read(
-        self,
-        conn: psycopg.Connection[Any],
-        caps: Capabilities,
-        node: str,
-        now: dt.datetime,
-        out: ProbeOutput,
-    ) -> None:
+    def read(self, conn: psycopg.Connection[Any], caps: Capabilities, node: str,
+             now: dt.datetime, out: ProbeOutput) -> None:
         counters: dict[str, Any] = {}
         cols = select_columns(caps, "pg_stat_wal", WAL_COLUMNS)
         if cols:
             counters.update(row_dict(conn, f"SELECT {', '.join(cols)} FROM pg_stat_wal"))
         # The LSN moves on every version and on standbys too: WAL rate without pg_stat_wal.
-        lsn = row_dict(
-            conn,
-            "SELECT CASE WHEN pg_is_in_recovery() "
-            "THEN pg_wal_lsn_diff(pg_last_wal_replay_lsn(), '0/0') "
-            "ELSE pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0') "
-            "END AS wal_lsn_bytes",
-        )
+        lsn = row_dict(conn, "SELECT CASE WHEN pg_is_in_recovery() "
+                             "THEN pg_wal_lsn_diff(pg_last_wal_replay_lsn(), '0/0') "
+                             "ELSE pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0') "
+                             "END AS wal_lsn_bytes")
         if lsn.get("wal_lsn_bytes") is not None:
             counters["wal_lsn_bytes"] = float(lsn["wal_lsn_bytes"])
         self.add_rates(out, now, node, "", counters)
@@ -166,28 +116,18 @@ class IoStats(DbProbe):
     name = "db.io"
     help = "pg_stat_io (16+) by backend type/object/context: reads, writes, fsyncs, bytes, time"
 
-    def read(
-        self,
-        conn: psycopg.Connection[Any],
-        caps: Capabilities,
-        node: str,
-        now: dt.datetime,
-        out: ProbeOutput,
-    ) -> None:
+    def read(self, conn: psycopg.Connection[Any], caps: Capabilities, node: str,
+             now: dt.datetime, out: ProbeOutput) -> None:
         if not caps.has("pg_stat_io"):
             return
         cols = [c for c in IO_COUNTERS if caps.has("pg_stat_io", c)]
         if caps.has("pg_stat_io", "write_bytes"):  # 18: bytes per operation kind
             cols += ["read_bytes", "write_bytes", "extend_bytes"]
         elif caps.has("pg_stat_io", "op_bytes"):  # 16, 17: one op size for all
-            cols += [
-                "reads * op_bytes AS read_bytes",
-                "writes * op_bytes AS write_bytes",
-                "extends * op_bytes AS extend_bytes",
-            ]
-        cur = conn.execute(
-            f"SELECT backend_type, object, context, {', '.join(cols)} FROM pg_stat_io"
-        )
+            cols += ["reads * op_bytes AS read_bytes", "writes * op_bytes AS write_bytes",
+                     "extends * op_bytes AS extend_bytes"]
+        cur = conn.execute(f"SELECT backend_type, object, context, {', '.join(cols)} "
+                           "FROM pg_stat_io")
         names = [d.name for d in cur.description or []]
         for row in cur.fetchall():
             values = dict(zip(names, row, strict=True))

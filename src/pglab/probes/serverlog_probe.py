@@ -27,23 +27,17 @@ class _Followed:
     path: Path | None = None
     offset: int = 0
     decoder: codecs.IncrementalDecoder = field(
-        default_factory=lambda: codecs.getincrementaldecoder("utf-8")(errors="replace")
-    )
+        default_factory=lambda: codecs.getincrementaldecoder("utf-8")(errors="replace"))
 
 
 class ServerLogEvents(Probe):
     name = "log.events"
-    help = (
-        "server log followed during the run: checkpoints, autovacuum, lock waits, "
-        "deadlocks, temp files, slow statements, crashes, recovery (see `pglab logs`)"
-    )
+    help = ("server log followed during the run: checkpoints, autovacuum, lock waits, "
+            "deadlocks, temp files, slow statements, crashes, recovery (see `pglab logs`)")
 
     def start(self, ctx: ProbeContext) -> None:
-        self._nodes = [
-            _Followed(n.name, n.log_dir, LogTail(node=n.name))
-            for n in ctx.nodes
-            if n.log_dir is not None
-        ]
+        self._nodes = [_Followed(n.name, n.log_dir, LogTail(node=n.name))
+                       for n in ctx.nodes if n.log_dir is not None]
 
     def sample(self, now: dt.datetime) -> ProbeOutput:
         out = ProbeOutput()
@@ -60,9 +54,8 @@ class ServerLogEvents(Probe):
     @staticmethod
     def _read_new(followed: _Followed) -> str:
         if followed.path is None:
-            found = [
-                followed.log_dir / name for name in LOG_FILES if (followed.log_dir / name).is_file()
-            ]
+            found = [followed.log_dir / name for name in LOG_FILES
+                     if (followed.log_dir / name).is_file()]
             if not found:
                 return ""
             followed.path = found[0]

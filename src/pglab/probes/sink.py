@@ -59,9 +59,8 @@ class TelemetrySink:
             return
         with self._lock:
             for s in out.samples:
-                self._writer.writerow(
-                    (_iso(s.t), s.node, s.source, s.metric, s.label, repr(s.value))
-                )
+                self._writer.writerow((_iso(s.t), s.node, s.source, s.metric, s.label,
+                                       repr(s.value)))
             for e in out.events:
                 self._events.write(json.dumps(event_record(e)) + "\n")
             self._samples.flush()
@@ -89,25 +88,15 @@ def read_samples_csv(path: Path) -> pl.DataFrame:
     if not path.is_file() or path.stat().st_size == 0:
         return pl.DataFrame(schema=TIMESERIES_SCHEMA)
     frame = pl.read_csv(
-        path,
-        has_header=False,
-        new_columns=list(TIMESERIES_SCHEMA),
-        schema_overrides={
-            "t": pl.Utf8,
-            "node": pl.Utf8,
-            "source": pl.Utf8,
-            "metric": pl.Utf8,
-            "label": pl.Utf8,
-            "value": pl.Float64,
-        },
-        truncate_ragged_lines=True,
-        ignore_errors=True,  # a cut last line (kill -9)
+        path, has_header=False, new_columns=list(TIMESERIES_SCHEMA),
+        schema_overrides={"t": pl.Utf8, "node": pl.Utf8, "source": pl.Utf8, "metric": pl.Utf8,
+                          "label": pl.Utf8, "value": pl.Float64},
+        truncate_ragged_lines=True, ignore_errors=True,  # a cut last line (kill -9)
     )
     return (
-        frame.with_columns(
-            pl.col("t").str.to_datetime(time_zone="UTC", time_unit="us", strict=False),
-            pl.col("label").fill_null(""),
-        )
+        frame.with_columns(pl.col("t").str.to_datetime(time_zone="UTC", time_unit="us",
+                                                       strict=False),
+                           pl.col("label").fill_null(""))
         .drop_nulls(["t", "value"])
         .sort("t", "node", "source", "metric", "label")
     )
