@@ -171,25 +171,19 @@ def slow_statement_event(
     split by _DURATION_RE, or directly by the stderr scanner for one-line messages,
     which builds the same event inline)."""
     ms = float(ms_text)
-    event = _new_object(Event)
-    _set_attribute(
-        event,
-        "__dict__",
+    return new_event(
+        t_end - _MICROSECOND * round(ms * 1000),
+        "slow-statement",
+        node,
+        t_end,
         {
-            "t_start": t_end - _MICROSECOND * round(ms * 1000),
-            "kind": "slow-statement",
-            "node": node,
-            "t_end": t_end,
-            "attrs": {
-                "duration_ms": ms,
-                "phase": phase,
-                "prepared": name.strip() or None,
-                "statement": sql if len(sql) <= STATEMENT_MAX else sql[:STATEMENT_MAX],
-                "pid": pid,
-            },
+            "duration_ms": ms,
+            "phase": phase,
+            "prepared": name.strip() or None,
+            "statement": sql[:STATEMENT_MAX],  # the same object when shorter
+            "pid": pid,
         },
     )
-    return event
 
 
 @dataclass
