@@ -16,8 +16,10 @@
 3. Runs pglab's parser on it in a child process (single process, streaming, every
    event built: iter_event_batches), then pgBadger (`-f stderr --prefix '%m [%p] '
    -o out.json`, its default single process).
-4. Prints MB/s of both, the ratio (target >= 20x), pglab's peak RSS, and compares the
-   number of checkpoints, autovacuum and autoanalyze runs both found (must be equal).
+4. Prints MB/s of both, the wall-time ratio (target >= 20x) and the CPU-time ratio
+   (the same comparison without the time spent waiting for a core on a busy machine),
+   pglab's peak RSS, and compares the number of checkpoints, autovacuum and autoanalyze
+   runs both found (must be equal).
 
 Exit status 0 when the counts agree (and the ratio target is met), 1 otherwise.
 """
@@ -241,13 +243,19 @@ def pglab_worker(path: Path) -> None:
     from pglab.serverlog import iter_event_batches
 
     t0 = time.perf_counter()
+    cpu0 = time.process_time()
     # every Event is built; counting them by kind is the whole of the consumer's work
     kinds: Counter[str] = Counter()
     for batch in iter_event_batches([path]):
         kinds.update(map(attrgetter("kind"), batch))
     seconds = time.perf_counter() - t0
+    cpu_seconds = time.process_time() - cpu0
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps({"seconds": seconds, "kinds": kinds, "peak_rss_kb": peak_kb}))
+    print(
+        json.dumps(
+            {"seconds": seconds, "cpu_seconds": cpu_seconds, "kinds": kinds, "peak_rss_kb": peak_kb}
+        )
+    )
 
 
 def run_pglab(path: Path) -> dict[str, object]:
@@ -274,14 +282,22 @@ def ensure_pgbadger() -> str:
     return found
 
 
-def run_pgbadger(pgbadger: str, path: Path, workdir: Path) -> tuple[float, dict[str, int]]:
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_pgbadger(pgbadger: str, path: Path, workdir: Path) -> tuple[float, float, dict[str, int]]:
+    """(wall seconds, CPU seconds, counts) of one pgBadger run."""
     report = workdir / "pgbadger.json"
     t0 = time.perf_counter()
+    cpu0 = _children_cpu()
     subprocess.run(
         [pgbadger, "-q", "-f", "stderr", "--prefix", PREFIX, "-o", str(report), str(path)],
         check=True,
     )
     seconds = time.perf_counter() - t0
+    cpu_seconds = _children_cpu() - cpu0
     data = json.loads(report.read_text())
     checkpoint_info = data.get("checkpoint_info", {})
     counts = {
@@ -291,7 +307,7 @@ def run_pgbadger(pgbadger: str, path: Path, workdir: Path) -> tuple[float, dict[
         "autovacuum": sum(db.get("count", 0) for db in data.get("autovacuum_info", {}).values()),
         "autoanalyze": sum(db.get("count", 0) for db in data.get("autoanalyze_info", {}).values()),
     }
-    return seconds, counts
+    return seconds, cpu_seconds, counts
 
 
 def main() -> int:
@@ -326,10 +342,11 @@ def main() -> int:
 
         pglab = run_pglab(log)
         pglab_s = float(pglab["seconds"])  # type: ignore[arg-type]
+        pglab_cpu = float(pglab["cpu_seconds"])  # type: ignore[arg-type]
         kinds: dict[str, int] = pglab["kinds"]  # type: ignore[assignment]
         peak_mb = int(pglab["peak_rss_kb"]) / 1024  # type: ignore[call-overload]
         print(
-            f"pglab:    {pglab_s:7.1f} s  {size_mb / pglab_s:8.1f} MB/s  "
+            f"pglab:    {pglab_s:7.1f} s  {size_mb / pglab_s:8.1f} MB/s  CPU {pglab_cpu:.1f} s  "
             f"peak RSS {peak_mb:.0f} MB  events: {dict(sorted(kinds.items()))}",
             flush=True,
         )
@@ -339,10 +356,16 @@ def main() -> int:
         if args.skip_pgbadger:
             return 0 if ok else 1
 
-        badger_s, badger = run_pgbadger(ensure_pgbadger(), log, workdir)
-        print(f"pgBadger: {badger_s:7.1f} s  {size_mb / badger_s:8.1f} MB/s  counts: {badger}")
+        badger_s, badger_cpu, badger = run_pgbadger(ensure_pgbadger(), log, workdir)
+        print(
+            f"pgBadger: {badger_s:7.1f} s  {size_mb / badger_s:8.1f} MB/s  CPU {badger_cpu:.1f} s  "
+            f"counts: {badger}"
+        )
         ratio = badger_s / pglab_s
         print(f"speed ratio pglab/pgBadger: {ratio:.1f}x (target >= {TARGET_RATIO:.0f}x)")
+        # On a shared machine wall time also counts waiting for a core; CPU time is the
+        # work each did. Both are shown; the target is judged on wall time.
+        print(f"CPU-time ratio pglab/pgBadger: {badger_cpu / pglab_cpu:.1f}x")
         for key, value in badger.items():
             mine = kinds.get(key, 0)
             verdict = "equal" if mine == value else "DIFFERENT"

@@ -609,3 +609,31 @@ def test_all_records_mode_counts_junk_lines() -> None:
     records, stats = read_records(lines)
     assert [r.severity for r in records] == ["LOG", "WARNING"]
     assert stats.skipped == 2
+
+
+# --- the fast paths build exactly what the plain constructors build ----------------------
+
+
+@pytest.mark.parametrize("fmt", list(FILES))
+def test_events_are_plain_events(fmt: str) -> None:
+    """Events built without the dataclass __init__ equal (and behave as) Event(...)."""
+    events, _ = parse_sample("pg18", fmt)
+    assert events
+    for e in events:
+        assert type(e) is Event
+        assert e == Event(e.t_start, e.kind, e.node, e.t_end, e.attrs)
+        assert e.t_start.tzinfo is not None
+        with pytest.raises(AttributeError):  # still frozen
+            e.kind = "x"  # type: ignore[misc]
+
+
+def test_slow_statement_start_is_end_minus_duration() -> None:
+    """t_start = t_end - timedelta(milliseconds=duration_ms), to the microsecond."""
+    for version in VERSIONS:
+        for fmt in FILES:
+            events, _ = parse_sample(version, fmt)
+            slow = [e for e in events if e.kind == "slow-statement"]
+            assert slow
+            for e in slow:
+                assert e.t_end is not None
+                assert e.t_start == e.t_end - timedelta(milliseconds=e.attrs["duration_ms"])

@@ -22,7 +22,7 @@ class LogRecord(NamedTuple):
     these, and a tuple is built several times faster.
     """
 
-    t: datetime
+    t: datetime  # tz-aware, UTC
     pid: int | None
     severity: str
     message: str

@@ -1,0 +1,66 @@
+"""What the OS probes share: where procfs is, reading it, emitting samples."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import ClassVar
+
+from pglab.probes.base import Probe, ProbeContext, ProbeOutput, Sample
+
+PROC = Path("/proc")
+SYS = Path("/sys")
+HOST = "host"
+CLIENT = "client"
+CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def read_text(path: Path) -> str | None:
+    try:
+        return path.read_text(errors="replace")
+    except (OSError, ValueError):  # missing, unreadable, or PSI switched off (EOPNOTSUPP)
+        return None
+
+
+def read_timed(path: Path) -> tuple[str | None, float]:
+    """The file's text and the monotonic time of the read, for rates."""
+    text = read_text(path)
+    return text, time.monotonic()
+
+
+class OsProbe(Probe):
+    """Shared by the OS probes: injectable roots, availability, baseline, emitting."""
+
+    requires: ClassVar[tuple[str, ...]] = ()  # files under proc_root the probe cannot do without
+
+    def __init__(self, proc_root: Path = PROC, sys_root: Path = SYS) -> None:
+        self.proc_root = proc_root
+        self.sys_root = sys_root
+        self.unavailable: str | None = None
+
+    def unavailable_reason(self, ctx: ProbeContext) -> str | None:
+        for name in self.requires:
+            if read_text(self.proc_root / name) is None:
+                return f"{self.proc_root / name} is not readable"
+        return None
+
+    def start(self, ctx: ProbeContext) -> None:
+        self.ctx = ctx
+        self.unavailable = self.unavailable_reason(ctx)
+
+    def emit(
+        self,
+        out: ProbeOutput,
+        now: dt.datetime,
+        node: str,
+        label: str,
+        metrics: Mapping[str, float],
+    ) -> None:
+        out.samples.extend(
+            Sample(now, node, self.name, metric, label, float(value))
+            for metric, value in metrics.items()
+        )

@@ -1,0 +1,124 @@
+"""TCP sockets as `ss -tinpmH state established` prints them."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from pglab.probes.procfs.common import MIB
+
+# ss -tinpmH state established ------------------------------------------------------------
+
+
+@dataclass
+class TcpSocket:
+    local: str  # "127.0.0.1:5432", "[::1]:5432"
+    peer: str
+    recv_q: int
+    send_q: int
+    pid: int | None  # the owning process, when ss may see it (-p, same user or root)
+    info: dict[str, float] = field(default_factory=dict)  # -i and -m fields, numeric
+
+    @property
+    def local_port(self) -> int:
+        return _port(self.local)
+
+    @property
+    def peer_port(self) -> int:
+        return _port(self.peer)
+
+
+def _port(address: str) -> int:
+    port = address.rpartition(":")[2]
+    return int(port) if port.isdigit() else -1
+
+
+_NUMBER = r"-?\d+(?:\.\d+)?"
+_INFO_FIELDS = {
+    "rtt_ms": re.compile(rf"\brtt:({_NUMBER})/"),
+    "rttvar_ms": re.compile(rf"\brtt:{_NUMBER}/({_NUMBER})"),
+    "rcv_space": re.compile(rf"\brcv_space:({_NUMBER})"),
+    "bytes_acked": re.compile(rf"\bbytes_acked:({_NUMBER})"),
+    "bytes_received": re.compile(rf"\bbytes_received:({_NUMBER})"),
+    "retrans_total": re.compile(rf"\bretrans:\d+/({_NUMBER})"),
+}
+_SKMEM = re.compile(r"skmem:\(([^)]*)\)")
+_PID = re.compile(r"pid=(\d+)")
+
+
+def _socket_info(text: str) -> dict[str, float]:
+    info = {}
+    for name, pattern in _INFO_FIELDS.items():
+        match = pattern.search(text)
+        if match:
+            info[name] = float(match.group(1))
+    skmem = _SKMEM.search(text)
+    if skmem:  # r = receive queue memory, rb = receive buffer, w = send queue, tb = send buf
+        for item in skmem.group(1).split(","):
+            key = item.rstrip("0123456789")
+            if key and item[len(key) :]:
+                info[f"skmem_{key}"] = float(item[len(key) :])
+    return info
+
+
+def parse_ss(text: str) -> list[TcpSocket]:
+    """Sockets of `ss -tinpmH state established` (no State column): header line + info line."""
+    sockets: list[TcpSocket] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        if line[0].isspace():
+            if sockets:
+                sockets[-1].info.update(_socket_info(line))
+            continue
+        words = line.split()
+        if len(words) < 4 or not words[0].isdigit():
+            continue
+        owner = _PID.search(line)
+        sockets.append(
+            TcpSocket(
+                words[2],
+                words[3],
+                int(words[0]),
+                int(words[1]),
+                int(owner.group(1)) if owner else None,
+            )
+        )
+    return sockets
+
+
+def socket_gauges(sock: TcpSocket) -> dict[str, float]:
+    gauges = {"recv_q_bytes": float(sock.recv_q), "send_q_bytes": float(sock.send_q)}
+    for key, metric in (
+        ("rtt_ms", "rtt_ms"),
+        ("rttvar_ms", "rttvar_ms"),
+        ("rcv_space", "rcv_space_bytes"),
+    ):
+        if key in sock.info:
+            gauges[metric] = sock.info[key]
+    for used, size, metric in (
+        ("skmem_r", "skmem_rb", "rcv_buffer_fill_pct"),
+        ("skmem_w", "skmem_tb", "send_buffer_fill_pct"),
+    ):
+        if sock.info.get(size, 0.0) > 0 and used in sock.info:
+            gauges[metric] = 100.0 * sock.info[used] / sock.info[size]
+    return gauges
+
+
+def socket_rates(before: TcpSocket, after: TcpSocket, seconds: float) -> dict[str, float]:
+    """MiB/s acknowledged by the peer and received, retransmitted segments per second.
+
+    ss leaves a counter out while it is 0, so a missing counter counts as 0.
+    """
+    if seconds <= 0:
+        return {}
+    rates = {}
+    for key, metric, scale in (
+        ("bytes_acked", "sent_mbps", MIB),
+        ("bytes_received", "received_mbps", MIB),
+        ("retrans_total", "retrans_per_s", 1),
+    ):
+        delta = after.info.get(key, 0.0) - before.info.get(key, 0.0)
+        if delta >= 0:
+            rates[metric] = delta / scale / seconds
+    return rates
