@@ -12,7 +12,8 @@ def test_tune_keeps_a_change_that_removes_the_checkpoint_storm(tmp_path: Path) -
     # One round (baseline, candidate) with an 8 s load: the storm costs most of the TPS,
     # so a single interleaved round is enough to see it; more rounds only narrow it.
     result = run_cli("tune", "checkpoint-flush-storm", "--results", str(tmp_path / "r"),
-                     "--set", "workload.duration=8s", "--set", "workload.warmup=2s",
+                     "--set", "workload.duration=8s", "--set", "workload.warmup=1s",
+                     "--set", "workload.scale=10",
                      "--top", "1", "--repeats", "1", timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     (tune_file,) = (tmp_path / "r" / "checkpoint-flush-storm").glob("*.tune.json")

@@ -22,7 +22,7 @@ from pglab import __version__
 from pglab.errors import Interrupted, PglabError
 from pglab.hostfacts import host_facts
 from pglab.lab.faults import FaultTimeline
-from pglab.lab.lab import Lab, check_supported, redact_dsn
+from pglab.lab.lab import Lab, check_supported, redact_dsn, redact_text
 from pglab.lab.processes import pending_signal, shielded
 from pglab.probes import make_probes
 from pglab.probes.base import ProbeContext, ProbeOutput
@@ -93,7 +93,8 @@ def _base_manifest(loaded: LoadedScenario, variant: Variant, folder: RunFolder,
         "started_at": iso(utc_now()),
         "ended_at": None,
         "scenario_source": str(loaded.path) if loaded.path else f"builtin:{loaded.scenario.name}",
-        "overrides": {k: v for k, v in loaded.overrides},
+        "overrides": {k: redact_text(v, variant.scenario.server.dsn) if isinstance(v, str)
+                      else v for k, v in loaded.overrides},
         "variant": variant.overrides,
         "study_id": study_id,
         "scenario": scenario,
@@ -125,7 +126,8 @@ def run_variant(loaded: LoadedScenario, variant: Variant, options: RunOptions, u
     folder = create_run_folder(options.results_root, scenario.name)
     manifest = _base_manifest(loaded, variant, folder, study_id)
     folder.write_manifest(manifest)
-    write_text(folder.path / "scenario.toml", loaded.source_text)
+    write_text(folder.path / "scenario.toml",
+               redact_text(loaded.source_text, scenario.server.dsn))
     cmd: pgbench.PgbenchCommand | None = None
     error: BaseException | None = None
     try:

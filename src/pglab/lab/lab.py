@@ -47,6 +47,21 @@ from pglab.scenario import Scenario
 StatusCallback = Callable[[str], None]
 
 
+def dsn_password(dsn: str) -> str | None:
+    try:
+        password = conninfo_to_dict(dsn).get("password")
+    except psycopg.ProgrammingError:
+        return None
+    return str(password) if password else None
+
+
+def redact_text(text: str, dsn: str) -> str:
+    """`text` with the DSN's password masked wherever it appears (a scenario file, an
+    override): passwords never land in results."""
+    password = dsn_password(dsn)
+    return text.replace(password, "********") if password else text
+
+
 def redact_dsn(dsn: str) -> str:
     """The DSN without its password, for anything that is written down."""
     try:
@@ -383,7 +398,7 @@ class Lab:
                 self.pooler.stop()
             # Standbys first: a primary's shutdown waits for its walsenders.
             for server in reversed(self.servers):
-                server.stop()
+                server.stop(discard=not self.keep)
             if self.servers and self.logs_to is not None:
                 with contextlib.suppress(OSError):
                     self.collect_logs(self.logs_to)

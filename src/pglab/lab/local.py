@@ -309,13 +309,17 @@ class LocalServer:
                 with contextlib.suppress(psutil.NoSuchProcess):
                     proc.send_signal(sig)
 
-    def stop(self, fast_timeout: float = 30.0, immediate_timeout: float = 10.0) -> None:
-        """Fast shutdown, then immediate, then SIGKILL of the whole tree."""
+    def stop(self, fast_timeout: float = 30.0, immediate_timeout: float = 10.0,
+             discard: bool = False) -> None:
+        """Fast shutdown, then immediate, then SIGKILL of the whole tree. With `discard`
+        (the data dir is deleted next) straight to immediate: a shutdown checkpoint
+        would write every dirty buffer, through a throttled envelope, for nothing."""
         proc = self.process
         if proc is None:
             return
         self.signal_tree(signal.SIGCONT)  # a paused node would ignore the shutdown request
-        for sig, wait in ((signal.SIGINT, fast_timeout), (signal.SIGQUIT, immediate_timeout)):
+        steps = [(signal.SIGINT, fast_timeout), (signal.SIGQUIT, immediate_timeout)]
+        for sig, wait in steps[1:] if discard else steps:
             if proc.poll() is not None:
                 break
             with contextlib.suppress(ProcessLookupError):
