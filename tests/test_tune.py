@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import polars as pl
+
 from conftest import run_cli, write_scenario
+from test_builtin_scenarios import low_seconds
 
 
 def test_tune_keeps_a_change_that_removes_the_checkpoint_storm(tmp_path: Path) -> None:
@@ -26,6 +29,15 @@ def test_tune_keeps_a_change_that_removes_the_checkpoint_storm(tmp_path: Path) -
     assert candidate["kept"] == ("better" in verdicts.values()
                                  and "worse" not in verdicts.values())
     assert "winning overrides" in result.stdout or "keep the baseline" in result.stdout
+    # The baseline runs are the checkpoint-flush-storm scenario itself: its signal.
+    baselines = [tune_file.parent / name for name in tune["baseline"]]
+    assert max(low_seconds(run) for run in baselines) >= 1
+    for run in baselines:
+        events = pl.read_parquet(run / "events.parquet")
+        assert events.filter(pl.col("kind") == "checkpoint").height >= 1
+        envelope = json.loads((run / "manifest.json").read_text())["nodes"]["primary"][
+            "envelope"]
+        assert abs(envelope["measured_write_mbps"] - 16) <= 1.6  # verified at 16 MB/s
 
 
 def test_tune_refuses_a_sweep(tmp_path: Path) -> None:
