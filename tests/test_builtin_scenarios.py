@@ -90,6 +90,8 @@ def test_healthy_control_has_no_low_second_and_no_finding(tmp_path: Path) -> Non
     assert low_seconds(run) == 0
     analysis = json.loads((run / "analysis.json").read_text())
     assert analysis["recommendations"] == []
+    # the report made at the end of the run was made after the analysis: it has the verdict
+    assert "not analysed" not in (run / "report.html").read_text()
     # The machine is shared: other work may take the CPU for a second. Such a stall is
     # real, and must then be attributed outside the lab (tests/samples/runs/
     # control-neighbour is one); any other stall of a healthy control is a false alarm.

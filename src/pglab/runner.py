@@ -204,7 +204,10 @@ def run_variant(loaded: LoadedScenario, variant: Variant, options: RunOptions, u
     finally:
         with shielded():
             _finish(folder, manifest, cmd, scenario.workload, error)
+            if error is not None:  # a failed or interrupted run: a report, not analysed
+                _write_report(folder, manifest)
     _analyze(folder, manifest)
+    _write_report(folder, manifest)  # after the analysis, so the report has its verdict
     return load_run(folder.path)
 
 
@@ -266,7 +269,6 @@ def _finish(folder: RunFolder, manifest: dict[str, Any], cmd: pgbench.PgbenchCom
     manifest["ended_at"] = iso(utc_now())
     manifest.pop("pid", None)
     folder.write_manifest(manifest)
-    _write_report(folder, manifest)
 
 
 def _write_report(folder: RunFolder, manifest: dict[str, Any]) -> None:
