@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -259,3 +260,16 @@ args = { part = "walreceiver" }
     shares = pl.read_parquet(run_dir / "timeseries.parquet").filter(
         (pl.col("source") == "db.waits") & (pl.col("metric") == "IPC:SyncRep"))
     assert shares.height > 0  # commits waited while the receiver was stopped
+
+
+def test_pgbouncer_listens_on_its_private_socket_only(pgbouncer_binary: str) -> None:
+    """Its logins are trusted: a TCP port would let any local user in as superuser."""
+    loaded = load_text('name = "p"\n[topology]\npooler = "pgbouncer"\n[workload]\nscale = 1\n',
+                       "p.toml")
+    with Lab(loaded.scenario, "p.toml", f"pool-{time.time_ns()}") as lab:
+        assert lab.pooler is not None and lab.pooler.socket_dir is not None
+        with lab.pooler.admin_connect() as conn:  # through the Unix socket
+            assert conn.execute("SHOW VERSION").fetchall()
+        with socket.socket() as probe:
+            assert probe.connect_ex(("127.0.0.1", lab.pooler.port)) != 0
+        assert oct(lab.pooler.socket_dir.stat().st_mode & 0o777) == "0o700"

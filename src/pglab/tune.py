@@ -52,6 +52,7 @@ class CandidateResult:
     metrics: list[MetricResult] = field(default_factory=list)
     kept: bool = False
     why: str = ""
+    not_applicable: str | None = None  # this server refused the change (e.g. lz4 missing)
 
 
 @dataclass
@@ -127,10 +128,18 @@ def tune(loaded_for: Callable[[list[str]], LoadedScenario], base_overrides: list
             ui.status(f"tune: round {round_}/{repeats}: baseline")
             baseline.append(run(base))
             for cand in candidates:
+                if cand.not_applicable:
+                    continue
                 ui.status(f"tune: round {round_}/{repeats}: {cand.candidate.label}")
-                cand.runs.append(run(loaded[cand.candidate.label]))
+                try:
+                    cand.runs.append(run(loaded[cand.candidate.label]))
+                except BadInput as exc:  # the server refused the setting: skip, go on
+                    cand.not_applicable = str(exc)
+                    cand.why = f"not applicable here: {exc}"
         base_group = Group("baseline", [RunData(r) for r in baseline])
         for cand in candidates:
+            if cand.not_applicable:
+                continue
             group = Group(cand.candidate.label, [RunData(r) for r in cand.runs])
             comparison = compare(base_group, [group], noise, metric_names=METRICS)
             cand.metrics = comparison.contenders[0].metrics

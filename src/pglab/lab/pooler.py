@@ -1,8 +1,8 @@
 """A real PgBouncer in transaction mode in front of the primary, with a generated config.
 
-It runs as the server user in its own private socket dir, is pglab's child with a
-parent-death signal like the postmaster, and listens on a free loopback port too (TCP
-logins are trusted only on 127.0.0.1 and only reach the throwaway server behind it).
+It runs as the server user in its own private socket dir (mode 700) and is pglab's child
+with a parent-death signal like the postmaster. It listens on that Unix socket only: its
+logins are trusted, so a TCP port would let any local user in as the superuser.
 """
 
 from __future__ import annotations
@@ -80,8 +80,7 @@ class PgBouncer:
             f"{BENCH_DB} = {backend} dbname={BENCH_DB}",
             f"postgres = {backend} dbname=postgres",
             "[pgbouncer]",
-            "listen_addr = 127.0.0.1",
-            f"listen_port = {self.port}",
+            f"listen_port = {self.port}",  # names the socket; no listen_addr: no TCP
             f"unix_socket_dir = {self.socket_dir}",
             "auth_type = trust",
             f"auth_file = {users}",
