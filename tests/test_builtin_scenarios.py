@@ -1,8 +1,5 @@
 """Every built-in scenario, run for real (shortened), shows its defining signal.
 
-(checkpoint-flush-storm is run by tests/test_tune.py, whose baseline runs are checked
-for the storm's signal there: one set of runs for both.)
-
 The checks read only the recorded data (client.parquet, timeseries.parquet,
 events.parquet), the way an analysis or a person reading the results folder would.
 """
@@ -142,6 +139,17 @@ def _low_seconds_with(run: Path, metric_prefix: str, fraction: float = 0.1) -> l
         (pl.col("source") == "db.waits") & pl.col("metric").str.starts_with(metric_prefix))
     seconds = set(waits["t"].dt.truncate("1s").to_list())
     return [str(t) for t in low if t in seconds or t - dt.timedelta(seconds=1) in seconds]
+
+
+def test_checkpoint_flush_storm_drops_tps_during_checkpoints(tmp_path: Path) -> None:
+    (run,) = _run(tmp_path, "checkpoint-flush-storm", "workload.duration=20s",
+                  "workload.warmup=2s")
+    assert low_seconds(run) >= 1
+    events = pl.read_parquet(run / "events.parquet")
+    assert events.filter(pl.col("kind") == "checkpoint").height >= 2
+    manifest = json.loads((run / "manifest.json").read_text())
+    measured = manifest["nodes"]["primary"]["envelope"]["measured_write_mbps"]
+    assert abs(measured - 16) <= 1.6, measured  # the envelope was verified at 16 MB/s
 
 
 def test_wal_segment_init_stall_coincides_with_walinit_waits(tmp_path: Path) -> None:
