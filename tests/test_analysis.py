@@ -12,6 +12,7 @@ import json
 import re
 import shlex
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +113,48 @@ def test_healthy_controls_have_no_stall_and_no_advice(name: str) -> None:
     assert analysis["summary"]["degraded_pct"] == 0.0
     assert analysis["summary"]["measured_seconds"] >= 10
     assert analysis["recommendations"] == []
+    # nothing held them back either: a CPU-bound benchmark is doing its work
+    assert analysis["steady_state"]["causes"] == []
+    assert analysis["summary"]["verdict"] is None
+
+
+def test_a_queue_on_one_row_without_a_stall_is_lock_contention() -> None:
+    analysis = _analysis("hot-row")
+    assert analysis["stalls"] == []  # never stalled: the queue is always there
+    verdict = analysis["summary"]["verdict"]
+    assert (verdict["cause"], verdict["basis"]) == ("lock-contention", "steady-state")
+    (top,) = analysis["steady_state"]["causes"]
+    share = re.match(r"(\d+)% of sampled client backends waited on heavyweight locks",
+                     top["evidence"][0])
+    assert share and int(share[1]) >= 50, top
+    assert any("backends blocked on locks on average" in line for line in top["evidence"])
+    assert "lock-timeout" in [r["rule"] for r in analysis["recommendations"]]
+
+
+def test_a_connection_per_transaction_is_too_many_connections() -> None:
+    analysis = _analysis("churn")
+    assert analysis["stalls"] == []
+    verdict = analysis["summary"]["verdict"]
+    assert (verdict["cause"], verdict["basis"]) == ("too-many-connections", "steady-state")
+    top = analysis["steady_state"]["causes"][0]
+    sessions = re.match(r"(\d+) new sessions per second for (\d+) transactions",
+                        top["evidence"][0])
+    assert sessions and int(sessions[1]) >= 0.9 * int(sessions[2]), top  # one per transaction
+    assert "pgbouncer" in [r["rule"] for r in analysis["recommendations"]]
+
+
+def test_lock_queue_behind_slow_commits_is_not_its_own_cause() -> None:
+    """A lock queue whose head waits on WAL flush is a symptom: the same run with the
+    backends that held the locks waiting on WalSync instead of running on CPU."""
+    data = load_run_data(RUNS / "hot-row")
+    own = build_analysis(data)["steady_state"]["causes"][0]["confidence"]
+    slow = data.timeseries.with_columns(
+        pl.when((pl.col("source") == "db.waits") & pl.col("metric").is_in(
+            ["CPU", "Client:ClientRead"]))
+        .then(pl.lit("IO:WalSync")).otherwise(pl.col("metric")).alias("metric"))
+    causes = build_analysis(replace(data, timeseries=slow))["steady_state"]["causes"]
+    lock = [c for c in causes if c["cause"] == "lock-contention"]
+    assert not lock or lock[0]["confidence"] <= own / 3 + 0.01, causes
 
 
 def test_forced_checkpoint_stall_is_blamed_on_the_checkpoint() -> None:
@@ -351,3 +394,18 @@ def test_runner_records_an_analysis_failure_instead_of_failing(lock_copy: Path) 
     recorded = json.loads((lock_copy / "manifest.json").read_text())
     assert "cannot write" in recorded["analysis"]["error"]
     assert recorded["status"] == "completed"
+
+
+def test_wal_compression_proposes_a_method_the_server_was_built_with() -> None:
+    def proposed(choices: object) -> object:
+        primary: dict[str, Any] = {"settings": {}}
+        if choices is not None:
+            primary["setting_choices"] = choices
+        facts = Facts({"wal-write": 0.9}, {"nodes": {"primary": primary}}, fpi_surge=True)
+        (rule,) = [r for r in recommend(facts) if r["rule"] == "wal-compression"]
+        return rule["change"]["server.settings.wal_compression"]
+
+    assert proposed({"wal_compression": ["pglz", "lz4", "zstd", "on", "off"]}) == "lz4"
+    assert proposed({"wal_compression": ["pglz", "on", "off"]}) == "pglz"  # no lz4 built in
+    assert proposed({}) == "on"  # PostgreSQL 13-14: a boolean
+    assert proposed(None) == "lz4"  # a folder from before the choices were recorded

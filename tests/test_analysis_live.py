@@ -22,6 +22,7 @@ from typing import Any
 import psycopg
 
 from conftest import run_cli, write_scenario
+from pglab.analysis.recommendations import Facts, _wal_compression
 from pglab.lab.local import BENCH_DB, SUPERUSER
 from pglab.paths import labs_dir
 from pglab.runner import QuietUI, RunOptions, run_scenario
@@ -35,7 +36,9 @@ SideAction = Callable[[psycopg.Connection[Any], Path], None]  # connection, lab 
 class Pathology:
     name: str
     scenario: str  # TOML body after `name = ...`
-    cause: str | None  # the cause the analysis must rank first; None: no stall expected
+    # the run's top cause (summary.verdict: first in the stalls that lost the most, or,
+    # without a stall, what held the whole run back); None: a healthy run
+    cause: str | None
     action: SideAction | None = None
     action_at_s: float = 0.0  # seconds after the load started (warmup included)
 
@@ -125,6 +128,31 @@ jobs = 2
 duration = "20s"
 warmup = "4s"
 """, "memory-reclaim", _foreign_writeback, 12.0),
+        Pathology("hot-row", """
+[server.settings]
+deadlock_timeout = "100ms"
+[workload]
+# every transaction updates the one branch row: a queue on row locks, no stall
+scale = 1
+mix = ["tpcb-like"]
+clients = 16
+jobs = 2
+duration = "10s"
+warmup = "2s"
+""", "lock-contention"),
+        Pathology("churn", """
+[server.settings]
+max_connections = 120
+[workload]
+# a new connection per transaction (pgbench -C), no pool
+scale = 5
+mix = ["select-only"]
+reconnect = true
+clients = 50
+jobs = 2
+duration = "10s"
+warmup = "2s"
+""", "too-many-connections"),
         Pathology("control", """
 [workload]
 scale = 5
@@ -210,7 +238,13 @@ def test_live_lock_is_diagnosed(tmp_path: Path) -> None:
     folder = run_pathology(pathology, tmp_path)
     # written by the runner at the end of the run
     analysis = json.loads((folder / "analysis.json").read_text())
-    assert "analysis" not in json.loads((folder / "manifest.json").read_text())
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert "analysis" not in manifest
+    # what the server accepts is recorded, so a recommendation proposes a value it takes
+    accepted = manifest["nodes"]["primary"]["setting_choices"]["wal_compression"]
+    assert "pglz" in accepted and "off" in accepted
+    proposed = _wal_compression(Facts({}, manifest, fpi_surge=True))
+    assert proposed in accepted and proposed != "on"
     worst = max(analysis["stalls"], key=lambda s: s["lost_transactions"])
     assert worst["kind"] == "drop-to-zero" and 4 <= worst["seconds"] <= 6, worst
     assert worst["causes"][0]["cause"] == pathology.cause, worst

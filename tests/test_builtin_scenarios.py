@@ -62,6 +62,12 @@ def wait_shares(run: Path, node: str = "primary", start: dt.datetime | None = No
     return {str(m): float(v) / whole for m, v in totals.iter_rows()}
 
 
+def top_cause(run: Path) -> str | None:
+    """The analysis' verdict on the run (pglab run analyses every completed run)."""
+    verdict = json.loads((run / "analysis.json").read_text())["summary"]["verdict"]
+    return verdict["cause"] if verdict else None
+
+
 def test_catalogue_lists_story_and_expected_signal() -> None:
     names = builtin_names()
     for wanted in ("checkpoint-flush-storm", "wal-segment-init-stall", "hot-row-contention",
@@ -94,6 +100,8 @@ def test_healthy_control_has_no_low_second_and_no_finding(tmp_path: Path) -> Non
     # control-neighbour is one); any other stall of a healthy control is a false alarm.
     for stall in analysis["stalls"]:
         assert stall["causes"][0].get("outside_the_lab") is True, stall
+    assert analysis["steady_state"]["causes"] == []
+    assert analysis["summary"]["verdict"] is None
 
 
 def test_hot_row_contention_is_dominated_by_lock_waits(tmp_path: Path) -> None:
@@ -105,6 +113,7 @@ def test_hot_row_contention_is_dominated_by_lock_waits(tmp_path: Path) -> None:
     blocked = pl.read_parquet(run / "timeseries.parquet").filter(
         (pl.col("source") == "db.locks") & (pl.col("metric") == "blocked_backends"))
     assert max(blocked["value"].to_list()) >= 2  # backends queued on locks every second
+    assert top_cause(run) == "lock-contention"
 
 
 def test_sync_standby_paused_stops_commits_on_syncrep(tmp_path: Path) -> None:
@@ -117,6 +126,7 @@ def test_sync_standby_paused_stops_commits_on_syncrep(tmp_path: Path) -> None:
     start, end = events["t_start"][0], events["t_end"][0]
     shares = wait_shares(run, start=start, end=end)
     assert max(shares, key=lambda k: shares[k]) == "IPC:SyncRep", shares
+    assert top_cause(run) == "sync-replication"
 
 
 def test_too_many_connections_pooler_wins(tmp_path: Path, pgbouncer_binary: str) -> None:
@@ -125,6 +135,9 @@ def test_too_many_connections_pooler_wins(tmp_path: Path, pgbouncer_binary: str)
     by_pooler = {json.loads((r / "manifest.json").read_text())["variant"]["topology.pooler"]:
                  statistics.fmean(measured_tps(r).to_list()) for r in runs}
     assert by_pooler["pgbouncer"] > 2 * by_pooler["none"], by_pooler
+    direct = next(r for r in runs if json.loads((r / "manifest.json").read_text())
+                  ["variant"]["topology.pooler"] == "none")
+    assert top_cause(direct) == "too-many-connections"
 
 
 def _low_seconds_with(run: Path, metric_prefix: str, fraction: float = 0.1) -> list[str]:
@@ -150,12 +163,14 @@ def test_checkpoint_flush_storm_drops_tps_during_checkpoints(tmp_path: Path) -> 
     manifest = json.loads((run / "manifest.json").read_text())
     measured = manifest["nodes"]["primary"]["envelope"]["measured_write_mbps"]
     assert abs(measured - 16) <= 1.6, measured  # the envelope was verified at 16 MB/s
+    assert top_cause(run) == "checkpoint-io"
 
 
 def test_wal_segment_init_stall_coincides_with_walinit_waits(tmp_path: Path) -> None:
     (run,) = _run(tmp_path, "wal-segment-init-stall", "workload.duration=30s",
                   "workload.warmup=2s")
     assert _low_seconds_with(run, "IO:WalInit"), "no low second beside a WalInit wait"
+    assert top_cause(run) == "wal-segment-init"
 
 
 def test_sync_standby_on_slow_disk_makes_commits_wait_on_syncrep(tmp_path: Path) -> None:
@@ -169,6 +184,7 @@ def test_sync_standby_on_slow_disk_makes_commits_wait_on_syncrep(tmp_path: Path)
     assert max(shares, key=lambda k: shares[k]) == "IPC:SyncRep", shares
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["nodes"]["standby1"]["envelope"]["limits"]["write_mbps"] == 6
+    assert top_cause(run) == "sync-replication"
 
 
 def test_dirty_writeback_storm_stalls_in_the_checkpoint_sync(tmp_path: Path) -> None:
@@ -180,3 +196,4 @@ def test_dirty_writeback_storm_stalls_in_the_checkpoint_sync(tmp_path: Path) -> 
     assert max(memory["value"].to_list()) > 200  # checkpoint writes sat as dirty pages
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["kernel"]["set"]["vm.dirty_ratio"] == 60
+    assert top_cause(run) == "memory-reclaim"

@@ -14,16 +14,19 @@ from typing import Any
 
 import polars as pl
 
-from pglab.analysis.causes import WEAK_BELOW, ranked_causes
-from pglab.analysis.evidence import WindowEvidence, window_evidence
+from pglab.analysis.causes import WEAK_BELOW, ranked_causes, steady_causes
+from pglab.analysis.evidence import WindowEvidence, run_evidence
 from pglab.analysis.loading import RunData, load_run_data
 from pglab.analysis.recommendations import CAUSE_FLOOR, Facts, recommend
+from pglab.analysis.signals import Finding
 from pglab.analysis.stalls import PERIOD_TOLERANCE, StallReport, detect_stalls
 from pglab.errors import EnvironmentProblem
 from pglab.store import iso, write_text
 
 # analysis.json format history:
 #   1 (2026-11-21): first format (summary, stalls with ranked causes, recommendations).
+#   Later additions that format-1 readers can ignore: `steady_state` (causes that held
+#   the whole run back) and `summary.verdict` (the run's top cause).
 ANALYSIS_FORMAT = 1
 
 
@@ -83,8 +86,7 @@ def _stall(ev: WindowEvidence) -> dict[str, Any]:
         # faults of the scenario's timeline during the window: what was injected
         "faults": [{"kind": e.kind, "node": e.node, "start": iso(e.start), "end": iso(e.end),
                     **e.attrs} for e in ev.events if e.kind.startswith("fault")],
-        "causes": [{"cause": f.cause, "confidence": f.confidence, "evidence": f.evidence,
-                    **({"outside_the_lab": True} if f.outside else {})} for f in causes],
+        "causes": [_finding(f) for f in causes],
     }
 
 
@@ -109,9 +111,40 @@ def _checkpoint_flags(evidence: list[WindowEvidence]) -> frozenset[str]:
     return frozenset(flags)
 
 
-def _causes_found(stalls: list[dict[str, Any]]) -> dict[str, float]:
-    """Best confidence per cause: each stall's first cause, and any of CAUSE_FLOOR+."""
-    found: dict[str, float] = {}
+def _finding(f: Finding) -> dict[str, Any]:
+    return {"cause": f.cause, "confidence": f.confidence, "evidence": f.evidence,
+            **({"outside_the_lab": True} if f.outside else {})}
+
+
+def _verdict(stalls: list[dict[str, Any]], steady: list[dict[str, Any]]
+             ) -> dict[str, Any] | None:
+    """The run's top cause: the first cause of the stalls that lost the most transactions
+    together; for a run without an attributed stall, what held the whole run back."""
+    lost: dict[str, int] = {}
+    best: dict[str, float] = {}
+    for stall in stalls:
+        first = stall["causes"][0] if stall["causes"] else None
+        if first is None or first["cause"] == "unknown" or first.get("outside_the_lab"):
+            continue
+        lost[first["cause"]] = lost.get(first["cause"], 0) + stall["lost_transactions"]
+        best[first["cause"]] = max(best.get(first["cause"], 0.0), first["confidence"])
+    if lost:
+        cause = max(lost, key=lambda c: (lost[c], best[c]))
+        return {"cause": cause, "confidence": best[cause], "basis": "stalls",
+                "lost_transactions": lost[cause]}
+    if steady:
+        return {"cause": steady[0]["cause"], "confidence": steady[0]["confidence"],
+                "basis": "steady-state"}
+    if stalls:
+        return {"cause": "unknown", "confidence": None, "basis": "stalls"}
+    return None
+
+
+def _causes_found(stalls: list[dict[str, Any]],
+                  steady: list[dict[str, Any]]) -> dict[str, float]:
+    """Best confidence per cause: each stall's first cause, any of CAUSE_FLOOR+, and
+    the causes that held the whole run back."""
+    found: dict[str, float] = {cause["cause"]: cause["confidence"] for cause in steady}
     for stall in stalls:
         for rank, cause in enumerate(stall["causes"]):
             if cause["cause"] == "unknown" or cause.get("outside_the_lab"):
@@ -126,9 +159,12 @@ def _causes_found(stalls: list[dict[str, Any]]) -> dict[str, float]:
 def build_analysis(data: RunData) -> dict[str, Any]:
     """The analysis document of loaded run data (pure)."""
     report = detect_stalls(data.client)
-    evidence = window_evidence(data, report) if report.windows else []
+    evidence, whole_run = run_evidence(data, report)
     stalls = [_stall(ev) for ev in evidence]
-    facts = Facts(_causes_found(stalls), data.manifest, _fpi_surge(evidence), data.run.path,
+    steady = [_finding(f) for f in steady_causes(whole_run)] if whole_run else []
+    summary = _summary(report, data)
+    summary["verdict"] = _verdict(stalls, steady)
+    facts = Facts(_causes_found(stalls, steady), data.manifest, _fpi_surge(evidence), data.run.path,
                   _checkpoint_flags(evidence),
                   data.events.filter(pl.col("kind") == "checkpoint-too-frequent").height > 0)
     return {
@@ -137,8 +173,9 @@ def build_analysis(data: RunData) -> dict[str, Any]:
         "status": data.run.status,
         "partial": bool(data.missing),
         "missing": list(data.missing),
-        "summary": _summary(report, data),
+        "summary": summary,
         "stalls": stalls,
+        "steady_state": {"causes": steady},
         "recommendations": recommend(facts),
     }
 

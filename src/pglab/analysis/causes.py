@@ -15,6 +15,7 @@ import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from pglab.analysis import steady as steady_state
 from pglab.analysis.evidence import EventView, WindowEvidence
 from pglab.analysis.signals import (
     Finding,
@@ -24,11 +25,13 @@ from pglab.analysis.signals import (
     disk_write,
     foreign_writeback,
     pct,
+    setting,
     wait_signal,
 )
 
 MIN_CONFIDENCE = 0.2
-VACUUM_IO_MB = 64  # an autovacuum that read or dirtied less is no IO burden
+VACUUM_IO_MB = 64
+WRITEBACK_BURST_MB = 64  # an autovacuum that read or dirtied less is no IO burden
 WEAK_BELOW = 0.4
 
 WAL_INIT = ("IO:WalInitWrite", "IO:WalInitSync")
@@ -43,18 +46,36 @@ DATA_IO = ("IO:DataFileWrite", "IO:DataFileFlush", "IO:DataFileSync", "IO:DataFi
 class Cause:
     id: str
     title: str  # in a DBA's words
-    score: Callable[[WindowEvidence], Finding | None]
+    score: Callable[[WindowEvidence], Finding | None]  # one stall window
+    # the whole run, for a cause that can hold a run back without a stall (steady.py)
+    steady: Callable[[WindowEvidence], Finding | None] | None = None
 
 
 def _checkpoints(ev: WindowEvidence) -> list[EventView]:
     return ev.events_of("checkpoint")
 
 
+def _write_phase_end(e: EventView, ev: WindowEvidence) -> dt.datetime | None:
+    """When the checkpoint's write phase ended: logged when it completed; for a timed
+    checkpoint still running, its target (checkpoint_timeout x completion_target)."""
+    try:
+        return dt.datetime.fromisoformat(str(e.attrs.get("write_phase_end")))
+    except ValueError:
+        pass
+    if "time" not in (e.attrs.get("flags") or []):
+        return None  # a requested checkpoint writes as fast as it can: its end is unknown
+    try:
+        timeout = float(setting(ev.manifest, "checkpoint_timeout") or 300)
+        target = float(setting(ev.manifest, "checkpoint_completion_target") or 0.9)
+    except ValueError:
+        return None
+    return e.start + dt.timedelta(seconds=timeout * target)
+
+
 def _phase(e: EventView, ev: WindowEvidence) -> str:
     """Which of the checkpoint's phases the window saw: write, then sync (fsyncs)."""
-    try:
-        write_end = dt.datetime.fromisoformat(str(e.attrs.get("write_phase_end")))
-    except ValueError:
+    write_end = _write_phase_end(e, ev)
+    if write_end is None:
         return "write or sync phase"  # an unfinished checkpoint: not known yet
     if ev.window.end <= write_end:
         return "write phase"
@@ -106,6 +127,12 @@ def wal_segment_init(ev: WindowEvidence) -> Finding | None:
                   if label.endswith("/wal/init")) / 2**20
     if init_mb:
         s.add(0.2, f"{init_mb:.0f} MB written to initialise WAL segments (pg_stat_io)")
+    writeback = ev.inside.peak("host", "os.memory", "writeback_mb") or 0.0
+    if writeback >= WRITEBACK_BURST_MB and writeback > 4 * max(init_mb, 16.0):
+        # a segment is 16 MB+: its zero-fill and fsync queued behind the flush
+        s.value /= 2
+        s.lines.append(f"(halved: {writeback:.0f} MB of page cache was under writeback "
+                       "meanwhile; the new segment's writes queued behind it)")
     return s.finding()
 
 
@@ -135,7 +162,8 @@ def checkpoint_io(ev: WindowEvidence) -> Finding | None:
     for e in _checkpoints(ev)[:2]:
         flags = ",".join(e.attrs.get("flags") or []) or "no flags"
         if e.attrs.get("buffers") is None:  # started, not complete when the run ended
-            s.add(0.3, f"checkpoint ({flags}) started {at(e)}, still running")
+            s.add(0.3, f"checkpoint ({flags}) started {at(e)}, still running, in its "
+                       f"{_phase(e, ev)}")
             continue
         s.add(0.3, f"checkpoint ({flags}) in its {_phase(e, ev)} (started {at(e)}): "
                    f"{e.attrs['buffers']} buffers ({e.attrs.get('buffers_pct', '?')}%), "
@@ -225,15 +253,38 @@ def memory_reclaim(ev: WindowEvidence) -> Finding | None:
     psi = ev.inside.mean("host", "os.pressure", "some_pct", "memory")
     if psi is not None and psi > 10:
         s.add(0.2, f"memory pressure: some tasks stalled {psi:.0f}% of the time")
-    writeback = ev.inside.peak("host", "os.memory", "writeback_mb") or 0.0
     dirty = ev.inside.peak("host", "os.memory", "dirty_mb") or 0.0
     limit = ev.inside.peak("host", "os.memory", "dirty_threshold_mb") or 0.0
     if limit and dirty > 0.8 * limit:
         s.add(0.3, f"dirty page cache {dirty:.0f} MB near the {limit:.0f} MB throttle limit")
-    elif writeback > 100 and s.value > 0:
-        s.add(0.1, f"{writeback:.0f} MB under writeback")
+    _writeback_burst(s, ev)
     foreign_writeback(s, ev)
     return s.finding()
+
+
+def _writeback_burst(s: Score, ev: WindowEvidence) -> None:
+    """Dirty page cache written back all at once: the kernel had not started background
+    writeback (its threshold is above what piled up), and an fsync, typically the
+    checkpoint's, forced it out; worse when PostgreSQL's write-back hints are off."""
+    burst = ev.inside.peak("host", "os.memory", "writeback_mb") or 0.0
+    usual = ev.healthy.peak("host", "os.memory", "writeback_mb") or 0.0
+    if burst < WRITEBACK_BURST_MB or burst < 4 * max(usual, 1.0):
+        return
+    s.add(0.3, f"{burst:.0f} MB of page cache under writeback at once (healthy seconds "
+               f"peaked at {usual:.0f} MB)")
+    background = ev.inside.low("host", "os.memory", "dirty_background_threshold_mb")
+    if background is not None and background > 2 * burst:
+        s.add(0.2, f"the kernel starts background writeback only at {background:.0f} MB "
+                   "of dirty memory (vm.dirty_background_ratio/bytes), so writes pile up "
+                   "until an fsync forces them out")
+    syncing = [e for e in _checkpoints(ev)
+               if _phase(e, ev) in ("sync phase", "write and sync phases")]
+    if syncing:
+        s.add(0.2, f"the checkpoint started {at(syncing[0])} was in its sync phase: its "
+                   "fsyncs wrote the piled-up pages")
+    if setting(ev.manifest, "checkpoint_flush_after") in ("0", "0kB"):
+        s.add(0.2, "checkpoint_flush_after = 0: the checkpoint's writes were not pushed "
+                   "to disk as it went, only at its fsync")
 
 
 def cpu_saturation(ev: WindowEvidence) -> Finding | None:
@@ -339,15 +390,17 @@ def network(ev: WindowEvidence) -> Finding | None:
 CAUSES: tuple[Cause, ...] = (
     Cause("checkpoint-io", "checkpoint flush IO saturation", checkpoint_io),
     Cause("wal-segment-init", "WAL segment creation (zero-fill and fsync)", wal_segment_init),
-    Cause("wal-write", "WAL write/flush latency", wal_write),
-    Cause("lock-contention", "row or relation lock contention", lock_contention),
+    Cause("wal-write", "WAL write/flush latency", wal_write, steady_state.wal_write),
+    Cause("lock-contention", "row or relation lock contention", lock_contention,
+          steady_state.lock_contention),
     Cause("sync-replication", "synchronous replication wait / standby cannot keep up",
-          sync_replication),
+          sync_replication, steady_state.sync_replication),
     Cause("vacuum-io", "vacuum/autovacuum IO", vacuum_io),
     Cause("memory-reclaim", "memory reclaim and dirty writeback", memory_reclaim),
     Cause("cpu-saturation", "CPU saturation", cpu_saturation),
-    Cause("too-many-connections", "too many connections for the cores", too_many_connections),
-    Cause("client-bound", "client-bound load generator", client_bound),
+    Cause("too-many-connections", "too many connections for the cores", too_many_connections,
+          steady_state.too_many_connections),
+    Cause("client-bound", "client-bound load generator", client_bound, steady_state.client_bound),
     Cause("server-crash", "server crash/restart", server_crash),
     Cause("network", "network latency", network),
 )
@@ -376,3 +429,11 @@ def ranked_causes(ev: WindowEvidence) -> list[Finding]:
     if best < WEAK_BELOW:
         findings.insert(0, _unknown(ev, best))
     return findings
+
+
+def steady_causes(ev: WindowEvidence) -> list[Finding]:
+    """What held the whole run back, most likely first (steady.py): findings of
+    steady_state.STEADY_FLOOR or more; none for a run that was only doing its work."""
+    findings = [f for c in CAUSES if c.steady is not None
+                and (f := c.steady(ev)) is not None and f.confidence >= steady_state.STEADY_FLOOR]
+    return sorted(findings, key=lambda f: f.confidence, reverse=True)

@@ -235,12 +235,33 @@ def overlapping_events(data: RunData, spans: list[tuple[dt.datetime, dt.datetime
     return found
 
 
-def window_evidence(data: RunData, report: StallReport) -> list[WindowEvidence]:
+def _whole_run(data: RunData, report: StallReport, healthy: Segment,
+               nodes: list[str]) -> WindowEvidence | None:
+    times = report.seconds["t"]
+    if healthy.seconds == 0 or times.is_empty():
+        return None
+    first: dt.datetime = times.min()  # type: ignore[assignment]
+    end: dt.datetime = times.max() + dt.timedelta(seconds=1)  # type: ignore[operator,assignment]
+    steady = report.steady
+    lowest = float(report.seconds["tps"].min() or 0.0)  # type: ignore[arg-type]
+    window = StallWindow(first, end, "steady", 0.0, 0, steady.tps_median, lowest,
+                         steady.p99_median_ms, None)
+    return WindowEvidence(window, healthy, Segment(0),
+                          overlapping_events(data, [(first, end)])[0], nodes,
+                          data.manifest, data.missing)
+
+
+def run_evidence(data: RunData, report: StallReport) -> tuple[list[WindowEvidence],
+                                                              WindowEvidence | None]:
+    """Each stall window's evidence, and the whole run's: its healthy seconds (all of
+    them when it never stalled; a stall's seconds are explained by the stall), with
+    nothing to compare against. None without healthy seconds."""
     segments = aggregate(data, report)
     nodes = _nodes(data)
-    events = overlapping_events(data, [(w.start, w.end) for w in report.windows])
-    return [
-        WindowEvidence(window, segments[index], segments[HEALTHY], events[index], nodes,
+    by_window = overlapping_events(data, [(w.start, w.end) for w in report.windows])
+    windows = [
+        WindowEvidence(window, segments[index], segments[HEALTHY], by_window[index], nodes,
                        data.manifest, data.missing)
         for index, window in enumerate(report.windows)
     ]
+    return windows, _whole_run(data, report, segments[HEALTHY], nodes)

@@ -94,6 +94,23 @@ def _telemetry(folder: Path, missing: list[str]) -> tuple[pl.DataFrame, pl.DataF
     return series, events
 
 
+def _cap_to_duration(client: pl.DataFrame, manifest: dict[str, Any]) -> pl.DataFrame:
+    """Measured seconds past the scenario's duration count as partial: pglab runs pgbench
+    a second longer than asked (see README, client.parquet), and the analysis measures
+    the duration asked for, as pglab's own summary does."""
+    workload = (manifest.get("scenario") or {}).get("workload") or {}
+    try:
+        duration = int(workload.get("duration") or 0)
+    except (TypeError, ValueError):
+        return client
+    measured = ~pl.col("warmup") & ~pl.col("partial")
+    kept = client.filter(measured)["t"].head(duration) if duration > 0 else None
+    if kept is None or kept.len() < duration:
+        return client
+    return client.with_columns(
+        (pl.col("partial") | (measured & (pl.col("t") > kept.max()))).alias("partial"))
+
+
 def load_run_data(folder: Path) -> RunData:
     """The folder's frames. Raises BadInput only when `folder` is not a run folder."""
     run = load_run(folder)
@@ -102,6 +119,6 @@ def load_run_data(folder: Path) -> RunData:
     if status != "completed":
         missing.append(f"run {status}" + (f": {run.reason}" if run.reason else "")
                        + "; the analysis covers what was recorded")
-    client = _client(folder, missing)
+    client = _cap_to_duration(_client(folder, missing), run.manifest)
     series, events = _telemetry(folder, missing)
     return RunData(run, client, series, events, missing)

@@ -80,6 +80,16 @@ class Facts:
         digits = "".join(c for c in text if c.isdigit())
         return int(digits or 16) * (1024 if text.endswith("GB") else 1)
 
+    def choices(self, name: str) -> list[str] | None:
+        """Values the primary accepts for an enum setting: None when the run folder did
+        not record them, [] when the setting is not an enum there (a boolean)."""
+        recorded = ((self.manifest.get("nodes") or {}).get("primary") or {}).get(
+            "setting_choices")
+        if not isinstance(recorded, dict):
+            return None
+        found = recorded.get(name)
+        return [str(v) for v in found] if isinstance(found, list) else []
+
     def found(self, *causes: str) -> bool:
         return any(c in self.causes for c in causes)
 
@@ -94,6 +104,15 @@ class Rule:
     risk: str
     when: Callable[[Facts], bool] = lambda f: True
     testable: bool = True
+
+
+def _wal_compression(f: Facts) -> str:
+    """lz4 where the server was built with it, else the best it has; on PG 13-14 the
+    setting is a boolean (on = pglz)."""
+    accepted = f.choices("wal_compression")
+    if accepted is None:
+        return "lz4"  # not recorded (an older run folder)
+    return next((v for v in ("lz4", "zstd", "pglz", "on") if v in accepted), "on")
 
 
 def _mb(n: int) -> str:
@@ -171,7 +190,7 @@ RULES: tuple[Rule, ...] = (
          when=lambda f: f.wal_segment_mb != 64),
     Rule("wal-compression", ("checkpoint-io", "wal-write"),
          "compress full-page images in WAL",
-         lambda f: {"server.settings.wal_compression": "lz4"},
+         lambda f: {"server.settings.wal_compression": _wal_compression(f)},
          "less WAL after each checkpoint (full-page images shrink by half or more)",
          "some CPU per full-page image; lz4 needs PostgreSQL 15+ built with lz4 (pglz "
          "otherwise)",

@@ -67,6 +67,14 @@ def wait_signal(s: Score, ev: WindowEvidence, waits: tuple[str, ...] | None, wha
     return best
 
 
+def setting(manifest: dict[str, Any], name: str, node: str = "primary") -> str | None:
+    """A server setting as the manifest recorded it (non-default ones only; None when it
+    was at its default or not recorded)."""
+    found = ((((manifest.get("nodes") or {}).get(node) or {}).get("settings") or {})
+             .get(name))
+    return str(found["setting"]) if isinstance(found, dict) and "setting" in found else None
+
+
 def disk_limits(manifest: dict[str, Any], node: str) -> dict[str, Any]:
     """The node's disk limits as applied (disk profile resolved), else as the scenario
     wrote them (older manifests)."""

@@ -168,7 +168,9 @@ def detect_stalls(client: pl.DataFrame) -> StallReport:
     measured = measured_seconds(client)
     if measured.height == 0:
         empty = SteadyState(0, 0.0, 0.0, 0.0, None, 0, 0.0, 0)
-        return StallReport(empty, [], None, measured)
+        return StallReport(empty, [], None, measured.select(
+            "t", "tps", pl.lit(None, pl.Float64()).alias("reference"),
+            pl.lit(None, pl.String()).alias("kind")))
     seconds = classify_seconds(measured)
     tps = seconds["tps"]
     mean = float(tps.mean() or 0.0)  # type: ignore[arg-type]

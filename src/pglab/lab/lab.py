@@ -31,7 +31,12 @@ from pglab.lab.osuser import ServerUser, server_user
 from pglab.lab.pooler import PgBouncer, find_pgbouncer, pgbouncer_version
 from pglab.lab.processes import kill_tree, shielded
 from pglab.lab.resources import LabResources, check_resources, node_envelope
-from pglab.lab.settings import apply_settings, check_managed, non_default_settings
+from pglab.lab.settings import (
+    apply_settings,
+    check_managed,
+    non_default_settings,
+    setting_choices,
+)
 from pglab.lab.template import Template, copy_data_dir, get_template
 from pglab.lab.topology import (
     make_standby,
@@ -242,6 +247,7 @@ class Lab:
             checksums = conn.execute("SHOW data_checksums").fetchone()
             segsize = conn.execute("SHOW wal_segment_size").fetchone()
             settings = non_default_settings(conn)
+            choices = setting_choices(conn)
         facts: dict[str, Any] = {
             "name": name,
             "role": "primary",
@@ -251,6 +257,7 @@ class Lab:
             "data_checksums": checksums[0] if checksums else None,
             "wal_segment_size": segsize[0] if segsize else None,
             "settings": settings,
+            "setting_choices": choices,
         }
         if server is not None and self.bins is not None:
             facts.update(

@@ -94,3 +94,15 @@ def non_default_settings(conn: psycopg.Connection[Any]) -> dict[str, dict[str, s
         str(name): {"setting": setting, "unit": unit, "source": source}
         for name, setting, unit, source in rows
     }
+
+
+# Enum settings whose accepted values depend on the build (wal_compression: lz4 and zstd
+# only when compiled in): recorded so recommendations propose a value the server takes.
+RECORDED_CHOICES = ("wal_compression", "huge_pages", "wal_sync_method")
+
+
+def setting_choices(conn: psycopg.Connection[Any]) -> dict[str, list[str]]:
+    """The values the server accepts for RECORDED_CHOICES (as pg_settings.enumvals)."""
+    rows = conn.execute("SELECT name, enumvals FROM pg_settings WHERE name = ANY(%s)",
+                        [list(RECORDED_CHOICES)]).fetchall()
+    return {str(name): [str(v) for v in values] for name, values in rows if values}

@@ -26,6 +26,28 @@ def _stall_line(stall: dict[str, Any]) -> str:
             f"transactions lost)")
 
 
+def verdict_basis(verdict: dict[str, Any]) -> str:
+    """Why the verdict's cause is the run's top cause, in words."""
+    conf = verdict.get("confidence")
+    conf_text = f"confidence {conf:.2f}, " if isinstance(conf, (int, float)) else ""
+    if verdict.get("basis") == "steady-state":
+        return f"{conf_text}held the whole run back; no stall"
+    lost = verdict.get("lost_transactions")
+    if isinstance(lost, int):
+        return f"{conf_text}first cause of the stalls that lost {lost:,} transactions"
+    return "no stall could be attributed"
+
+
+def _print_causes(console: Console, causes: list[dict[str, Any]], indent: str) -> None:
+    for cause in causes[:3]:
+        style = "dim" if cause["cause"] == "unknown" else "cyan"
+        outside = ", outside the lab" if cause.get("outside_the_lab") else ""
+        console.print(f"{indent}[{style}]{cause['cause']}[/{style}] "
+                      f"(confidence {cause['confidence']:.2f}{outside})")
+        for line in cause["evidence"][:4]:
+            console.print(f"{indent}  - {escape(line)}", highlight=False)
+
+
 def print_findings(console: Console, analysis: dict[str, Any]) -> None:
     """Summary, the worst stalls with their ranked causes, then the recommendations."""
     summary = analysis.get("summary") or {}
@@ -41,17 +63,19 @@ def print_findings(console: Console, analysis: dict[str, Any]) -> None:
                       f"({periodic['windows']} windows)")
     for note in analysis.get("missing") or []:
         console.print(f"  [yellow]missing[/yellow] {escape(note)}")
+    verdict = summary.get("verdict")
+    if isinstance(verdict, dict):
+        console.print(f"  top cause [bold cyan]{verdict.get('cause')}[/bold cyan] "
+                      f"({escape(verdict_basis(verdict))})", highlight=False)
+    steady = (analysis.get("steady_state") or {}).get("causes") or []
+    if steady:
+        console.print("  [bold]held back over the whole run[/bold]")
+        _print_causes(console, steady, "    ")
     stalls = sorted(analysis.get("stalls") or [], key=lambda s: s["lost_transactions"],
                     reverse=True)
     for stall in stalls[:MAX_STALLS]:
         console.print(f"  [bold]{escape(_stall_line(stall))}[/bold]")
-        for cause in stall["causes"][:3]:
-            style = "dim" if cause["cause"] == "unknown" else "cyan"
-            outside = ", outside the lab" if cause.get("outside_the_lab") else ""
-            console.print(f"    [{style}]{cause['cause']}[/{style}] "
-                          f"(confidence {cause['confidence']:.2f}{outside})")
-            for line in cause["evidence"][:4]:
-                console.print(f"      - {escape(line)}", highlight=False)
+        _print_causes(console, stall["causes"], "    ")
     if len(stalls) > MAX_STALLS:
         console.print(f"  ... {len(stalls) - MAX_STALLS} smaller stall(s) in analysis.json")
     recommendations = analysis.get("recommendations") or []

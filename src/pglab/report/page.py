@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pglab import __version__
+from pglab.report.findings import verdict_basis
 from pglab.report.html import ReportModel, build_model
 from pglab.report.html_series import WAIT_CLASS_COLORS
 from pglab.store import write_text
@@ -97,6 +98,23 @@ def _clock(value: Any) -> str:
     return t.strftime("%H:%M:%S") + (f".{t.microsecond // 100000}" if t.microsecond else "")
 
 
+def _causes_html(causes: list[Any]) -> str:
+    """Ranked causes with their confidence and evidence lines."""
+    parts = []
+    for rank, cause in enumerate(causes, 1):
+        if not isinstance(cause, dict):
+            continue
+        conf = cause.get("confidence")
+        conf_text = f' <span class="conf">confidence {conf:.0%}</span>' if isinstance(
+            conf, (int, float)) else ""
+        if cause.get("outside_the_lab"):
+            conf_text += ' <span class="conf">(outside the lab: nothing to tune)</span>'
+        evidence = "".join(f"<li>{escape(str(e))}</li>" for e in cause.get("evidence") or [])
+        parts.append(f'<div class="cause">{rank}. <b>{escape(str(cause.get("cause")))}</b>'
+                     f"{conf_text}<ul>{evidence}</ul></div>")
+    return "".join(parts)
+
+
 def _stall_html(stall: dict[str, Any], t0: int) -> str:
     def offset(value: Any) -> float:
         t = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
@@ -125,17 +143,7 @@ def _stall_html(stall: dict[str, Any], t0: int) -> str:
     parts = [f'<div class="stall"><span class="when"{zoom} title="zoom the timelines here">'
              f'{escape(_clock(stall.get("start")))} → {escape(_clock(stall.get("end")))} UTC'
              f'</span> · {escape(", ".join(facts))}']
-    for rank, cause in enumerate(stall.get("causes") or [], 1):
-        if not isinstance(cause, dict):
-            continue
-        conf = cause.get("confidence")
-        conf_text = f' <span class="conf">confidence {conf:.0%}</span>' if isinstance(
-            conf, (int, float)) else ""
-        if cause.get("outside_the_lab"):
-            conf_text += ' <span class="conf">(outside the lab: nothing to tune)</span>'
-        evidence = "".join(f"<li>{escape(str(e))}</li>" for e in cause.get("evidence") or [])
-        parts.append(f'<div class="cause">{rank}. <b>{escape(str(cause.get("cause")))}</b>'
-                     f"{conf_text}<ul>{evidence}</ul></div>")
+    parts.append(_causes_html(stall.get("causes") or []))
     parts.append("</div>")
     return "".join(parts)
 
@@ -149,8 +157,18 @@ def _verdict(model: ReportModel) -> str:
     if model.analysis.get("partial"):
         missing = ", ".join(map(str, model.analysis.get("missing") or []))
         html.append(f'<p class="empty">partial analysis: missing {escape(missing)}</p>')
+    steady = [c for c in (model.analysis.get("steady_state") or {}).get("causes") or []
+              if isinstance(c, dict)]
+    top = (model.analysis.get("summary") or {}).get("verdict")
+    if isinstance(top, dict):
+        html.append(f"<p>Top cause: <b>{escape(str(top.get('cause')))}</b> "
+                    f"({escape(verdict_basis(top))})</p>")
     if not stalls:
         html.append("<p>No stalls: throughput held steady over the measured window.</p>")
+    if steady:
+        html.append("<p>What held the whole run back (no healthy seconds to compare "
+                    "with: judged against fixed thresholds):</p>"
+                    f'<div class="stall">{_causes_html(steady)}</div>')
     else:
         html.append(f"<p>{len(stalls)} stall(s); most likely causes first. "
                     "Click a time to zoom the timelines there.</p>")

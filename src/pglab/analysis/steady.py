@@ -1,0 +1,168 @@
+"""Whole-run diagnosis: what holds a run back when it never stalls.
+
+Stall attribution compares a window with the run's healthy seconds; a run that is held
+back all the time (every transaction queues on one row, every transaction forks a new
+backend) has no stall and no healthy seconds to compare with. These scorers read the
+whole run's telemetry against fixed thresholds instead, and only for causes that are a
+fault in a healthy-looking run: a CPU-bound benchmark is not one (pgbench is meant to
+saturate something), so there is no steady-state CPU cause.
+
+Each scorer is registered on its cause in causes.CAUSES (Cause.steady). A run's
+steady-state causes are those reaching STEADY_FLOOR, most likely first.
+"""
+
+from __future__ import annotations
+
+from pglab.analysis.evidence import EventView, WindowEvidence
+from pglab.analysis.signals import Finding, Score, cpu_busy, pct
+
+STEADY_FLOOR = 0.4
+DOMINANT = 0.3  # share of client-backend samples from which a wait holds a run back
+CHURN_PER_COMMIT = 0.3  # new sessions per commit from which connections are churned
+CHURN_MIN_PER_S = 10.0
+WAL_WAITS = ("IO:WalWrite", "IO:WalSync", "LWLock:WALWrite", "LWLock:WALInsert",
+             "LWLock:WALBufMapping")
+
+
+def _top(ev: WindowEvidence, prefix: str = "", waits: tuple[str, ...] = ()) -> str:
+    shares = ev.inside.wait_shares(ev.nodes[0])
+    picked = sorted(((w, v) for w, v in shares.items()
+                     if (prefix and w.startswith(prefix)) or w in waits),
+                    key=lambda kv: kv[1], reverse=True)[:3]
+    return ", ".join(f"{w} {pct(v)}" for w, v in picked)
+
+
+def _dominant(s: Score, ev: WindowEvidence, what: str, prefix: str = "",
+              waits: tuple[str, ...] = (), weight: float = 0.6) -> float:
+    """Adds the share of client-backend time spent in these waits over the whole run."""
+    share, _ = ev.shares(ev.nodes[0], waits or None, prefix)
+    if share >= DOMINANT:
+        s.add(weight * min(1.0, share / 0.6),
+              f"{pct(share)} of sampled client backends waited on {what} over the whole "
+              f"run ({_top(ev, prefix, waits)})")
+    return share
+
+
+def lock_contention(ev: WindowEvidence) -> Finding | None:
+    s = Score("lock-contention")
+    if _dominant(s, ev, "heavyweight locks", prefix="Lock:") < DOMINANT:
+        return None
+    node = ev.nodes[0]
+    blocked = ev.inside.mean(node, "db.locks", "blocked_backends") or 0.0
+    if blocked >= 1:
+        peak = ev.inside.peak(node, "db.locks", "blocked_backends") or blocked
+        s.add(0.2, f"{blocked:.1f} backends blocked on locks on average (up to {peak:.0f})")
+    waits = ev.events_of("lock-wait")
+    if waits:
+        s.add(0.2, f"{len(waits)} lock waits logged, most often for "
+                   f"{_most_waited(waits)}")
+    deadlocks = ev.events_of("deadlock")
+    if deadlocks:
+        s.add(0.1, f"{len(deadlocks)} deadlock(s) detected")
+    _behind_slow_commits(s, ev)
+    return s.finding()
+
+
+def _behind_slow_commits(s: Score, ev: WindowEvidence) -> None:
+    """Row locks are held until commit: when the backends that were not queued on a lock
+    mostly waited for their commit to be flushed or confirmed, the lock queue is the
+    symptom of slow commits, not its own cause."""
+    shares = ev.inside.wait_shares(ev.nodes[0])
+    others = {w: v for w, v in shares.items() if not w.startswith("Lock:")}
+    total = sum(others.values())
+    commit = sum(v for w, v in others.items() if w in (*WAL_WAITS, "IPC:SyncRep"))
+    if total > 0 and commit / total > 0.5:
+        s.value /= 3
+        s.lines.append(f"(a third: {pct(commit / total)} of the backends not queued on a lock "
+                       "waited on WAL flush or synchronous replication; slow commits hold "
+                       "row locks longer)")
+
+
+def _most_waited(waits: list[EventView]) -> str:
+    """The lock most waited for; a wait for a transaction is a wait for a row it changed
+    (their ids differ every time), a tuple lock names the row itself."""
+    counts: dict[str, int] = {}
+    for e in waits:
+        target = str(e.attrs.get("lock_object"))
+        if target.startswith("transaction "):
+            target = "the transaction that changed a row"
+        key = f"{e.attrs.get('lock_mode')} on {target}"
+        counts[key] = counts.get(key, 0) + 1
+    ranked = sorted(counts, key=lambda k: counts[k], reverse=True)
+    return "; ".join(f"{k} ({counts[k]} times)" for k in ranked[:2])
+
+
+def too_many_connections(ev: WindowEvidence) -> Finding | None:
+    """Connection churn (a new session, so a forked backend, per transaction), or many
+    backends per core contending on shared-memory locks."""
+    s = Score("too-many-connections")
+    node = ev.nodes[0]
+    sessions = ev.inside.mean(node, "db.database", "sessions") or 0.0
+    commits = ev.inside.mean(node, "db.database", "xact_commit") or 0.0
+    tps = ev.window.reference_tps  # the run's median TPS
+    churn = sessions >= CHURN_MIN_PER_S and sessions >= CHURN_PER_COMMIT * max(tps, commits / 2)
+    if churn:
+        s.add(0.5, f"{sessions:.0f} new sessions per second for {tps:.0f} transactions per "
+                   "second: the clients connect for (nearly) every transaction, and each "
+                   "connection forks and initialises a backend")
+    clients = ev.inside.peak(node, "db.backends", "client_backends") or 0.0
+    spin, _ = ev.shares(node, ("LWLock:ProcArray", "LWLock:LockManager",
+                               "Timeout:SpinDelay", "LWLock:XactSLRU"))
+    crowded = clients > 4 * ev.cores and spin >= 0.2
+    if crowded:
+        s.add(0.4, f"{clients:.0f} client backends on {ev.cores} cores, {pct(spin)} of them "
+                   "waiting on shared-memory locks (ProcArray, LockManager, spin delays)")
+    if not (churn or crowded):
+        return None
+    idle, _ = cpu_busy(ev)
+    system = ev.inside.mean("host", "os.cpu", "system_pct")
+    if idle is not None and idle < 10:
+        kernel = (f"; the kernel took {system:.0f}% of the CPU time (creating and tearing "
+                  "down backend processes)" if churn and system is not None else "")
+        s.add(0.2, f"CPU idle {idle:.0f}%{kernel}")
+    return s.finding()
+
+
+def sync_replication(ev: WindowEvidence) -> Finding | None:
+    s = Score("sync-replication")
+    if _dominant(s, ev, "SyncRep (synchronous standby confirmation)",
+                 waits=("IPC:SyncRep",), weight=0.7) < DOMINANT:
+        return None
+    key = (ev.nodes[0], "db.replication", "flush_lag_s")
+    for label in ev.inside.labels(*key):
+        lag = ev.inside.mean(*key, label) or 0.0
+        if lag > 0.01:
+            s.add(0.2, f"standby {label} confirmed flushes {lag * 1000:.0f} ms late on "
+                       "average")
+            break
+    return s.finding()
+
+
+def wal_write(ev: WindowEvidence) -> Finding | None:
+    s = Score("wal-write")
+    share = _dominant(s, ev, "WAL write/flush (WalWrite, WalSync, WALWrite lock)",
+                      waits=WAL_WAITS, weight=0.5)
+    if share < DOMINANT:
+        return None
+    full = ev.inside.mean(ev.nodes[0], "db.wal", "wal_buffers_full") or 0.0
+    if full > 0:
+        s.add(0.1, f"WAL buffers full {full:.0f} times/s")
+    await_ms = ev.inside.mean(ev.nodes[0], "os.disk", "write_await_ms")
+    if await_ms is not None and await_ms > 5:
+        s.add(0.1, f"disk write latency {await_ms:.1f} ms on average")
+    return s.finding()
+
+
+def client_bound(ev: WindowEvidence) -> Finding | None:
+    thread = ev.inside.mean("client", "os.processes", "max_thread_cores", "pgbench")
+    server = ev.inside.mean(ev.nodes[0], "os.processes", "cpu_cores", "postgres")
+    if thread is None or server is None or thread < 0.9 or server >= ev.cores - 0.5:
+        return None
+    s = Score("client-bound")
+    s.add(0.4, f"a pgbench thread used {thread:.2f} of a core over the whole run while "
+               f"PostgreSQL used {server:.1f} of {ev.cores} cores")
+    share, _ = ev.shares(ev.nodes[0], ("Client:ClientRead",))
+    if share >= 0.5:
+        s.add(0.3, f"{pct(share)} of sampled client backends waited for the client "
+                   "(ClientRead)")
+    return s.finding()
