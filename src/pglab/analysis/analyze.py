@@ -100,6 +100,15 @@ def _fpi_surge(evidence: list[WindowEvidence]) -> bool:
     return False
 
 
+def _direct_reclaim(evidence: list[WindowEvidence]) -> bool:
+    for ev in evidence:
+        inside = ev.inside.mean("host", "os.memory", "allocstall") or 0.0
+        if inside > 0 and inside > 3 * (ev.healthy.mean("host", "os.memory", "allocstall")
+                                        or 0.0):
+            return True
+    return False
+
+
 def _checkpoint_flags(evidence: list[WindowEvidence]) -> frozenset[str]:
     """What triggered the checkpoints that overlap stall windows (time, wal, immediate...)."""
     flags: set[str] = set()
@@ -156,6 +165,20 @@ def _causes_found(stalls: list[dict[str, Any]],
     return found
 
 
+def _priority(stalls: list[dict[str, Any]], verdict: dict[str, Any] | None
+              ) -> tuple[str, ...]:
+    """Causes by what they cost: the verdict's first, then the other first causes of
+    stalls by the transactions those stalls lost (recommendations follow this order)."""
+    lost: dict[str, int] = {}
+    for stall in stalls:
+        first = stall["causes"][0] if stall["causes"] else None
+        if first is not None and first["cause"] != "unknown":
+            lost[first["cause"]] = lost.get(first["cause"], 0) + stall["lost_transactions"]
+    ranked = sorted(lost, key=lambda c: lost[c], reverse=True)
+    head = [verdict["cause"]] if verdict else []
+    return tuple(dict.fromkeys(head + ranked))
+
+
 def build_analysis(data: RunData) -> dict[str, Any]:
     """The analysis document of loaded run data (pure)."""
     report = detect_stalls(data.client)
@@ -164,9 +187,11 @@ def build_analysis(data: RunData) -> dict[str, Any]:
     steady = [_finding(f) for f in steady_causes(whole_run)] if whole_run else []
     summary = _summary(report, data)
     summary["verdict"] = _verdict(stalls, steady)
-    facts = Facts(_causes_found(stalls, steady), data.manifest, _fpi_surge(evidence), data.run.path,
-                  _checkpoint_flags(evidence),
-                  data.events.filter(pl.col("kind") == "checkpoint-too-frequent").height > 0)
+    facts = Facts(_causes_found(stalls, steady), data.manifest, _fpi_surge(evidence),
+                  data.run.path, _checkpoint_flags(evidence),
+                  data.events.filter(pl.col("kind") == "checkpoint-too-frequent").height > 0,
+                  priority=_priority(stalls, summary["verdict"]),
+                  direct_reclaim=_direct_reclaim(evidence))
     return {
         "format": ANALYSIS_FORMAT,
         "run_id": data.manifest.get("run_id"),

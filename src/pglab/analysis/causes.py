@@ -22,6 +22,7 @@ from pglab.analysis.signals import (
     Score,
     at,
     cpu_busy,
+    disk_limits,
     disk_write,
     foreign_writeback,
     pct,
@@ -170,7 +171,10 @@ def checkpoint_io(ev: WindowEvidence) -> Finding | None:
                    f"write {e.attrs.get('write_s', '?')} s, sync {e.attrs.get('sync_s', '?')} s")
     written = ev.inside.mean(node, "db.checkpointer", "buffers_checkpoint") or 0.0
     written_h = ev.healthy.mean(node, "db.checkpointer", "buffers_checkpoint") or 0.0
-    if written > 2 * written_h and written * 8 / 1024 > 1:
+    # a burden on the disk: a quarter of its limit (or of what it wrote), 2 MB/s at least
+    limit = float(disk_limits(ev.manifest, node).get("write_mbps") or 0) or (
+        ev.inside.mean(node, "os.disk", "write_mbps") or 0.0)
+    if written > 2 * written_h and written * 8 / 1024 >= max(2.0, limit / 4):
         s.add(0.2, f"checkpointer wrote {written * 8 / 1024:.0f} MB/s of buffers (healthy "
                    f"{written_h * 8 / 1024:.0f} MB/s)")
     if s.value > 0:

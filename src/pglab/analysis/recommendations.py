@@ -41,6 +41,8 @@ class Facts:
     run_dir: Path | None = None  # for the scenario.toml copy a test command can use
     checkpoint_flags: frozenset[str] = frozenset()  # of checkpoints in the stall windows
     checkpoints_too_frequent: bool = False  # the server logged it during the run
+    priority: tuple[str, ...] = ()  # causes by what they cost, the run's top cause first
+    direct_reclaim: bool = False  # processes stalled reclaiming memory in a stall window
 
     def setting(self, name: str) -> dict[str, Any] | None:
         nodes = self.manifest.get("nodes") or {}
@@ -155,7 +157,7 @@ RULES: tuple[Rule, ...] = (
          "instead of at full speed",
          "a base backup or the command starts later (up to a checkpoint interval)",
          when=lambda f: "immediate" in f.checkpoint_flags, testable=False),
-    Rule("checkpoint-flush-after", ("checkpoint-io",),
+    Rule("checkpoint-flush-after", ("checkpoint-io", "memory-reclaim"),
          "let the checkpointer ask the kernel to write back as it goes",
          lambda f: {"server.settings.checkpoint_flush_after": "256kB"},
          "no pile of dirty page cache for the sync phase's fsyncs to flush at once",
@@ -245,7 +247,9 @@ RULES: tuple[Rule, ...] = (
          "misses",
          "with huge_pages=on the server refuses to start if too few huge pages are "
          "reserved; reserved huge pages are lost to everything else",
-         when=lambda f: f.bytes_of("shared_buffers", 2**27) >= 2**30),
+         # for reclaim (page tables, shared memory pages), not for dirty-page writeback
+         when=lambda f: f.bytes_of("shared_buffers", 2**27) >= 2**30
+         and (f.direct_reclaim or f.found("cpu-saturation"))),
     Rule("pgbouncer", ("too-many-connections", "cpu-saturation"),
          "put a transaction pooler in front of the server",
          lambda f: {"topology.pooler": "pgbouncer"},
@@ -346,16 +350,19 @@ def _test_line(f: Facts, rule: Rule, change: dict[str, Any]) -> str:
 
 
 def recommend(facts: Facts) -> list[dict[str, Any]]:
-    """The rules that fire, those addressing the most likely cause first."""
+    """The rules that fire: those addressing the costliest cause first (facts.priority),
+    then by the confidence of their cause."""
     fired = []
     for rule in RULES:
         because = [c for c in rule.because if c in facts.causes]
         if not because or not rule.when(facts):
             continue
         change = rule.change(facts)
-        fired.append((max(facts.causes[c] for c in because), {
+        rank = min((facts.priority.index(c) for c in because if c in facts.priority),
+                   default=len(facts.priority))
+        fired.append((rank, -max(facts.causes[c] for c in because), {
             "rule": rule.id, "action": rule.action, "change": change, "because": because,
             "effect": rule.effect, "risk": rule.risk, "test": _test_line(facts, rule, change),
         }))
-    fired.sort(key=lambda pair: pair[0], reverse=True)
-    return [item for _, item in fired]
+    fired.sort(key=lambda item: (item[0], item[1]))
+    return [item for _, _, item in fired]
