@@ -409,3 +409,17 @@ def test_wal_compression_proposes_a_method_the_server_was_built_with() -> None:
     assert proposed({"wal_compression": ["pglz", "on", "off"]}) == "pglz"  # no lz4 built in
     assert proposed({}) == "on"  # PostgreSQL 13-14: a boolean
     assert proposed(None) == "lz4"  # a folder from before the choices were recorded
+
+
+def test_the_run_level_verdict_is_printed_and_reported(tmp_path: Path) -> None:
+    copy = tmp_path / "hot-row"
+    shutil.copytree(RUNS / "hot-row", copy)
+    printed = run_cli("analyze", str(copy))
+    assert printed.returncode == 0, printed.stderr
+    assert "top cause lock-contention" in printed.stdout
+    assert "held back over the whole run" in printed.stdout
+    reported = run_cli("report", str(copy))
+    assert reported.returncode == 0, reported.stderr
+    html = (copy / "report.html").read_text()
+    assert "Top cause: <b>lock-contention</b>" in html
+    assert "What held the whole run back" in html and "heavyweight locks" in html
