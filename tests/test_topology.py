@@ -84,6 +84,26 @@ def test_standbys_stream_and_first_is_synchronous(sync_lab: Lab) -> None:
             pytest.fail(f"{standby.name} did not replay the insert")
 
 
+def test_replication_over_tcp_needs_the_labs_password(sync_lab: Lab) -> None:
+    """Loopback TCP is open to every local user: no trusted replication login there."""
+    assert sync_lab.primary is not None
+    port = sync_lab.primary.port
+    for user in ("postgres", "pglab_replication"):
+        with pytest.raises(psycopg.OperationalError):
+            psycopg.connect(f"host=127.0.0.1 port={port} user={user} replication=true "
+                            "connect_timeout=5 passfile=/dev/null")
+    passfile = sync_lab.lab_dir / "standby1" / "replication.pgpass"
+    assert passfile.stat().st_mode & 0o777 == 0o600
+    password = passfile.read_text().strip().rsplit(":", 1)[1]
+    assert len(password) >= 24
+    # the standbys' settings (recorded in the manifest) name the file, not the password
+    facts = json.dumps(sync_lab.nodes_facts())
+    assert "replication.pgpass" in facts and password not in facts
+    with psycopg.connect(f"host=127.0.0.1 port={port} user=pglab_replication "
+                         f"password={password} replication=true connect_timeout=5") as conn:
+        assert conn.info.status == psycopg.pq.ConnStatus.OK
+
+
 def test_paused_sync_standby_blocks_commits_and_resume_releases_them(sync_lab: Lab) -> None:
     sync = sync_lab.server("standby1")
     sync.signal_tree(signal.SIGSTOP)

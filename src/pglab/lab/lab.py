@@ -40,6 +40,7 @@ from pglab.lab.settings import (
 from pglab.lab.template import Template, copy_data_dir, get_template
 from pglab.lab.topology import (
     make_standby,
+    replication_login,
     replication_states,
     standby_names,
     synchronous_standby_names,
@@ -322,9 +323,10 @@ class Lab:
 
     def _start_standbys(self, primary: LocalServer) -> None:
         topo = self.scenario.topology
+        password = replication_login(primary)
         for name in standby_names(topo.standbys):
             self.on_status(f"pg_basebackup for {name}")
-            standby = make_standby(primary, name, self.lab_dir / name)
+            standby = make_standby(primary, name, self.lab_dir / name, password)
             self.standbys.append(standby)
             self._enter_envelope(standby)
             standby.start(timeout=300)  # recovery inside a throttled envelope can be slow

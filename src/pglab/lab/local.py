@@ -28,6 +28,7 @@ from pglab.lab.processes import kill_tree, spawn, wait_until
 from pglab.paths import ensure_dir
 
 SUPERUSER = "postgres"
+REPLICATION_ROLE = "pglab_replication"  # standbys' login over TCP, with a password
 BENCH_DB = "pglab"
 
 # Parameters pglab sets itself so that it can find, reach and read the server. A scenario
@@ -284,10 +285,11 @@ class LocalServer:
         return self.process is not None and self.process.poll() is None
 
     def allow_replication_over_tcp(self) -> None:
-        """Let standbys stream over loopback TCP (real sockets, visible to the TCP probe);
-        every other TCP login stays rejected."""
+        """Let standbys stream over loopback TCP (real sockets, visible to the TCP probe)
+        as REPLICATION_ROLE with a password (see topology.replication_login); every
+        other TCP login stays rejected."""
         hba = self.data_dir / "pg_hba.conf"
-        line = "host replication postgres 127.0.0.1/32 trust\n"
+        line = f"host replication {REPLICATION_ROLE} 127.0.0.1/32 scram-sha-256\n"
         text = hba.read_text()
         if line not in text:
             hba.write_text(line + text)

@@ -10,13 +10,16 @@ in the sync or quorum state the scenario asked for.
 
 from __future__ import annotations
 
+import secrets
 import shutil
 import subprocess
 import time
 from pathlib import Path
 
+from psycopg import sql
+
 from pglab.errors import PglabError
-from pglab.lab.local import SUPERUSER, LocalServer
+from pglab.lab.local import REPLICATION_ROLE, SUPERUSER, LocalServer
 
 
 def standby_names(count: int) -> list[str]:
@@ -41,7 +44,25 @@ def expected_sync_states(mode: str, names: list[str]) -> dict[str, str]:
     return {name: "quorum" for name in names}
 
 
-def make_standby(primary: LocalServer, name: str, node_dir: Path) -> LocalServer:
+def replication_login(primary: LocalServer) -> str:
+    """Creates the standbys' replication role with a new random password; the password.
+
+    Loopback TCP is open to every local user, so a trusted replication login there would
+    let any of them copy the data dir. The statement is not logged (a scenario may log
+    statements, and server logs go to the results folder); the password lives only in
+    the primary's catalog and in each standby's passfile inside the lab directory."""
+    password = secrets.token_urlsafe(24)
+    with primary.connect("postgres") as conn:
+        conn.execute("SET log_statement = 'none'")
+        conn.execute("SET log_min_duration_statement = -1")
+        conn.execute("SET password_encryption = 'scram-sha-256'")  # md5 on PG 13
+        conn.execute(sql.SQL("CREATE ROLE {} REPLICATION LOGIN PASSWORD {}").format(
+            sql.Identifier(REPLICATION_ROLE), sql.Literal(password)))
+    return password
+
+
+def make_standby(primary: LocalServer, name: str, node_dir: Path,
+                 password: str) -> LocalServer:
     """A hot standby of `primary` from pg_basebackup, configured but not started."""
     standby = LocalServer(name, primary.bins, node_dir, primary.user)
     standby.prepare_dirs()
@@ -62,9 +83,16 @@ def make_standby(primary: LocalServer, name: str, node_dir: Path) -> LocalServer
     shutil.rmtree(standby.log_dir, ignore_errors=True)
     (standby.data_dir / "standby.signal").touch()
     primary.user.chown(standby.data_dir / "standby.signal")
+    # libpq reads the password from a passfile only its owner can read; the conninfo
+    # (which the manifest records with the standby's settings) names only the file.
+    passfile = node_dir / "replication.pgpass"
+    passfile.write_text(f"127.0.0.1:{primary.port}:replication:{REPLICATION_ROLE}:"
+                        f"{password}\n")
+    passfile.chmod(0o600)
+    primary.user.chown(passfile)
     standby.extra_conf.update(
-        primary_conninfo=(f"'host=127.0.0.1 port={primary.port} user={SUPERUSER} "
-                          f"application_name={name}'"),
+        primary_conninfo=(f"'host=127.0.0.1 port={primary.port} user={REPLICATION_ROLE} "
+                          f"passfile={passfile} application_name={name}'"),
         primary_slot_name=f"'{name}'",
         hot_standby="on",
     )
