@@ -3,7 +3,7 @@
 Stall attribution compares a window with the run's healthy seconds; a run that is held
 back all the time (every transaction queues on one row, every transaction forks a new
 backend) has no stall and no healthy seconds to compare with. These scorers read the
-whole run's telemetry against fixed thresholds instead, and only for causes that are a
+healthy seconds (all of them when it never stalled) against fixed thresholds instead, and only for causes that are a
 fault in a healthy-looking run: a CPU-bound benchmark is not one (pgbench is meant to
 saturate something), so there is no steady-state CPU cause.
 
@@ -32,14 +32,20 @@ def _top(ev: WindowEvidence, prefix: str = "", waits: tuple[str, ...] = ()) -> s
     return ", ".join(f"{w} {pct(v)}" for w, v in picked)
 
 
+def _span(ev: WindowEvidence) -> str:
+    """The seconds the whole-run evidence covers: all, or those outside the stalls."""
+    return "over the whole run" if ev.inside.seconds >= ev.window.seconds \
+        else "outside its stalls"
+
+
 def _dominant(s: Score, ev: WindowEvidence, what: str, prefix: str = "",
               waits: tuple[str, ...] = (), weight: float = 0.6) -> float:
-    """Adds the share of client-backend time spent in these waits over the whole run."""
+    """Adds the share of client-backend time spent in these waits (see _span)."""
     share, _ = ev.shares(ev.nodes[0], waits or None, prefix)
     if share >= DOMINANT:
         s.add(weight * min(1.0, share / 0.6),
-              f"{pct(share)} of sampled client backends waited on {what} over the whole "
-              f"run ({_top(ev, prefix, waits)})")
+              f"{pct(share)} of sampled client backends waited on {what} {_span(ev)} "
+              f"({_top(ev, prefix, waits)})")
     return share
 
 
@@ -159,7 +165,7 @@ def client_bound(ev: WindowEvidence) -> Finding | None:
     if thread is None or server is None or thread < 0.9 or server >= ev.cores - 0.5:
         return None
     s = Score("client-bound")
-    s.add(0.4, f"a pgbench thread used {thread:.2f} of a core over the whole run while "
+    s.add(0.4, f"a pgbench thread used {thread:.2f} of a core {_span(ev)} while "
                f"PostgreSQL used {server:.1f} of {ev.cores} cores")
     share, _ = ev.shares(ev.nodes[0], ("Client:ClientRead",))
     if share >= 0.5:
