@@ -3,9 +3,10 @@
 Stall attribution compares a window with the run's healthy seconds; a run that is held
 back all the time (every transaction queues on one row, every transaction forks a new
 backend) has no stall and no healthy seconds to compare with. These scorers read the
-healthy seconds (all of them when it never stalled) against fixed thresholds instead, and only for causes that are a
-fault in a healthy-looking run: a CPU-bound benchmark is not one (pgbench is meant to
-saturate something), so there is no steady-state CPU cause.
+run's healthy seconds (all of them when it never stalled) against fixed thresholds
+instead, and only for causes that are a fault in a healthy-looking run: a CPU-bound
+benchmark is not one (pgbench is meant to saturate something), so there is no
+steady-state CPU cause.
 
 Each scorer is registered on its cause in causes.CAUSES (Cause.steady). A run's
 steady-state causes are those reaching STEADY_FLOOR, most likely first.
