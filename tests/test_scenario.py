@@ -166,5 +166,13 @@ def test_envelope_and_kernel_tables() -> None:
     assert scenario.kernel == {"vm.dirty_ratio": 40, "vm.dirty_background_bytes": 64 << 20,
                                "vm.swappiness": 10}
     assert not scenario.envelope.is_unlimited()
+    # an override of one of a ratio/bytes pair replaces the file's other one (the kernel
+    # keeps one of them), in either TOML spelling of the file's key
+    for written in ('"vm.dirty_ratio" = 40', "vm.dirty_ratio = 40"):
+        pair = load_text(BASE + f"[kernel]\n{written}\n", "s.toml",
+                         ["kernel.vm.dirty_bytes=64MB"]).scenario
+        assert pair.kernel == {"vm.dirty_bytes": 64 << 20}
+    with pytest.raises(BadInput, match="not both"):  # both in one file is still a mistake
+        load_text(BASE + '[kernel]\n"vm.dirty_ratio" = 40\n"vm.dirty_bytes" = 1\n', "s.toml")
     assert load_text(BASE + '[envelope]\ndisk_profile = "local-nvme"', "s.toml").scenario \
         .envelope.is_unlimited()

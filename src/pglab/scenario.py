@@ -461,6 +461,25 @@ def check_key(key: str, where: str) -> None:
             raise BadInput(f"{where}: unknown key '{bad}'{hint}")
 
 
+def _drop_kernel_pair(raw: dict[str, Any], key: str) -> None:
+    """`--set kernel.vm.dirty_background_bytes=...` replaces the file's
+    vm.dirty_background_ratio: the kernel keeps one of a ratio/bytes pair (writing one
+    zeroes the other), so the override of either is an override of the pair."""
+    from pglab.lab.kernel import KNOBS
+
+    if not key.startswith("kernel."):
+        return
+    pair = next((k.pair for k in KNOBS if k.name == key[len("kernel."):] and k.pair), None)
+    kernel = raw.get("kernel")
+    if pair is None or not isinstance(kernel, dict):
+        return
+    kernel.pop(pair, None)  # written "vm.dirty_ratio" = 5 (quoted key)
+    head, _, tail = pair.partition(".")
+    nested = kernel.get(head)
+    if isinstance(nested, dict):  # written vm.dirty_ratio = 5 (a dotted TOML key)
+        nested.pop(tail, None)
+
+
 def set_dotted(raw: dict[str, Any], key: str, value: Any) -> None:
     node = raw
     parts = key.split(".")
@@ -516,6 +535,7 @@ def load_text(
     parsed = [parse_override(o) for o in overrides or []]
     merged = copy.deepcopy(raw)
     for key, value in parsed:
+        _drop_kernel_pair(merged, key)
         set_dotted(merged, key, value)
     scenario = validate(merged, where)
     loaded = LoadedScenario(path, text, merged, parsed, scenario)

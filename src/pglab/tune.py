@@ -120,8 +120,14 @@ def tune(loaded_for: Callable[[list[str]], LoadedScenario], base_overrides: list
     ui.status("tune: baseline run")
     baseline = [run(base)]
     candidates = [CandidateResult(c) for c in candidates_from(baseline[0], top)]
-    loaded = {c.candidate.label: loaded_for(base_overrides + c.candidate.overrides())
-              for c in candidates}
+    loaded: dict[str, LoadedScenario] = {}
+    for cand in candidates:
+        try:
+            loaded[cand.candidate.label] = loaded_for(base_overrides
+                                                      + cand.candidate.overrides())
+        except BadInput as exc:  # the scenario cannot take the change: skip, go on
+            cand.not_applicable = str(exc)
+            cand.why = f"not applicable here: {exc}"
     result = TuneResult(tune_id, baseline, candidates, noise)
     if candidates:
         for round_ in range(1, repeats + 1):
