@@ -160,15 +160,18 @@ def wal_write(ev: WindowEvidence) -> Finding | None:
 def checkpoint_io(ev: WindowEvidence) -> Finding | None:
     s = Score("checkpoint-io")
     node = ev.nodes[0]
-    for e in _checkpoints(ev)[:2]:
+    # the first overlapping checkpoint is the evidence; a second one (back to back)
+    # adds to it, but less: it is the same story told again
+    for weight, e in zip((0.3, 0.15), _checkpoints(ev)):
         flags = ",".join(e.attrs.get("flags") or []) or "no flags"
         if e.attrs.get("buffers") is None:  # started, not complete when the run ended
-            s.add(0.3, f"checkpoint ({flags}) started {at(e)}, still running, in its "
-                       f"{_phase(e, ev)}")
+            s.add(weight, f"checkpoint ({flags}) started {at(e)}, still running, in its "
+                          f"{_phase(e, ev)}")
             continue
-        s.add(0.3, f"checkpoint ({flags}) in its {_phase(e, ev)} (started {at(e)}): "
-                   f"{e.attrs['buffers']} buffers ({e.attrs.get('buffers_pct', '?')}%), "
-                   f"write {e.attrs.get('write_s', '?')} s, sync {e.attrs.get('sync_s', '?')} s")
+        s.add(weight, f"checkpoint ({flags}) in its {_phase(e, ev)} (started {at(e)}): "
+                      f"{e.attrs['buffers']} buffers ({e.attrs.get('buffers_pct', '?')}%), "
+                      f"write {e.attrs.get('write_s', '?')} s, sync "
+                      f"{e.attrs.get('sync_s', '?')} s")
     written = ev.inside.mean(node, "db.checkpointer", "buffers_checkpoint") or 0.0
     written_h = ev.healthy.mean(node, "db.checkpointer", "buffers_checkpoint") or 0.0
     # a burden on the disk: a quarter of its limit (or of what it wrote), 2 MB/s at least
