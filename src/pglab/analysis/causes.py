@@ -162,7 +162,7 @@ def checkpoint_io(ev: WindowEvidence) -> Finding | None:
     node = ev.nodes[0]
     # the first overlapping checkpoint is the evidence; a second one (back to back)
     # adds to it, but less: it is the same story told again
-    for weight, e in zip((0.3, 0.15), _checkpoints(ev)):
+    for weight, e in zip((0.3, 0.15), _checkpoints(ev), strict=False):
         flags = ",".join(e.attrs.get("flags") or []) or "no flags"
         if e.attrs.get("buffers") is None:  # started, not complete when the run ended
             s.add(weight, f"checkpoint ({flags}) started {at(e)}, still running, in its "
