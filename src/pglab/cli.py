@@ -11,22 +11,22 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
-from rich.table import Table
 
 from pglab import __version__
 from pglab.compare.metrics import METRICS
 from pglab.errors import ExitCode, Interrupted, PglabError
-from pglab.lab.lab import check_supported
 from pglab.lab.processes import signals_as_exceptions
-from pglab.report.terminal import TerminalUI, print_summary, print_sweep
-from pglab.runner import RunOptions, run_scenario
-from pglab.scenario import LoadedScenario, load
-from pglab.scenarios import builtin_names, load_builtin
-from pglab.store import StoredRun, find_runs, load_run
+
+if TYPE_CHECKING:
+    from pglab.scenario import LoadedScenario
+    from pglab.store import StoredRun
+
+# Each command imports what it needs when it runs: PostgreSQL drivers, pydantic and polars
+# cost most of a second to import, which `pglab ls` or `pglab compare --help` never use.
 
 out = Console()
 err = Console(stderr=True)
@@ -46,6 +46,9 @@ pg_bin_option = click.option(
 
 
 def _load(source: str, overrides: tuple[str, ...]) -> LoadedScenario:
+    from pglab.scenario import load
+    from pglab.scenarios import load_builtin
+
     path = Path(source)
     if path.exists() or source.endswith(".toml") or "/" in source:
         return load(path, list(overrides))
@@ -53,6 +56,10 @@ def _load(source: str, overrides: tuple[str, ...]) -> LoadedScenario:
 
 
 def _run(loaded: LoadedScenario, results: Path, keep: bool, pg_bin: str | None) -> int:
+    from pglab.lab.lab import check_supported
+    from pglab.report.terminal import TerminalUI, print_summary, print_sweep
+    from pglab.runner import RunOptions, run_scenario
+
     ui = TerminalUI(err)
     for variant in loaded.variants:  # every point, before anything starts or is printed
         check_supported(variant.scenario, loaded.where)
@@ -97,6 +104,8 @@ def run(scenario: str, overrides: tuple[str, ...], results: Path, keep: bool,
 def demo(duration: str | None, overrides: tuple[str, ...], results: Path,
          pg_bin: str | None) -> int:
     """A short TPC-B-like run on a throwaway PostgreSQL 18, start to summary."""
+    from pglab.scenarios import load_builtin
+
     extra = list(overrides) + ([f"workload.duration='{duration}'"] if duration else [])
     return _run(load_builtin("demo", extra), results, False, pg_bin)
 
@@ -106,6 +115,8 @@ def demo(duration: str | None, overrides: tuple[str, ...], results: Path,
 @set_option
 def validate(scenario: str, overrides: tuple[str, ...]) -> int:
     """Check SCENARIO without starting anything; print the runs it makes."""
+    from pglab.lab.lab import check_supported
+
     loaded = _load(scenario, overrides)
     for variant in loaded.variants:
         check_supported(variant.scenario, loaded.where)
@@ -150,6 +161,9 @@ def _show_json(run: StoredRun) -> dict[str, Any]:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def show(run_dir: Path, as_json: bool) -> int:
     """Summarise one run folder."""
+    from pglab.report.terminal import print_summary
+    from pglab.store import load_run
+
     run = load_run(run_dir)
     if as_json:
         click.echo(json.dumps(_show_json(run), indent=2))
@@ -180,7 +194,9 @@ def _source(run: StoredRun) -> str:
 def list_runs(root: Path, as_json: bool, scenario_glob: str | None, statuses: tuple[str, ...],
               since: str | None, until: str | None) -> int:
     """List the runs below ROOT (default ./results), with filters."""
-    from pglab.store import RunFilter
+    from rich.table import Table
+
+    from pglab.store import RunFilter, find_runs, load_run
 
     if not root.exists():
         raise PglabError(f"{root}: no such directory", ExitCode.BAD_INPUT)
@@ -223,6 +239,8 @@ def list_runs(root: Path, as_json: bool, scenario_glob: str | None, statuses: tu
 @cli.command()
 def scenarios() -> int:
     """List the built-in scenarios (run one with `pglab run NAME`)."""
+    from pglab.scenarios import builtin_names, load_builtin
+
     for name in builtin_names():
         loaded = load_builtin(name)
         out.print(f"[bold]{name}[/bold]  {loaded.scenario.description}")
@@ -265,6 +283,8 @@ def _event_line(attrs: dict[str, Any], kind: str) -> str:
 @click.option("--kind", "kinds", multiple=True, help="Only these event kinds (repeatable).")
 def logs(files: tuple[Path, ...], as_json: bool, kinds: tuple[str, ...]) -> int:
     """Print the events of any PostgreSQL log (stderr, csvlog or jsonlog), oldest file first."""
+    from rich.table import Table
+
     from pglab.serverlog import parse_log_files
     from pglab.store import iso
 
@@ -298,6 +318,8 @@ def logs(files: tuple[Path, ...], as_json: bool, kinds: tuple[str, ...]) -> int:
 @cli.command()
 def probes() -> int:
     """List the telemetry probes (exclude some with telemetry.exclude)."""
+    from rich.table import Table
+
     from pglab.probes import PROBES
 
     table = Table(header_style="bold", box=None)
@@ -313,6 +335,8 @@ def probes() -> int:
 @cli.command()
 def faults() -> int:
     """List the fault actions for [[faults]] (with their nodes, duration and args)."""
+    from rich.table import Table
+
     from pglab.lab.fault_actions import ACTIONS
 
     table = Table(header_style="bold", box=None)
@@ -469,7 +493,10 @@ def tune(scenario: str, overrides: tuple[str, ...], results: Path, pg_bin: str |
          repeats: int, top: int, noise: float) -> int:
     """Run SCENARIO, test its top recommendations interleaved with the baseline, keep
     only what is significantly better."""
+    from pglab.lab.lab import check_supported
+    from pglab.report.terminal import TerminalUI, print_summary
     from pglab.report.tune_terminal import print_tune
+    from pglab.runner import RunOptions
     from pglab.tune import tune as run_tune
 
     base = _load(scenario, overrides)
@@ -506,6 +533,7 @@ def import_(summary: Path, logs: tuple[Path, ...], name: str, results: Path, war
     """
     from pglab.errors import BadInput
     from pglab.importer import import_run
+    from pglab.report.terminal import print_summary
     from pglab.units import parse_duration
 
     for path in (summary, *logs):
