@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
@@ -19,10 +19,25 @@ import pytest
 from conftest import TINY, processes_under, write_scenario
 from pglab.lab.lab import reap_stale_labs
 
+_started: list[subprocess.Popen[str]] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_pglab_outlives_its_test() -> Iterator[None]:
+    """A test that fails before its signal must not leave a 60 s run behind for the next
+    tests to trip over (their servers would count as leftovers)."""
+    yield
+    while _started:
+        proc = _started.pop()
+        if proc.poll() is None:
+            proc.kill()  # its servers follow by their parent-death signal
+            proc.wait(timeout=30)
+
 
 def _start(args: list[str], env: dict[str, str]) -> tuple[subprocess.Popen[str], list[str]]:
     proc = subprocess.Popen([sys.executable, "-m", "pglab", *args], stderr=subprocess.PIPE,
                             stdout=subprocess.DEVNULL, text=True, env=env)
+    _started.append(proc)
     lines: list[str] = []
 
     def pump() -> None:
@@ -154,7 +169,11 @@ def test_signal_with_standby_and_pooler(tmp_path: Path, pglab_home: Path, sig: s
                          {**os.environ, "NO_COLOR": "1"})
     if moment == "paused standby":
         def paused() -> bool:
-            return any(p.status() == "stopped" for p in _postgres_processes(pglab_home))
+            for process in _postgres_processes(pglab_home):
+                with contextlib.suppress(psutil.NoSuchProcess):  # gone since it was listed
+                    if process.status() == "stopped":
+                        return True
+            return False
 
         _wait_for(paused, 120, lines)
     else:
