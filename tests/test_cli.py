@@ -78,7 +78,9 @@ def test_run_scenario_with_overrides_and_show_ls(overridden_run: Path) -> None:
 
 
 def test_sweep_of_two_client_counts(tmp_path: Path) -> None:
-    scenario = write_scenario(tmp_path, TINY.replace("clients = 2", "clients = [1, 2]"))
+    # 1 s points: the test reads how many runs, their variants and the study, not a load
+    scenario = write_scenario(tmp_path, TINY.replace("clients = 2", "clients = [1, 2]")
+                              .replace('duration = "3s"', 'duration = "1s"'))
     result = run_cli("run", str(scenario), "--results", str(tmp_path))
     assert result.returncode == 0, result.stderr
     runs = sorted(p for p in (tmp_path / "t").iterdir() if p.is_dir())
