@@ -31,7 +31,7 @@ def server(pglab_home: Path) -> Iterator[LocalServer]:
     node_dir = pglab_home / "labs" / f"test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     srv = LocalServer("primary", bins, node_dir, user)
     yield srv
-    srv.stop()
+    srv.stop(discard=True)  # deleted next: no shutdown checkpoint
     shutil.rmtree(node_dir)
 
 
@@ -42,7 +42,7 @@ def test_embedded_binaries_are_postgres_18() -> None:
 
 
 def test_initdb_options_and_private_socket(server: LocalServer) -> None:
-    server.initdb(wal_segsize_mb=1, data_checksums=False, locale="C", encoding="UTF8")
+    server.initdb(wal_segsize_mb=1, data_checksums=False, locale="C", encoding="UTF8", sync=False)
     server.start()
     try:
         with server.connect("postgres") as conn:
@@ -60,7 +60,7 @@ def test_initdb_options_and_private_socket(server: LocalServer) -> None:
 
 
 def test_port_in_use_picks_another(server: LocalServer) -> None:
-    server.initdb(None, None, "C", "UTF8")
+    server.initdb(None, None, "C", "UTF8", sync=False)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -76,7 +76,7 @@ def test_port_in_use_picks_another(server: LocalServer) -> None:
 
 
 def test_settings_checked_by_the_server(server: LocalServer) -> None:
-    server.initdb(None, None, "C", "UTF8")
+    server.initdb(None, None, "C", "UTF8", sync=False)
     server.start()
     try:
         expected = ('unrecognized configuration parameter "shared_bufers" '
