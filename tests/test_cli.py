@@ -43,13 +43,20 @@ def test_demo_runs_and_summarises(tmp_path: Path) -> None:
     assert processes_under(labs_dir()) == []
 
 
-def test_run_scenario_with_overrides_and_show_ls(tmp_path: Path) -> None:
-    scenario = write_scenario(tmp_path, TINY + '[server.settings]\nwork_mem = "8MB"\n')
+@pytest.fixture(scope="module")
+def overridden_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One real run with --set overrides, which several tests read (none changes it)."""
+    work = tmp_path_factory.mktemp("overridden")
+    scenario = write_scenario(work, TINY + '[server.settings]\nwork_mem = "8MB"\n')
     result = run_cli("run", str(scenario), "--set", "workload.mix=['select-only@3', "
                      "'tpcb-like@1']", "--set", "server.settings.synchronous_commit=off",
-                     "--results", str(tmp_path / "r"))
+                     "--results", str(work / "r"))
     assert result.returncode == 0, result.stderr
-    run_dir = _only_run(tmp_path / "r", "t")
+    return _only_run(work / "r", "t")
+
+
+def test_run_scenario_with_overrides_and_show_ls(overridden_run: Path) -> None:
+    run_dir, results = overridden_run, overridden_run.parent.parent
     manifest = json.loads((run_dir / "manifest.json").read_text())
     settings = manifest["nodes"]["primary"]["settings"]
     assert settings["work_mem"]["setting"] == "8192"
@@ -64,14 +71,16 @@ def test_run_scenario_with_overrides_and_show_ls(tmp_path: Path) -> None:
     summary = json.loads(shown.stdout)
     assert summary["status"] == "completed" and summary["measured"]["tps"] > 0
 
-    listed = run_cli("ls", str(tmp_path / "r"), "--json")
+    listed = run_cli("ls", str(results), "--json")
     assert [r["run_id"] for r in json.loads(listed.stdout)] == [run_dir.name]
-    table = run_cli("ls", str(tmp_path / "r"))
+    table = run_cli("ls", str(results))
     assert run_dir.name in table.stdout and "completed" in table.stdout
 
 
 def test_sweep_of_two_client_counts(tmp_path: Path) -> None:
-    scenario = write_scenario(tmp_path, TINY.replace("clients = 2", "clients = [1, 2]"))
+    # 1 s points: the test reads how many runs, their variants and the study, not a load
+    scenario = write_scenario(tmp_path, TINY.replace("clients = 2", "clients = [1, 2]")
+                              .replace('duration = "3s"', 'duration = "1s"'))
     result = run_cli("run", str(scenario), "--results", str(tmp_path))
     assert result.returncode == 0, result.stderr
     runs = sorted(p for p in (tmp_path / "t").iterdir() if p.is_dir())
@@ -185,10 +194,7 @@ def test_no_color_is_respected(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the server as another user")
-def test_as_root_the_server_runs_unprivileged(tmp_path: Path) -> None:
-    scenario = write_scenario(tmp_path, TINY)
-    result = run_cli("run", str(scenario), "--results", str(tmp_path))
-    assert result.returncode == 0, result.stderr
-    manifest = json.loads((_only_run(tmp_path, "t") / "manifest.json").read_text())
+def test_as_root_the_server_runs_unprivileged(overridden_run: Path) -> None:
+    manifest = json.loads((overridden_run / "manifest.json").read_text())
     assert manifest["nodes"]["primary"]["os_user"] == "nobody"
     assert manifest["host"]["running_as_root"] is True

@@ -37,7 +37,7 @@ def server(request: pytest.FixtureRequest, pglab_home: Path) -> Iterator[LocalSe
     bins: PgBinaries = find_binaries(None if request.param == "embedded" else DEBIAN_15)
     bins = runnable_by(bins, user)
     srv = LocalServer("primary", bins, pglab_home / "labs" / f"probes-{request.param}", user)
-    srv.initdb(None, None, "C", "UTF8")
+    srv.initdb(None, None, "C", "UTF8", sync=False)
     srv.start()
     with srv.connect("postgres") as conn:
         conn.execute("CREATE DATABASE pglab")
@@ -48,7 +48,7 @@ def server(request: pytest.FixtureRequest, pglab_home: Path) -> Iterator[LocalSe
         conn.execute("ALTER SYSTEM SET deadlock_timeout = '200ms'")
         conn.execute("SELECT pg_reload_conf()")
     yield srv
-    srv.stop()
+    srv.stop(discard=True)  # deleted next: no shutdown checkpoint
     shutil.rmtree(srv.node_dir)
 
 

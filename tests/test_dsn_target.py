@@ -21,12 +21,12 @@ def existing(pglab_home: Path) -> Iterator[LocalServer]:
     user = server_user()
     srv = LocalServer("existing", runnable_by(find_binaries(), user),
                       pglab_home / "labs" / "existing-server", user)
-    srv.initdb(None, None, "C", "UTF8")
+    srv.initdb(None, None, "C", "UTF8", sync=False)
     srv.start()
     with srv.connect("postgres") as conn:
         conn.execute("CREATE DATABASE pglab")
     yield srv
-    srv.stop()
+    srv.stop(discard=True)  # deleted next: no shutdown checkpoint
     shutil.rmtree(srv.node_dir)
 
 

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
@@ -19,10 +19,25 @@ import pytest
 from conftest import TINY, processes_under, write_scenario
 from pglab.lab.lab import reap_stale_labs
 
+_started: list[subprocess.Popen[str]] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_pglab_outlives_its_test() -> Iterator[None]:
+    """A test that fails before its signal must not leave a 60 s run behind for the next
+    tests to trip over (their servers would count as leftovers)."""
+    yield
+    while _started:
+        proc = _started.pop()
+        if proc.poll() is None:
+            proc.kill()  # its servers follow by their parent-death signal
+            proc.wait(timeout=30)
+
 
 def _start(args: list[str], env: dict[str, str]) -> tuple[subprocess.Popen[str], list[str]]:
     proc = subprocess.Popen([sys.executable, "-m", "pglab", *args], stderr=subprocess.PIPE,
                             stdout=subprocess.DEVNULL, text=True, env=env)
+    _started.append(proc)
     lines: list[str] = []
 
     def pump() -> None:
@@ -35,11 +50,17 @@ def _start(args: list[str], env: dict[str, str]) -> tuple[subprocess.Popen[str],
 
 
 def _wait_for(predicate: Callable[[], bool], timeout: float,
-              output: list[str] | None = None) -> None:
+              output: list[str] | None = None,
+              running: subprocess.Popen[str] | None = None) -> None:
+    """Until `predicate`; fails at once if the `running` pglab exits first (a run that
+    failed to start would otherwise be waited for until the timeout)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
             return
+        if running is not None and running.poll() is not None:
+            raise AssertionError(f"pglab exited with {running.returncode} first; it said: "
+                                 + "".join(output or []))
         time.sleep(0.05)
     raise AssertionError("condition not reached in time; pglab said: " + "".join(output or []))
 
@@ -90,7 +111,7 @@ def test_signal_during_load(tmp_path: Path, pglab_home: Path, sig: signal.Signal
         found = list(results.glob("t/*/raw/pgbench.stderr"))
         return bool(found) and "progress:" in found[0].read_text()
 
-    _wait_for(loading, 120)
+    _wait_for(loading, 120, lines, proc)
     time.sleep(1.5)
     proc.send_signal(sig)
     assert proc.wait(timeout=60) == 128 + sig.value, "".join(lines)
@@ -104,14 +125,14 @@ def test_signal_during_load(tmp_path: Path, pglab_home: Path, sig: signal.Signal
 def test_kill_9_of_pglab_takes_the_server_down(tmp_path: Path, pglab_home: Path) -> None:
     results = tmp_path / "results"
     scenario = write_scenario(tmp_path, TINY.replace('duration = "3s"', 'duration = "60s"'))
-    proc, _lines = _start(["run", str(scenario), "--results", str(results)],
-                          {**os.environ, "NO_COLOR": "1"})
+    proc, lines = _start(["run", str(scenario), "--results", str(results)],
+                         {**os.environ, "NO_COLOR": "1"})
 
     def loading() -> bool:
         found = list(results.glob("t/*/raw/pgbench.stderr"))
         return bool(found) and "progress:" in found[0].read_text()
 
-    _wait_for(loading, 120)
+    _wait_for(loading, 120, lines, proc)
     proc.kill()
     proc.wait(timeout=10)
     # parent-death signals: the postmaster (SIGQUIT) and pgbench (SIGKILL) follow pglab
@@ -154,11 +175,15 @@ def test_signal_with_standby_and_pooler(tmp_path: Path, pglab_home: Path, sig: s
                          {**os.environ, "NO_COLOR": "1"})
     if moment == "paused standby":
         def paused() -> bool:
-            return any(p.status() == "stopped" for p in _postgres_processes(pglab_home))
+            for process in _postgres_processes(pglab_home):
+                with contextlib.suppress(psutil.NoSuchProcess):  # gone since it was listed
+                    if process.status() == "stopped":
+                        return True
+            return False
 
-        _wait_for(paused, 120, lines)
+        _wait_for(paused, 120, lines, proc)
     else:
-        _wait_for(lambda: any(moment in ln for ln in lines), 120, lines)
+        _wait_for(lambda: any(moment in ln for ln in lines), 120, lines, proc)
     sockets = [Path(r.read_text()) for r in (pglab_home / "labs").glob("*/*/socket_dir")]
     assert len(sockets) >= 2  # primary and standby (and PgBouncer once it started)
     proc.send_signal(sig)

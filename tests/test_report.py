@@ -212,7 +212,7 @@ def test_a_report_failure_is_recorded_not_fatal(run_dir: Path, tmp_path: Path) -
 def test_study_report(tmp_path: Path) -> None:
     # four short points without telemetry: the study report only reads their measurements
     body = (TINY.replace("clients = 2", "clients = [1, 2]").replace("jobs = 2", "jobs = 1")
-            .replace('duration = "3s"', 'duration = "2s"').replace('warmup = "1s"', 'warmup = "0s"')
+            .replace('duration = "3s"', 'duration = "1s"').replace('warmup = "1s"', 'warmup = "0s"')
             + "[telemetry]\nenabled = false\n")
     scenario = write_scenario(tmp_path, body + '[matrix]\n"server.settings.synchronous_commit"'
                               ' = ["on", "off"]\n', "st")

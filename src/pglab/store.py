@@ -17,12 +17,14 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import polars as pl
 import psutil
 
 from pglab.errors import BadInput, EnvironmentProblem
+
+if TYPE_CHECKING:  # loaded by the readers that need it: `pglab ls` does not
+    import polars as pl
 
 # Manifest format history:
 #   1 (2026-11-21): first format.
@@ -146,6 +148,8 @@ class StoredRun:
         return str(reason) if reason else None
 
     def client_series(self) -> pl.DataFrame | None:
+        import polars as pl
+
         path = self.path / "client.parquet"
         return pl.read_parquet(path) if path.is_file() else None
 

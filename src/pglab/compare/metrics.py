@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pglab.compare import stats
-from pglab.compare.rundata import RunData
+
+if TYPE_CHECKING:  # at run time the CLI's help reads the names without loading polars
+    from pglab.compare.rundata import RunData
 
 
 @dataclass(frozen=True)
@@ -26,7 +28,7 @@ class Measure:
     missing: str | None = None  # why value is None
 
 
-Reader = Callable[[RunData], Measure]
+Reader = Callable[["RunData"], Measure]
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,28 @@
+"""`pglab analyze`: stalls, causes and recommendations of one run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from pglab.analysis.analyze import analyze_run
+from pglab.commands.console import err, out
+from pglab.errors import ExitCode, PglabError
+from pglab.report.findings import print_findings
+
+
+def analyze(run_dir: Path, as_json: bool) -> int:
+    try:
+        analysis = analyze_run(run_dir)
+    except PglabError:
+        raise
+    except Exception as exc:  # a folder this analysis did not foresee: one line, not a trace
+        raise PglabError(f"{run_dir}: analysis failed: {type(exc).__name__}: {exc}") from None
+    if as_json:
+        click.echo(json.dumps(analysis.document, indent=2))
+    else:
+        print_findings(out, analysis.document)
+        err.print(f"wrote {run_dir / 'analysis.json'}")
+    return ExitCode.OK

@@ -1,0 +1,103 @@
+"""`pglab show` and `pglab ls`: what is in run folders."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from pglab.commands.console import err, out
+from pglab.errors import ExitCode, PglabError
+from pglab.store import RunFilter, StoredRun, find_runs, load_run
+
+
+def summary_json(run: StoredRun) -> dict[str, Any]:
+    manifest = run.manifest
+    nodes = manifest.get("nodes") or {}
+    return {
+        "path": str(run.path),
+        "run_id": manifest.get("run_id"),
+        "scenario": manifest.get("scenario_name"),
+        "status": run.status,
+        "reason": run.reason,
+        "started_at": manifest.get("started_at"),
+        "ended_at": manifest.get("ended_at"),
+        "variant": manifest.get("variant"),
+        "clients": (manifest.get("scenario") or {}).get("workload", {}).get("clients"),
+        "server_version": (nodes.get("primary") or {}).get("server_version"),
+        "measured": (manifest.get("results") or {}).get("measured"),
+        "source": (manifest.get("source") or {}).get("kind", "pglab"),
+    }
+
+
+def _show_json(run: StoredRun) -> dict[str, Any]:
+    from pglab.report.telemetry_summary import summarize
+
+    info = summary_json(run)
+    telemetry = summarize(run.path)
+    info["telemetry"] = telemetry.to_dict() if telemetry is not None else None
+    return info
+
+
+def show(run_dir: Path, as_json: bool) -> int:
+    run = load_run(run_dir)
+    if as_json:
+        click.echo(json.dumps(_show_json(run), indent=2))
+    else:
+        from pglab.report.terminal import print_summary
+
+        print_summary(out, run)
+        source = run.manifest.get("source") or {}
+        if source.get("kind") == "import":
+            out.print(f"  imported ({source.get('from')}) from {source.get('summary')}"
+                      f" on {source.get('imported_at')}", highlight=False)
+    return ExitCode.OK
+
+
+def _source(run: StoredRun) -> str:
+    source = run.manifest.get("source") or {}
+    return "imported" if source.get("kind") == "import" else "pglab"
+
+
+def list_runs(root: Path, as_json: bool, scenario_glob: str | None, statuses: tuple[str, ...],
+              since: str | None, until: str | None) -> int:
+    from rich.table import Table
+
+    if not root.exists():
+        raise PglabError(f"{root}: no such directory", ExitCode.BAD_INPUT)
+    keep = RunFilter.parse(scenario_glob, statuses, since, until)
+    runs = []
+    for path in find_runs(root):
+        try:
+            run = load_run(path)
+        except PglabError as exc:
+            err.print(f"[yellow]skipped[/yellow] {exc}")
+            continue
+        if keep.matches(run):
+            runs.append(run)
+    if as_json:
+        click.echo(json.dumps([summary_json(r) for r in runs], indent=2))
+        return ExitCode.OK
+    table = Table(header_style="bold", box=None)
+    for column in ("run", "scenario", "status", "source", "clients", "TPS", "p99 ms",
+                   "started"):
+        table.add_column(column, justify="right" if column in ("clients", "TPS", "p99 ms")
+                         else "left")
+    for run in runs:
+        info = summary_json(run)
+        measured = info["measured"] or {}
+        table.add_row(
+            str(run.path.relative_to(root) if run.path != root else run.path.name),
+            str(info["scenario"]), run.status, _source(run),
+            str(info["clients"] if not isinstance(info["clients"], list)
+                else ",".join(map(str, info["clients"]))),
+            f"{measured['tps']:,.1f}" if measured.get("tps") is not None else "-",
+            f"{measured['lat_p99_ms']:.2f}" if measured.get("lat_p99_ms") is not None else "-",
+            str(info["started_at"] or "-"),
+        )
+    out.print(table)
+    if not runs:
+        err.print(f"no runs under {root}" + (" matching the filters" if keep.active else ""))
+    return ExitCode.OK

@@ -1,0 +1,25 @@
+"""`pglab import`: a pgbench run made without pglab, as a results folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pglab.commands.console import out
+from pglab.errors import BadInput, ExitCode
+from pglab.importer import import_run
+from pglab.report.terminal import print_summary
+from pglab.units import parse_duration
+
+
+def import_(summary: Path, logs: tuple[Path, ...], name: str, results: Path, warmup: str,
+            sampling_rate: float, this_host: bool) -> int:
+    for path in (summary, *logs):
+        if not path.is_file():
+            raise BadInput(f"{path}: no such file")
+    try:
+        warmup_s = int(parse_duration(warmup))
+    except ValueError as exc:
+        raise BadInput(f"--warmup {warmup!r}: {exc}") from None
+    run = import_run(summary, list(logs), results, name, warmup_s, sampling_rate, this_host)
+    print_summary(out, run)
+    return ExitCode.OK

@@ -1,0 +1,70 @@
+"""`pglab logs`: the events of any PostgreSQL log."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.table import Table
+
+from pglab.commands.console import err, out
+from pglab.errors import ExitCode, PglabError
+from pglab.serverlog import parse_log_files
+from pglab.store import iso
+
+# The attributes worth a glance, per event kind; others are in --json.
+_LOG_KEYS = {
+    "checkpoint": ("flags", "buffers", "buffers_pct", "wal_added", "write_s", "sync_s",
+                   "total_s", "distance_kb"),
+    "autovacuum": ("table", "pages_removed", "tuples_removed", "read_rate_mbs",
+                   "write_rate_mbs", "elapsed_s"),
+    "autoanalyze": ("table", "elapsed_s"),
+    "lock-wait": ("pid", "lock_mode", "lock_object", "holders", "waited_ms"),
+    "slow-statement": ("duration_ms", "statement"),
+    "temp-file": ("size_bytes", "path"),
+    "crash": ("pid", "process", "signal", "exit_code"),
+}
+
+
+def _event_line(attrs: dict[str, Any], kind: str) -> str:
+    keys = _LOG_KEYS.get(kind) or tuple(attrs)[:6]
+    parts = []
+    for key in keys:
+        value = attrs.get(key)
+        if value is None or value in ([], ""):
+            continue
+        if isinstance(value, list):
+            value = ",".join(str(v) for v in value)
+        text = str(value)
+        parts.append(f"{key}={text if len(text) <= 60 else text[:57] + '...'}")
+    return " ".join(parts)
+
+
+def logs(files: tuple[Path, ...], as_json: bool, kinds: tuple[str, ...]) -> int:
+    for path in files:
+        if not path.is_file():
+            raise PglabError(f"{path}: no such log file", ExitCode.BAD_INPUT)
+    events, stats = parse_log_files(list(files))
+    shown = [e for e in events if not kinds or e.kind in kinds]
+    if as_json:
+        for event in shown:
+            click.echo(json.dumps({"t_start": iso(event.t_start), "t_end": iso(event.t_end),
+                                   "node": event.node, "kind": event.kind,
+                                   "attrs": event.attrs}, default=str))
+    else:
+        table = Table(header_style="bold", box=None)
+        for column in ("start (UTC)", "duration", "kind", "details"):
+            table.add_column(column, overflow="fold")
+        for event in shown:
+            duration = (f"{(event.t_end - event.t_start).total_seconds():.3f}s"
+                        if event.t_end else "")
+            table.add_row(event.t_start.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3], duration,
+                          event.kind, _event_line(event.attrs, event.kind))
+        out.print(table)
+    for path, stat in zip(files, stats, strict=True):
+        err.print(f"{path}: {stat.format}, {stat.lines:,} lines, {stat.records:,} messages, "
+                  f"{stat.skipped:,} unreadable", highlight=False)
+    err.print(f"{len(shown)} events" + (f" of {len(events)}" if kinds else ""))
+    return ExitCode.OK

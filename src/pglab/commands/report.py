@@ -1,0 +1,37 @@
+"""`pglab report`: report.html for a run folder, or a study's report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pglab.commands.console import out
+from pglab.errors import ExitCode, PglabError
+from pglab.report.study import find_study, write_study_report
+
+
+def report(target: str, open_it: bool, png_dir: Path | None, results: Path) -> int:
+    path = Path(target)
+    if path.is_dir():
+        from pglab.report.html import build_model
+        from pglab.report.page import render
+        from pglab.store import write_text
+
+        model = build_model(path)
+        out_path = path / "report.html"
+        write_text(out_path, render(model))
+        out.print(f"report: {out_path} ({out_path.stat().st_size / 1024:,.0f} kB)")
+        if png_dir is not None:
+            from pglab.report.png import write_pngs
+
+            for png in write_pngs(model, png_dir):
+                out.print(f"png: {png}")
+    else:
+        if png_dir is not None:
+            raise PglabError("--png: only for a run folder, not a study", ExitCode.BAD_INPUT)
+        out_path = write_study_report(find_study(target, results))
+        out.print(f"study report: {out_path}")
+    if open_it:
+        import webbrowser
+
+        webbrowser.open(out_path.resolve().as_uri())
+    return ExitCode.OK

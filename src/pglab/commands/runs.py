@@ -1,0 +1,71 @@
+"""`pglab run`, `demo`, `validate` and `tune`: scenarios in, runs out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pglab.commands.console import err, load_scenario, out, print_run_analysis
+from pglab.errors import ExitCode
+from pglab.lab.lab import check_supported
+from pglab.report.terminal import TerminalUI, print_summary, print_sweep
+from pglab.runner import RunOptions, run_scenario
+from pglab.scenario import LoadedScenario
+from pglab.scenarios import load_builtin
+from pglab.store import StoredRun
+
+
+def run_loaded(loaded: LoadedScenario, results: Path, keep: bool, pg_bin: str | None) -> int:
+    ui = TerminalUI(err)
+    for variant in loaded.variants:  # every point, before anything starts or is printed
+        check_supported(variant.scenario, loaded.where)
+    desc = loaded.scenario.description
+    err.print(f"[bold]{loaded.scenario.name}[/bold]" + (f": {desc}" if desc else ""))
+    if len(loaded.variants) > 1:
+        err.print(f"{len(loaded.variants)} runs: "
+                  + "; ".join(v.label() for v in loaded.variants))
+
+    def show(run: StoredRun) -> None:
+        print_summary(out, run)
+        print_run_analysis(run)
+
+    runs = run_scenario(loaded, RunOptions(results, keep, pg_bin), ui, on_run=show)
+    print_sweep(out, runs)
+    return ExitCode.OK if all(r.status == "completed" for r in runs) else ExitCode.RUN_FAILED
+
+
+def run(scenario: str, overrides: tuple[str, ...], results: Path, keep: bool,
+        pg_bin: str | None) -> int:
+    return run_loaded(load_scenario(scenario, overrides), results, keep, pg_bin)
+
+
+def demo(duration: str | None, overrides: tuple[str, ...], results: Path,
+         pg_bin: str | None) -> int:
+    extra = list(overrides) + ([f"workload.duration='{duration}'"] if duration else [])
+    return run_loaded(load_builtin("demo", extra), results, False, pg_bin)
+
+
+def validate(scenario: str, overrides: tuple[str, ...]) -> int:
+    loaded = load_scenario(scenario, overrides)
+    for variant in loaded.variants:
+        check_supported(variant.scenario, loaded.where)
+    out.print(f"{loaded.where}: ok, {len(loaded.variants)} run(s)")
+    for variant in loaded.variants:
+        if variant.overrides:
+            out.print(f"  {variant.label()}")
+    out.print("PostgreSQL parameters are checked by the server when the run starts.")
+    return ExitCode.OK
+
+
+def tune(scenario: str, overrides: tuple[str, ...], results: Path, pg_bin: str | None,
+         repeats: int, top: int, noise: float) -> int:
+    from pglab.report.tune_terminal import print_tune
+    from pglab.tune import tune as run_tune
+
+    base = load_scenario(scenario, overrides)
+    for variant in base.variants:
+        check_supported(variant.scenario, base.where)
+    result = run_tune(lambda extra: load_scenario(scenario, tuple(extra)), list(overrides),
+                      RunOptions(results, False, pg_bin), TerminalUI(err), repeats, top,
+                      noise / 100.0, on_run=lambda run: print_summary(out, run))
+    print_tune(out, result)
+    return ExitCode.OK
