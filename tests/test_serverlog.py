@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-import pglab.serverlog.formats as formats_module
 import pglab.serverlog.reader as reader_module
+import pglab.serverlog.stderr_shaped as stderr_shaped_module
 from pglab.events import Event
 from pglab.serverlog import (
     LogTail,
@@ -462,7 +462,7 @@ def test_general_stderr_scanner_agrees(version: str, monkeypatch: pytest.MonkeyP
     """The general scanner (any prefix) and the fast one (`%m [%p] `) read alike."""
     expected = comparable(parse_sample(version, "stderr")[0])
     records_fast = list(read_records(SAMPLES / version / FILES["stderr"])[0])
-    monkeypatch.setattr(formats_module, "_looks_shaped", lambda buf: False)
+    monkeypatch.setattr(stderr_shaped_module, "looks_shaped", lambda buf: False)
     assert comparable(parse_sample(version, "stderr")[0]) == expected
     assert list(read_records(SAMPLES / version / FILES["stderr"])[0]) == records_fast
 
