@@ -2,9 +2,9 @@
 
 The lines that carry numbers differ between versions (their order too): 13 writes
 "misses", 18 "reads"; 14+ add "I/O timings", 16+ "scanned", 18 "eagerly scanned",
-"buffers full" and "delay time". Each known line is found by its label (str.find, much
-cheaper than a regex search over the whole message) and read by its own pattern; other
-lines (cutoffs, relfrozenxid, per-index details) are not kept.
+"buffers full" and "delay time". Each known line is found and read by its own pattern
+(its label, after a newline, is a literal prefix the regex engine scans for quickly);
+other lines (cutoffs, relfrozenxid, per-index details) are not kept.
 """
 
 from __future__ import annotations
@@ -20,21 +20,16 @@ _AUTOVACUUM_RE = re.compile(
     r"automatic (aggressive )?(vacuum|analyze)( to prevent wraparound)? of table \"([^\"]*)\""
     r"(?:: index scans: (\d+))?"
 )
-_PAGES_RE = re.compile(r"pages: (\d+) removed, (\d+) remain(?:, (\d+) scanned)?")
-_TUPLES_RE = re.compile(r"tuples: (\d+) removed, (\d+) remain, (\d+) are dead")
-_IO_TIMINGS_RE = re.compile(r"I/O timings: read: ([\d.]+) ms, write: ([\d.]+) ms")
-_RATES_RE = re.compile(r"avg read rate: ([\d.]+) MB/s, avg write rate: ([\d.]+) MB/s")
-_BUFFERS_RE = re.compile(r"buffer usage: (\d+) hits, (\d+) (?:misses|reads), (\d+) dirtied")
+_PAGES_RE = re.compile(r"\npages: (\d+) removed, (\d+) remain(?:, (\d+) scanned)?")
+_TUPLES_RE = re.compile(r"\ntuples: (\d+) removed, (\d+) remain, (\d+) are dead")
+_IO_TIMINGS_RE = re.compile(r"\nI/O timings: read: ([\d.]+) ms, write: ([\d.]+) ms")
+_RATES_RE = re.compile(r"\navg read rate: ([\d.]+) MB/s, avg write rate: ([\d.]+) MB/s")
+_BUFFERS_RE = re.compile(r"\nbuffer usage: (\d+) hits, (\d+) (?:misses|reads), (\d+) dirtied")
 _WAL_RE = re.compile(
-    r"WAL usage: (\d+) records, (\d+) full page images, (\d+) bytes(?:, (\d+) buffers full)?"
+    r"\nWAL usage: (\d+) records, (\d+) full page images, (\d+) bytes(?:, (\d+) buffers full)?"
 )
 # on its own "system usage:" line, or (13's autoanalyze) at the end of the first line
 _CPU_RE = re.compile(r"CPU: user: ([\d.]+) s, system: ([\d.]+) s, elapsed: ([\d.]+) s")
-
-
-def _line(msg: str, label: str, pattern: re.Pattern[str], start: int) -> re.Match[str] | None:
-    at = msg.find(label, start)
-    return pattern.match(msg, at + 1) if at >= 0 else None
 
 
 def autovacuum_event(rec: LogRecord, msg: str, node: str) -> tuple[Event, bool] | None:
@@ -47,29 +42,29 @@ def autovacuum_event(rec: LogRecord, msg: str, node: str) -> tuple[Event, bool] 
     aggressive, what, wrap, table, scans = m.groups()
     start = m.end()
     pages_removed = pages_remain = pages_scanned = None
-    pages = _line(msg, "\npages: ", _PAGES_RE, start)
+    pages = _PAGES_RE.search(msg, start)
     if pages is not None:
         removed, remain, scanned = pages.groups()
         pages_removed, pages_remain = int(removed), int(remain)
         pages_scanned = int(scanned) if scanned is not None else None
     tuples_removed = tuples_remain = tuples_dead = None
-    tuples = _line(msg, "\ntuples: ", _TUPLES_RE, start)
+    tuples = _TUPLES_RE.search(msg, start)
     if tuples is not None:
         tuples_removed, tuples_remain, tuples_dead = map(int, tuples.groups())
     buffer_hits = buffer_reads = buffer_dirtied = None
-    buffers = _line(msg, "\nbuffer usage: ", _BUFFERS_RE, start)
+    buffers = _BUFFERS_RE.search(msg, start)
     if buffers is not None:
         buffer_hits, buffer_reads, buffer_dirtied = map(int, buffers.groups())
     read_mb_s = write_mb_s = None
-    rates = _line(msg, "\navg read rate: ", _RATES_RE, start)
+    rates = _RATES_RE.search(msg, start)
     if rates is not None:
         read_mb_s, write_mb_s = map(float, rates.groups())
     read_io_ms = write_io_ms = None
-    timings = _line(msg, "\nI/O timings: ", _IO_TIMINGS_RE, start)
+    timings = _IO_TIMINGS_RE.search(msg, start)
     if timings is not None:
         read_io_ms, write_io_ms = map(float, timings.groups())
     wal_records = wal_fpi = wal_bytes = wal_buffers_full = None
-    wal = _line(msg, "\nWAL usage: ", _WAL_RE, start)
+    wal = _WAL_RE.search(msg, start)
     if wal is not None:
         records, fpi, nbytes, full = wal.groups()
         wal_records, wal_fpi, wal_bytes = int(records), int(fpi), int(nbytes)
