@@ -3,6 +3,7 @@ message formats from the sources (13-18), garbled input, tailing. No server need
 
 from __future__ import annotations
 
+import gc
 import random
 import re
 from collections import Counter
@@ -12,8 +13,8 @@ from typing import Any
 
 import pytest
 
-import pglab.serverlog.formats as formats_module
 import pglab.serverlog.reader as reader_module
+import pglab.serverlog.stderr_shaped as stderr_shaped_module
 from pglab.events import Event
 from pglab.serverlog import (
     LogTail,
@@ -462,7 +463,7 @@ def test_general_stderr_scanner_agrees(version: str, monkeypatch: pytest.MonkeyP
     """The general scanner (any prefix) and the fast one (`%m [%p] `) read alike."""
     expected = comparable(parse_sample(version, "stderr")[0])
     records_fast = list(read_records(SAMPLES / version / FILES["stderr"])[0])
-    monkeypatch.setattr(formats_module, "_looks_shaped", lambda buf: False)
+    monkeypatch.setattr(stderr_shaped_module, "looks_shaped", lambda buf: False)
     assert comparable(parse_sample(version, "stderr")[0]) == expected
     assert list(read_records(SAMPLES / version / FILES["stderr"])[0]) == records_fast
 
@@ -637,3 +638,98 @@ def test_slow_statement_start_is_end_minus_duration() -> None:
             for e in slow:
                 assert e.t_end is not None
                 assert e.t_start == e.t_end - timedelta(milliseconds=e.attrs["duration_ms"])
+
+
+# --- the fast paths must not lose events ------------------------------------------------
+
+# A message of each format's sample that produces no event, put in front of every message:
+# most lines of a real log are like it, and the prefilters must skip them, not their
+# neighbours.
+NOISE_MARK = "listening on Unix socket"
+STDERR_HEAD_RE = re.compile(r"\S+ \S+ \S+ \[\d+\] (?!DETAIL|HINT|CONTEXT|STATEMENT|QUERY)\w+:  ")
+CSV_ROW_START_RE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
+JSON_START_RE = re.compile(r"\{")
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("fmt", list(FILES))
+def test_prefilter_keeps_events_among_other_lines(version: str, fmt: str, tmp_path: Path) -> None:
+    sample = SAMPLES / version / FILES[fmt]
+    lines = sample.read_text().splitlines(keepends=True)
+    noise = next(line for line in lines if NOISE_MARK in line)
+    message_start = {"stderr": STDERR_HEAD_RE, "csvlog": CSV_ROW_START_RE, "jsonlog": JSON_START_RE}
+    noisy: list[str] = []
+    for line in lines:
+        if message_start[fmt].match(line):
+            noisy.extend([noise] * 3)
+        noisy.append(line)
+    path = tmp_path / sample.name
+    path.write_text("".join(noisy))
+    expected, expected_stats = parse_log_file(sample)
+    events, stats = parse_log_file(path)
+    assert comparable(events) == comparable(expected)
+    assert stats.skipped == 0
+    assert stats.lines > 3 * expected_stats.records  # the noise was there, and read past
+    all_records, _ = read_records(path)
+    assert sum(NOISE_MARK in r.message for r in all_records) > 3 * expected_stats.records
+
+
+def test_slow_statements_the_fast_path_does_not_take() -> None:
+    """The stderr fast path reads one-line durations with 3 decimals; other durations
+    (log_duration variants, a DETAIL with parameters) go through the rules, alike."""
+    events = events_of(
+        "LOG:  duration: 12.5 ms  statement: SELECT 1",
+        "LOG:  duration: 1234.567 ms  execute P_1: SELECT $1",
+        "DETAIL:  parameters: $1 = '7'",
+        "LOG:  duration: 0.042 ms  bind <unnamed>: SELECT 2",
+        "LOG:  duration: 3.000 ms",  # log_duration alone: no statement, no event
+    )
+    slow = [e for e in events if e.kind == "slow-statement"]
+    assert [e.attrs["duration_ms"] for e in slow] == [12.5, 1234.567, 0.042]
+    assert [e.attrs["phase"] for e in slow] == ["statement", "execute", "bind"]
+    assert [e.attrs["prepared"] for e in slow] == [None, "P_1", "<unnamed>"]
+    for e in slow:
+        assert e.t_end == utc("2026-01-02 03:04:05.678")
+        assert e.t_start == e.t_end - timedelta(milliseconds=e.attrs["duration_ms"])
+        assert e.attrs["pid"] == 42
+
+
+def test_zone_other_than_utc_keeps_detail_lines() -> None:
+    """The fast scanner matches `UTC` as a literal; other zones take the general group,
+    and their DETAIL lines must still attach (same prefix, same zone)."""
+    for zone, hours in (("UTC", 0), ("CET", 1), ("-03", -3)):
+        text = "".join(
+            f"2026-01-02 03:04:05.678 {zone} [42] {line}\n"
+            for line in (
+                "LOG:  process 42 still waiting for ShareLock on transaction 7 after 100.500 ms",
+                "DETAIL:  Process holding the lock: 41. Wait queue: 42.",
+                "LOG:  process 42 acquired ShareLock on transaction 7 after 200.250 ms",
+                "LOG:  duration: 201.000 ms  statement: UPDATE t SET v = 1",
+            )
+        )
+        records, stats = read_records(text.splitlines(keepends=True), fmt="stderr")
+        events = extract_events(records)
+        assert stats.unknown_zones == 0
+        wait = one(events, "lock-wait", pid=42)
+        assert wait.attrs["holders"] == [41] and wait.attrs["outcome"] == "acquired"
+        t = utc("2026-01-02 03:04:05.678") - timedelta(hours=hours)
+        assert wait.t_end == t
+        assert one(events, "slow-statement").t_end == t
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_event_batches_leave_the_garbage_collector_as_found(enabled: bool) -> None:
+    was = gc.isenabled()
+    try:
+        if enabled:
+            gc.enable()
+        else:
+            gc.disable()
+        for _batch in iter_event_batches([SAMPLES / "pg15" / FILES["stderr"]]):
+            assert gc.isenabled() == enabled  # the caller's code runs as it set it
+        assert gc.isenabled() == enabled
+    finally:
+        if was:
+            gc.enable()
+        else:
+            gc.disable()

@@ -16,7 +16,8 @@ Messages must be in English (lc_messages = 'C'); stderr logs need a log_line_pre
 with a time escape (%m, %t or %n) and preferably the pid (%p).
 """
 
-from pglab.serverlog.formats import FORMATS, detect_format
+from pglab.serverlog.decoders import FORMATS, detect_format
+from pglab.serverlog.extractor import EventExtractor
 from pglab.serverlog.reader import (
     extract_events,
     iter_event_batches,
@@ -26,7 +27,6 @@ from pglab.serverlog.reader import (
     read_records,
 )
 from pglab.serverlog.records import LogRecord, ParseStats
-from pglab.serverlog.rules import EventExtractor
 from pglab.serverlog.tail import LogTail
 
 __all__ = [

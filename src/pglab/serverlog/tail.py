@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from pglab.events import Event
-from pglab.serverlog.formats import FORMATS, Decoder, detect_format, make_decoder
+from pglab.serverlog.decoder_base import Decoder
+from pglab.serverlog.decoders import FORMATS, detect_format, make_decoder
+from pglab.serverlog.extractor import EventExtractor
 from pglab.serverlog.records import LogRecord, ParseStats, TimestampParser
-from pglab.serverlog.rules import EventExtractor
 
 
 class LogTail:
