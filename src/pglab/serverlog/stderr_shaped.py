@@ -81,9 +81,6 @@ _ATTACHED_RE = re.compile(_HEAD + "(?:" + "|".join(sorted(ATTACHED)) + "):  ")
 # LogRecord is a NamedTuple; building it from a tuple skips its Python-level __new__,
 # which matters with millions of records.
 _new_record = tuple.__new__
-# Events are built the way event_parts.new_event builds them (see there why), inline.
-_new_object = object.__new__
-_set_attribute = object.__setattr__
 
 
 def looks_shaped(buf: str) -> bool | None:
@@ -146,8 +143,6 @@ def scan_shaped(
     node = extractor.node if extractor is not None else ""
     fromiso = datetime.fromisoformat
     new_record = _new_record
-    new_object = _new_object
-    set_attribute = _set_attribute
     event_type = Event
     statement_max = STATEMENT_MAX
     microsecond = MICROSECOND
@@ -181,22 +176,14 @@ def scan_shaped(
                 # ms has exactly 3 decimals: the digits are the microseconds, and
                 # micros / 1000 is float(ms) exactly (both are correctly rounded).
                 micros = int(ms.replace(".", ""))
-                event = new_object(event_type)
-                set_attribute(
-                    event,
-                    "__dict__",
+                event = event_type(
+                    t - microsecond * micros, "slow-statement", node, t,
                     {
-                        "t_start": t - microsecond * micros,
-                        "kind": "slow-statement",
-                        "node": node,
-                        "t_end": t,
-                        "attrs": {
-                            "duration_ms": micros / 1000,
-                            "phase": phase,
-                            "prepared": (name.strip() or None) if name else None,
-                            "statement": sql[:statement_max],  # the same object when shorter
-                            "pid": int(pid),
-                        },
+                        "duration_ms": micros / 1000,
+                        "phase": phase,
+                        "prepared": (name.strip() or None) if name else None,
+                        "statement": sql[:statement_max],  # the same object when shorter
+                        "pid": int(pid),
                     },
                 )
                 add_event(event)
