@@ -121,6 +121,9 @@ def wal_segment_init(ev: WindowEvidence) -> Finding | None:
         s.add(0.4 * min(1.0, (queued - queued_h) / 0.3),
               f"{pct(queued)} of sampled client backends waited on the new segment or "
               f"on LWLock:WALWrite behind it (healthy {pct(queued_h)})")
+    # zero-filling and fsyncing 16 MB+ is slow because the disk is: the saturation
+    # evidence counts for this IO cause as it does for the checkpoint's
+    disk_write(s, ev, 0.2)
     added = sum(int(e.attrs.get("wal_added") or 0) for e in _checkpoints(ev))
     if added:
         s.add(0.1, f"{added} WAL file(s) added by the checkpoint(s) during the window")
@@ -274,11 +277,13 @@ def _writeback_burst(s: Score, ev: WindowEvidence) -> None:
     writeback (its threshold is above what piled up), and an fsync, typically the
     checkpoint's, forced it out; worse when PostgreSQL's write-back hints are off."""
     burst = ev.inside.peak("host", "os.memory", "writeback_mb") or 0.0
-    usual = ev.healthy.peak("host", "os.memory", "writeback_mb") or 0.0
+    # the mean, not the peak: a burst often starts the second before TPS falls, and that
+    # second counts as healthy
+    usual = ev.healthy.mean("host", "os.memory", "writeback_mb") or 0.0
     if burst < WRITEBACK_BURST_MB or burst < 4 * max(usual, 1.0):
         return
     s.add(0.3, f"{burst:.0f} MB of page cache under writeback at once (healthy seconds "
-               f"peaked at {usual:.0f} MB)")
+               f"averaged {usual:.0f} MB)")
     background = ev.inside.low("host", "os.memory", "dirty_background_threshold_mb")
     if background is not None and background > 2 * burst:
         s.add(0.2, f"the kernel starts background writeback only at {background:.0f} MB "
