@@ -1,9 +1,11 @@
-"""Real pathologies injected into real runs; the analysis must name the injected cause.
+"""Real pathologies injected into real runs, and the analysis of a killed run.
 
-The pathologies are also what tests/samples/runs/make_runs.py records as committed
-samples. Each one is a scenario plus, optionally, an action done on a side connection
-while pgbench runs (the runner API does not know about it: the side thread finds the
-run's server through its lab directory, as any DBA would find a server by its pid file).
+The pathologies are what tests/samples/runs/make_runs.py records as committed samples
+(tests/test_analysis.py checks their analysis; the built-in scenarios' tests check the
+verdict of live runs). Each one is a scenario plus, optionally, an action done on a side
+connection while pgbench runs (the runner API does not know about it: the side thread
+finds the run's server through its lab directory, as any DBA would find a server by its
+pid file).
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ from typing import Any
 import psycopg
 
 from conftest import run_cli, write_scenario
-from pglab.analysis.recommendations import Facts, _wal_compression
 from pglab.lab.local import BENCH_DB, SUPERUSER
 from pglab.paths import labs_dir
 from pglab.runner import QuietUI, RunOptions, run_scenario
@@ -231,23 +232,6 @@ def run_pathology(pathology: Pathology, results_root: Path) -> Path:
         raise RuntimeError(f"side action failed: {ui.error}") from ui.error
     assert len(runs) == 1 and runs[0].status == "completed", runs
     return runs[0].path
-
-
-def test_live_lock_is_diagnosed(tmp_path: Path) -> None:
-    pathology = PATHOLOGIES["lock"]
-    folder = run_pathology(pathology, tmp_path)
-    # written by the runner at the end of the run
-    analysis = json.loads((folder / "analysis.json").read_text())
-    manifest = json.loads((folder / "manifest.json").read_text())
-    assert "analysis" not in manifest
-    # what the server accepts is recorded, so a recommendation proposes a value it takes
-    accepted = manifest["nodes"]["primary"]["setting_choices"]["wal_compression"]
-    assert "pglz" in accepted and "off" in accepted
-    proposed = _wal_compression(Facts({}, manifest, fpi_surge=True))
-    assert proposed in accepted and proposed != "on"
-    worst = max(analysis["stalls"], key=lambda s: s["lost_transactions"])
-    assert worst["kind"] == "drop-to-zero" and 4 <= worst["seconds"] <= 6, worst
-    assert worst["causes"][0]["cause"] == pathology.cause, worst
 
 
 def test_live_killed_run_gives_a_partial_analysis(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 import polars as pl
 
 from conftest import run_cli
+from pglab.analysis.recommendations import Facts, _wal_compression
 from pglab.scenarios import builtin_names, load_builtin
 
 
@@ -114,6 +115,12 @@ def test_hot_row_contention_is_dominated_by_lock_waits(tmp_path: Path) -> None:
         (pl.col("source") == "db.locks") & (pl.col("metric") == "blocked_backends"))
     assert max(blocked["value"].to_list()) >= 2  # backends queued on locks every second
     assert top_cause(run) == "lock-contention"
+    # what the server accepts is recorded, so a recommendation proposes a value it takes
+    manifest = json.loads((run / "manifest.json").read_text())
+    accepted = manifest["nodes"]["primary"]["setting_choices"]["wal_compression"]
+    assert "pglz" in accepted and "off" in accepted
+    proposed = _wal_compression(Facts({}, manifest, fpi_surge=True))
+    assert proposed in accepted and proposed != "on"
 
 
 def test_sync_standby_paused_stops_commits_on_syncrep(tmp_path: Path) -> None:

@@ -20,9 +20,9 @@ max_connections = 100
 scale = 5
 mix = ["select-only"]
 reconnect = true
-clients = 40
+clients = 30
 jobs = 2
-duration = "4s"
+duration = "3s"
 warmup = "1s"
 """
 
