@@ -133,6 +133,12 @@ def test_sync_standby_paused_stops_commits_on_syncrep(tmp_path: Path) -> None:
     start, end = events["t_start"][0], events["t_end"][0]
     shares = wait_shares(run, start=start, end=end)
     assert max(shares, key=lambda k: shares[k]) == "IPC:SyncRep", shares
+    # the primary is sampled all through the pause (10 Hz), not blocked behind the
+    # silent standby's connection
+    reads = pl.read_parquet(run / "timeseries.parquet").filter(
+        (pl.col("source") == "db.waits") & (pl.col("node") == "primary")
+        & pl.col("t").is_between(start, end))["t"].n_unique()
+    assert reads >= 20, reads
     assert top_cause(run) == "sync-replication"
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime as dt
 import time
 from abc import abstractmethod
+from concurrent.futures import TimeoutError as FutureTimeout
+from functools import partial
 from typing import Any
 
 import psycopg
@@ -12,6 +14,11 @@ import psycopg
 from pglab.events import Event
 from pglab.probes.base import Probe, ProbeContext, ProbeOutput, Sample
 from pglab.probes.catalog import Capabilities
+from pglab.probes.dbsessions import DbSessions
+
+# How long a tick waits for a node's read; one that takes longer is dropped and the node
+# skipped until the read returns (a paused standby must not stall the primary's samples).
+NODE_WAIT_S = 0.5
 
 
 class RateTracker:
@@ -46,18 +53,33 @@ class DbProbe(Probe):
         sessions = self.ctx.db
         if sessions is None:
             return out
-        for node in sessions.node_names:
+        # every node at once, each on its own worker (see dbsessions.py)
+        pending = [(node, future) for node in sessions.node_names
+                   if (future := sessions.run(node, partial(self._read_node, sessions, node,
+                                                             now))) is not None]
+        deadline = time.monotonic() + NODE_WAIT_S
+        for _node, future in pending:
             try:
-                conn, caps = sessions.get(node)
-                self.read(conn, caps, node, now, out)
-                self._failing.discard(node)
-            except psycopg.Error as exc:
-                sessions.drop(node)
-                if node not in self._failing:  # one event per outage, not one per tick
-                    self._failing.add(node)
-                    message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-                    out.events.append(Event(now, "probe-error", node,
-                                            attrs={"probe": self.name, "error": message}))
+                part = future.result(timeout=max(0.0, deadline - time.monotonic()))
+            except FutureTimeout:
+                continue  # not answering: skipped until its read returns
+            out.samples.extend(part.samples)
+            out.events.extend(part.events)
+        return out
+
+    def _read_node(self, sessions: DbSessions, node: str, now: dt.datetime) -> ProbeOutput:
+        out = ProbeOutput()
+        try:
+            conn, caps = sessions.get(node)
+            self.read(conn, caps, node, now, out)
+            self._failing.discard(node)
+        except psycopg.Error as exc:
+            sessions.drop(node)
+            if node not in self._failing:  # one event per outage, not one per tick
+                self._failing.add(node)
+                message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                out.events.append(Event(now, "probe-error", node,
+                                        attrs={"probe": self.name, "error": message}))
         return out
 
     def tracker(self, node: str) -> RateTracker:
