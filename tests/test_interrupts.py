@@ -200,3 +200,19 @@ def _postgres_processes(home: Path) -> list[psutil.Process]:
             if str(home) in " ".join(proc.info["cmdline"] or []):
                 found.append(proc)
     return found
+
+
+def test_a_signal_during_a_shielded_setup_step_is_raised_after_it() -> None:
+    """A Ctrl-C while a set-up step is shielded (a cgroup being created) must stop the
+    run once that step's cleanup is armed, not be held until the whole run has ended."""
+    from pglab.errors import Interrupted
+    from pglab.lab.processes import deliver_pending, shielded, signals_as_exceptions
+
+    with signals_as_exceptions():
+        with shielded():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)  # the handler runs here and only records the signal
+        with pytest.raises(Interrupted) as raised:
+            deliver_pending()
+    assert raised.value.signal_name == "SIGINT"
+    deliver_pending()  # consumed: nothing left to raise

@@ -369,7 +369,7 @@ def applied_envelope(
     the node's processes with `cgroup_procs=applied.procs_files()`. With `always`, the
     cgroup is made even without limits (a throttle-disk fault will set some mid-run).
     """
-    from pglab.lab.processes import shielded
+    from pglab.lab.processes import deliver_pending, shielded
 
     if limits.is_unlimited() and not always:
         yield None
@@ -383,6 +383,7 @@ def applied_envelope(
     with shielded():
         cgroup = NodeCgroup.create(name, support)
     try:
+        deliver_pending()
         cgroup.apply(cgroup_limits(limits, device))
         applied = AppliedEnvelope(cgroup, limits, device, disk_throttling(support))
         if verify and data_path is not None and limits.write_mbps:

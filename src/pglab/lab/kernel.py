@@ -152,7 +152,7 @@ def _originals_for(wanted: Mapping[str, object]) -> dict[str, KnobValue | None]:
 @contextlib.contextmanager
 def kernel_knobs(wanted: Mapping[str, object]) -> Iterator[dict[str, KnobValue | None]]:
     """Set the knobs for the body and restore them after; yields the values in effect."""
-    from pglab.lab.processes import shielded
+    from pglab.lab.processes import deliver_pending, shielded
     from pglab.store import write_json
 
     if not wanted:
@@ -177,6 +177,7 @@ def kernel_knobs(wanted: Mapping[str, object]) -> Iterator[dict[str, KnobValue |
         state_dir.mkdir(parents=True, exist_ok=True)
         write_json(state, {"pid": os.getpid(), "originals": originals})
     try:
+        deliver_pending()
         for name, value in values.items():
             _write(_BY_NAME[name], value)
         yield read_knobs()

@@ -140,6 +140,14 @@ def shielded() -> Iterator[None]:
         _shielded = outer
 
 
+def deliver_pending() -> None:
+    """Raise a signal that arrived during a shielded step of the set-up (creating a
+    cgroup, recording kernel knobs, building a template) now, once that step's own
+    cleanup is armed, instead of after the whole run."""
+    if not _shielded and _pending:
+        raise Interrupted(_pending.pop(0))
+
+
 def pending_signal() -> str | None:
     """A signal that arrived while shielded, if any (consumed)."""
     return _pending.pop(0) if _pending else None

@@ -24,7 +24,7 @@ from pglab.errors import PglabError
 from pglab.lab.binaries import PgBinaries
 from pglab.lab.local import BENCH_DB, LocalServer
 from pglab.lab.osuser import ServerUser
-from pglab.lab.processes import shielded
+from pglab.lab.processes import deliver_pending, shielded
 from pglab.lab.settings import check_settings
 from pglab.paths import ensure_dir, pglab_home
 from pglab.scenario import InitdbOptions, SettingValue
@@ -89,6 +89,7 @@ def get_template(
         finally:
             with shielded():
                 shutil.rmtree(staging, ignore_errors=True)
+    deliver_pending()
     return Template(key, final / "data", meta, reused=False)
 
 
