@@ -6,16 +6,13 @@ template is built once and reused, exactly as repeated runs reuse it for a user.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
 import psutil
 import pytest
@@ -99,59 +96,3 @@ jobs = 2
 duration = "3s"
 warmup = "1s"
 """
-
-
-# mypy --strict over src, tests and bench takes 30-40 s of one CPU from cold, as in CI's
-# fresh clone. Most of this suite waits on timed loads, so test_static's mypy is started
-# with the session at the lowest CPU priority, in a session (and so a scheduling group)
-# of its own: it takes only what the loads leave idle, and the test collects its verdict.
-MYPY_TEST = ("test_static.py", "test_mypy_strict_is_clean")
-
-
-@dataclass
-class Background:
-    proc: subprocess.Popen[bytes]
-    output: IO[bytes]
-
-
-_background: dict[str, Background] = {}
-
-
-def _set_priority(pid: int, nice: int) -> None:
-    # With autogroup scheduling only the group's nice value counts against other sessions
-    # (the servers run in theirs); the process's own counts inside its group. Making
-    # them 0 again needs root: otherwise the job finishes at low priority.
-    with contextlib.suppress(OSError):
-        Path(f"/proc/{pid}/autogroup").write_text(str(nice))
-    with contextlib.suppress(OSError):
-        os.setpriority(os.PRIO_PROCESS, pid, nice)
-
-
-def pytest_collection_finish(session: pytest.Session) -> None:
-    if any((item.path.name, item.name) == MYPY_TEST for item in session.items):
-        output = tempfile.TemporaryFile()  # noqa: SIM115 (closed when the job is collected)
-        proc = subprocess.Popen([sys.executable, "-m", "mypy"], cwd=ROOT, stdout=output,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-        _set_priority(proc.pid, 19)
-        _background["mypy"] = Background(proc, output)
-
-
-def finish_background(name: str) -> tuple[int, str] | None:
-    """The exit code and output of a job started with the session (None: not started)."""
-    job = _background.pop(name, None)
-    if job is None:
-        return None
-    _set_priority(job.proc.pid, 0)  # a test waits on it now
-    code = job.proc.wait()
-    job.output.seek(0)
-    text = job.output.read().decode(errors="replace")
-    job.output.close()
-    return code, text
-
-
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    for job in _background.values():  # a session cut short leaves nothing running
-        job.proc.kill()
-        job.proc.wait()
-        job.output.close()
-    _background.clear()

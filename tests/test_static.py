@@ -6,8 +6,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import finish_background
-
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -18,10 +16,6 @@ def test_ruff_is_clean() -> None:
 
 
 def test_mypy_strict_is_clean() -> None:
-    finished = finish_background("mypy")  # started with the session: see conftest.py
-    if finished is None:
-        result = subprocess.run([sys.executable, "-m", "mypy"], cwd=ROOT, capture_output=True,
-                                text=True)
-        finished = (result.returncode, result.stdout + result.stderr)
-    code, output = finished
-    assert code == 0, output
+    result = subprocess.run([sys.executable, "-m", "mypy"], cwd=ROOT, capture_output=True,
+                            text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
