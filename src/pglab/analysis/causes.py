@@ -186,6 +186,13 @@ def checkpoint_io(ev: WindowEvidence) -> Finding | None:
     if s.value > 0:
         wait_signal(s, ev, DATA_IO, "data file IO / checkpoint waits", weight=0.3)
         disk_write(s, ev, 0.2)
+        # its own writes being flushed; with write-back hints off, memory_reclaim's pile
+        burst = ev.inside.peak("host", "os.memory", "writeback_mb") or 0.0
+        hints_off = setting(ev.manifest, "checkpoint_flush_after") in ("0", "0kB")
+        if burst >= WRITEBACK_BURST_MB and not hints_off and any(
+                _phase(e, ev) in ("sync phase", "write and sync phases")
+                for e in _checkpoints(ev)):
+            s.add(0.2, f"its fsyncs put {burst:.0f} MB of page cache under writeback")
         fpi = ev.inside.mean(node, "db.wal", "wal_fpi") or 0.0
         fpi_h = ev.healthy.mean(node, "db.wal", "wal_fpi") or 0.0
         if fpi > 2 * fpi_h and fpi > 50:
@@ -289,14 +296,15 @@ def _writeback_burst(s: Score, ev: WindowEvidence) -> None:
         s.add(0.2, f"the kernel starts background writeback only at {background:.0f} MB "
                    "of dirty memory (vm.dirty_background_ratio/bytes), so writes pile up "
                    "until an fsync forces them out")
+    # With write-back hints on, a checkpoint's fsync flushes its own recent writes:
+    # checkpoint IO (checkpoint_io counts it). With them off, its writes piled up as
+    # dirty page cache, and the fsync had to write the whole pile at once.
     syncing = [e for e in _checkpoints(ev)
                if _phase(e, ev) in ("sync phase", "write and sync phases")]
-    if syncing:
-        s.add(0.2, f"the checkpoint started {at(syncing[0])} was in its sync phase: its "
-                   "fsyncs wrote the piled-up pages")
-    if setting(ev.manifest, "checkpoint_flush_after") in ("0", "0kB"):
-        s.add(0.2, "checkpoint_flush_after = 0: the checkpoint's writes were not pushed "
-                   "to disk as it went, only at its fsync")
+    if syncing and setting(ev.manifest, "checkpoint_flush_after") in ("0", "0kB"):
+        s.add(0.4, f"the checkpoint started {at(syncing[0])} was in its sync phase with "
+                   "checkpoint_flush_after = 0: its writes had piled up in the page cache "
+                   "and its fsyncs wrote them at once")
 
 
 def cpu_saturation(ev: WindowEvidence) -> Finding | None:
