@@ -30,7 +30,8 @@ def record(name: str, scratch: Path) -> Path:
     target = HERE / name
     if target.exists():
         shutil.rmtree(target)
-    shutil.copytree(folder, target, ignore=shutil.ignore_patterns("telemetry", "analysis.json", "report.html"))
+    shutil.copytree(folder, target,
+                    ignore=shutil.ignore_patterns("telemetry", "analysis.json", "report.html"))
     for path in (target / "raw").iterdir():
         if path.name not in KEEP_RAW:
             path.unlink() if path.is_file() else shutil.rmtree(path)
