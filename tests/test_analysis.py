@@ -172,6 +172,23 @@ def test_forced_checkpoint_stall_is_blamed_on_the_checkpoint() -> None:
     assert any(line.startswith("checkpointer wrote") for line in top["evidence"])
 
 
+def test_a_run_stalled_for_most_of_its_seconds_keeps_its_working_reference() -> None:
+    # The shortened dirty-writeback storm: TPS 0 or close for 12 of its 15 s, so its
+    # median TPS is 2. Against that the stall looked healthy, the healthy seconds carried
+    # its 200 MB of writeback, and the pile-up was not told apart from the checkpoint.
+    analysis = _analysis("dirty-storm")
+    assert analysis["summary"]["tps_median"] < 10
+    data = load_run_data(RUNS / "dirty-storm")
+    stalled = detect_stalls(data.client).seconds.filter(pl.col("tps") < 100)
+    assert stalled.height >= 8 and stalled["kind"].null_count() == 0
+    worst = _worst(analysis)
+    assert worst["kind"] == "drop-to-zero" and worst["seconds"] >= 8
+    assert worst["reference_tps"] > 500
+    top = worst["causes"][0]
+    assert top["cause"] == "memory-reclaim", worst
+    assert analysis["summary"]["verdict"]["cause"] == "memory-reclaim"
+
+
 def test_a_stall_from_a_noisy_neighbour_is_said_to_come_from_outside() -> None:
     """A real control run during which other work on this shared machine took the CPU
     for a second: a real stall, but nothing to change in the server."""

@@ -8,8 +8,11 @@ A measured second (neither warmup nor partial) is *degraded* when
   detect: on a shared machine one descheduled transaction makes it jump tenfold, while
   a p99 three times the usual means many transactions were slow.
 The reference is the rolling median of TPS over REFERENCE_WINDOW_S seconds, centred, so
-a slow drift is not a stall but a short fall is; where that median is 0 (a run stalled
-for most of a window), the median TPS of the run's working seconds. Adjacent degraded
+a slow drift is not a stall but a short fall is. Only *working* seconds enter it: those
+at DIP_FRACTION or more of the window's WORKING_QUANTILE of TPS. Otherwise a run stalled
+for half of a window would have a median of a few TPS, its stall would look healthy and
+its healthy seconds would be polluted with the stall's. Where a window has no working
+second, the reference is the median of the run's working seconds. Adjacent degraded
 seconds make one window; its kind is the worst of its seconds, its depth 1 - min TPS /
 reference, and its lost transactions the sum of (reference - TPS) over its seconds.
 Four or more windows (all, or all of one kind) whose starts are regularly spaced
@@ -29,6 +32,7 @@ DIP_FRACTION = 0.5
 SPIKE_FACTOR = 3.0
 SPIKE_FLOOR_MS = 5.0
 REFERENCE_WINDOW_S = 61
+WORKING_QUANTILE = 0.9
 PERIOD_TOLERANCE = 0.2
 KINDS = ("drop-to-zero", "dip", "latency-spike")  # worst first
 
@@ -86,11 +90,15 @@ def classify_seconds(measured: pl.DataFrame) -> pl.DataFrame:
     window = max(1, min(REFERENCE_WINDOW_S, measured.height))
     p99_median = measured["lat_p99_ms"].median()
     p99_base = float(p99_median) if isinstance(p99_median, (int, float)) else None
-    rolling = pl.col("tps").rolling_median(window, center=True, min_samples=1)
-    # A run stalled for more than half of a window has a rolling median of 0, which would
-    # hide the stall itself: there the reference is what the run did while it worked.
-    working = measured.filter(pl.col("tps") > 0)["tps"].median()
-    working_tps = float(working) if isinstance(working, (int, float)) else 0.0
+    high = pl.col("tps").rolling_quantile(WORKING_QUANTILE, window_size=window, center=True,
+                                          min_samples=1)
+    # rolling statistics skip nulls, so a stalled second simply does not count
+    working = pl.when(pl.col("tps") >= DIP_FRACTION * high).then(pl.col("tps"))
+    rolling = working.rolling_median(window, center=True, min_samples=1)
+    run_high = measured["tps"].quantile(WORKING_QUANTILE)
+    run_working = measured.filter(pl.col("tps") >= DIP_FRACTION * (run_high or 0.0))
+    working_median = run_working["tps"].median() if run_working.height else None
+    working_tps = float(working_median) if isinstance(working_median, (int, float)) else 0.0
     reference = pl.when(rolling > 0).then(rolling).otherwise(pl.lit(working_tps))
     frame = measured.with_columns(reference.alias("reference"))
     spike = pl.lit(False)

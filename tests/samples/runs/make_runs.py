@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Regenerates the run folders under tests/samples/runs/ with real runs on THIS machine.
 
-    python tests/samples/runs/make_runs.py [NAME ...]     (default: every pathology)
+    python tests/samples/runs/make_runs.py [NAME ...]     (default: every sample)
 
 Each pathology of tests/test_analysis_live.py (a scenario plus an action on a side
-connection during the load) runs for real with PostgreSQL 18 from the embedded wheel.
+connection during the load) runs for real with PostgreSQL 18 from the embedded wheel;
+each of BUILTIN_RUNS is a built-in scenario run by `pglab run` with a few `--set`s.
 The folder is copied here without the big raw files (per-transaction logs), so a sample
 stays small; analysis needs only manifest.json, client.parquet, timeseries.parquet and
 events.parquet. The analysis of each sample is rewritten by the next `pglab analyze`.
@@ -13,6 +14,7 @@ events.parquet. The analysis of each sample is rewritten by the next `pglab anal
 from __future__ import annotations
 
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -24,9 +26,33 @@ from test_analysis_live import PATHOLOGIES, run_pathology  # noqa: E402
 
 KEEP_RAW = ("pgbench.stdout", "pgbench.argv")  # small; server logs and txlogs are not
 
+# sample name: built-in scenario and the --set values shortening it
+BUILTIN_RUNS = {
+    "dirty-storm": ("dirty-writeback-storm", (
+        "workload.duration=15s", "workload.warmup=2s", 'faults=[{at="6s", action="checkpoint"}]',
+    )),
+}
+
+
+def run_builtin(name: str, scratch: Path) -> Path:
+    scenario, sets = BUILTIN_RUNS[name]
+    command = [sys.executable, "-m", "pglab", "run", scenario, "--results", str(scratch)]
+    for item in sets:
+        command += ["--set", item]
+    subprocess.run(command, check=True)
+    return max((scratch / scenario).iterdir())
+
 
 def record(name: str, scratch: Path) -> Path:
-    folder = run_pathology(PATHOLOGIES[name], scratch)
+    if name in BUILTIN_RUNS:
+        folder = run_builtin(name, scratch)
+    else:
+        folder = run_pathology(PATHOLOGIES[name], scratch)
+    return keep(folder, name)
+
+
+def keep(folder: Path, name: str) -> Path:
+    """Copy a run folder to the sample `name`, without what analysis does not read."""
     target = HERE / name
     if target.exists():
         shutil.rmtree(target)
@@ -39,7 +65,7 @@ def record(name: str, scratch: Path) -> Path:
 
 
 def main() -> None:
-    names = sys.argv[1:] or list(PATHOLOGIES)
+    names = sys.argv[1:] or [*PATHOLOGIES, *BUILTIN_RUNS]
     with tempfile.TemporaryDirectory(prefix="pglab-samples-") as scratch:
         for name in names:
             target = record(name, Path(scratch))
