@@ -180,8 +180,11 @@ def test_checkpoint_flush_storm_drops_tps_during_checkpoints(tmp_path: Path) -> 
 
 
 def test_wal_segment_init_stall_coincides_with_walinit_waits(tmp_path: Path) -> None:
-    (run,) = _run(tmp_path, "wal-segment-init-stall", "workload.duration=30s",
-                  "workload.warmup=2s")
+    # Left alone, the shortened run needs some 20 s to fill its first segments; a WAL
+    # switch makes the next commit need a new one at once.
+    (run,) = _run(tmp_path, "wal-segment-init-stall", "workload.duration=12s",
+                  "workload.warmup=2s", 'faults=[{at="3s", action="switch-wal"}, '
+                  '{at="8s", action="switch-wal"}]')
     assert _low_seconds_with(run, "IO:WalInit"), "no low second beside a WalInit wait"
     assert top_cause(run) == "wal-segment-init"
 

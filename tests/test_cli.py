@@ -77,25 +77,6 @@ def test_run_scenario_with_overrides_and_show_ls(overridden_run: Path) -> None:
     assert run_dir.name in table.stdout and "completed" in table.stdout
 
 
-def test_sweep_of_two_client_counts(tmp_path: Path) -> None:
-    # 1 s points: the test reads how many runs, their variants and the study, not a load
-    scenario = write_scenario(tmp_path, TINY.replace("clients = 2", "clients = [1, 2]")
-                              .replace('duration = "3s"', 'duration = "1s"'))
-    result = run_cli("run", str(scenario), "--results", str(tmp_path))
-    assert result.returncode == 0, result.stderr
-    runs = sorted(p for p in (tmp_path / "t").iterdir() if p.is_dir())
-    assert len(runs) == 2
-    clients = [json.loads((r / "manifest.json").read_text())["variant"]["workload.clients"]
-               for r in runs]
-    assert sorted(clients) == [1, 2]
-    studies = list((tmp_path / "t").glob("*.study.json"))
-    assert len(studies) == 1
-    study = json.loads(studies[0].read_text())
-    assert study["axes"] == ["workload.clients"] and len(study["runs"]) == 2
-    assert all(r["tps"] > 0 for r in study["runs"])
-    assert "sweep" in result.stdout and "clients" in result.stdout
-
-
 BAD_SCENARIOS = {
     "invalid-toml": ("[workload\n", "invalid TOML"),
     "unknown-key": ("[workload]\nclinets = 2\n", "did you mean 'workload.clients'?"),

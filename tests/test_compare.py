@@ -38,7 +38,7 @@ scale = 1
 mix = ["tpcb-like"]
 clients = 2
 jobs = 2
-duration = "5s"
+duration = "3s"
 warmup = "1s"
 """
 

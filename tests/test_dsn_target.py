@@ -81,6 +81,16 @@ def test_settings_are_never_changed_on_an_existing_server(existing: LocalServer,
     assert result.returncode == 2 and "does not change the configuration" in result.stderr
 
 
+def test_faults_are_refused_on_an_existing_server(existing: LocalServer,
+                                                 tmp_path: Path) -> None:
+    scenario = _scenario(tmp_path, existing, "select-only", allow=True)
+    result = run_cli("run", str(scenario), "--set", 'faults=[{at="1s", action="switch-wal"}]',
+                     "--results", str(tmp_path / "r"))
+    assert result.returncode == 2
+    assert "faults cannot be used with target = 'dsn'" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_allowed_run_works_and_the_password_is_written_nowhere(existing: LocalServer,
                                                                tmp_path: Path) -> None:
     result = run_cli("run", str(_scenario(tmp_path, existing, "tpcb-like", allow=True)),

@@ -209,8 +209,9 @@ def test_a_report_failure_is_recorded_not_fatal(run_dir: Path, tmp_path: Path) -
     assert not (copy / "report.html").exists()
 
 
-def test_study_report(tmp_path: Path) -> None:
-    # four short points without telemetry: the study report only reads their measurements
+def test_sweep_and_its_study_report(tmp_path: Path) -> None:
+    # four 1 s points without telemetry: the test reads how many runs, their variants, the
+    # study and its report, not a load
     body = (TINY.replace("clients = 2", "clients = [1, 2]").replace("jobs = 2", "jobs = 1")
             .replace('duration = "3s"', 'duration = "1s"').replace('warmup = "1s"', 'warmup = "0s"')
             + "[telemetry]\nenabled = false\n")
@@ -218,6 +219,12 @@ def test_study_report(tmp_path: Path) -> None:
                               ' = ["on", "off"]\n', "st")
     result = run_cli("run", str(scenario), "--results", str(tmp_path / "r"))
     assert result.returncode == 0, result.stderr
+    runs = sorted(p for p in (tmp_path / "r" / "st").iterdir() if p.is_dir())
+    variants = sorted((v["workload.clients"], v["server.settings.synchronous_commit"])
+                      for v in (json.loads((r / "manifest.json").read_text())["variant"]
+                                for r in runs))
+    assert variants == [(1, "off"), (1, "on"), (2, "off"), (2, "on")]
+    assert "sweep" in result.stdout and "clients" in result.stdout
     (study_file,) = (tmp_path / "r" / "st").glob("*.study.json")
     written = study_file.with_name(study_file.name.replace(".study.json", ".report.html"))
     assert written.is_file()  # made by `pglab run` at the end of the sweep
@@ -227,6 +234,8 @@ def test_study_report(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     html = written.read_text()
     study = json.loads(study_file.read_text())
+    assert sorted(study["axes"]) == ["server.settings.synchronous_commit", "workload.clients"]
+    assert len(study["runs"]) == 4 and all(r["tps"] > 0 for r in study["runs"])
     assert html.count("<polyline") == 3 * 2  # three charts, one line per variant
     for entry in study["runs"]:
         assert f"{entry['tps']:,.1f}" in html

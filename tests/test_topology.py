@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import socket
 import threading
@@ -214,6 +215,9 @@ at = "3s"
 action = "vacuum"
 args = { table = "pgbench_history" }
 [[faults]]
+at = "3s"
+action = "switch-wal"
+[[faults]]
 at = "4s"
 action = "crash"
 """)
@@ -221,7 +225,8 @@ action = "crash"
     assert result.returncode == 0, result.stderr
     run_dir = next((tmp_path / "r" / "t").iterdir())
     faults = {f["action"]: f for f in _faults(run_dir)}
-    assert set(faults) == {"checkpoint", "bulk-update", "vacuum", "crash"}
+    assert set(faults) == {"checkpoint", "bulk-update", "vacuum", "switch-wal", "crash"}
+    assert re.fullmatch(r"[0-9A-F]+/[0-9A-F]+", str(faults["switch-wal"]["lsn"]))
     assert faults["bulk-update"]["rows"] == 20000
     assert "error" not in faults["vacuum"]
     assert float(str(faults["crash"]["recovery_s"])) > 0

@@ -219,6 +219,19 @@ class Checkpoint(FaultAction):
         return {"elapsed_s": round(time.monotonic() - started, 3)}
 
 
+class SwitchWal(FaultAction):
+    name = "switch-wal"
+    help = ("pg_switch_wal() now: the next WAL record starts a new segment, as with "
+            "archive_timeout (with wal_recycle off or none to reuse, it is created)")
+    nodes = "primary"
+    duration = "none"
+
+    def begin(self, target: FaultTarget) -> dict[str, Any]:
+        with target.server.connect() as conn:
+            row = conn.execute("SELECT pg_switch_wal()::text").fetchone()
+        return {"lsn": row[0] if row else None}
+
+
 class Crash(FaultAction):
     name = "crash"
     help = ("kill -9 every process of the node (like a power loss), keep it down for "
@@ -272,5 +285,6 @@ class MemoryPressure(FaultAction):
 
 
 ACTIONS: tuple[type[FaultAction], ...] = (
-    PauseStandby, ThrottleDisk, Vacuum, BulkUpdate, Checkpoint, Crash, MemoryPressure,
+    PauseStandby, ThrottleDisk, Vacuum, BulkUpdate, Checkpoint, SwitchWal, Crash,
+    MemoryPressure,
 )

@@ -88,6 +88,10 @@ def check_supported(scenario: Scenario, where: str) -> None:
         if not scenario.server.dsn:
             raise BadInput(f"{where}: server.dsn is empty: target = 'dsn' needs a connection "
                            "string like 'host=db1 dbname=bench user=bench'")
+        if scenario.faults:
+            raise BadInput(f"{where}: faults cannot be used with target = 'dsn': they stop, "
+                           "crash or write to the server, and pglab does that only to servers "
+                           "it starts")
         if scenario.server.settings:
             raise BadInput(f"{where}: server.settings cannot be used with target = 'dsn': "
                            "pglab does not change the configuration of a server it did not "
