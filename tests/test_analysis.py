@@ -189,6 +189,21 @@ def test_a_run_stalled_for_most_of_its_seconds_keeps_its_working_reference() -> 
     assert analysis["summary"]["verdict"]["cause"] == "memory-reclaim"
 
 
+def test_the_second_before_a_stall_is_not_a_healthy_one() -> None:
+    # The same storm again: the checkpoint's fsync put 257 MB under writeback within the
+    # second before TPS fell, a second that still ran 1,395 transactions. Counted as
+    # healthy, it made the 233 MB inside the stall look usual (4 x a mean of 64 MB).
+    client = load_run_data(RUNS / "dirty-storm-2").client
+    worst = _worst(_analysis("dirty-storm-2"))
+    start = dt.datetime.fromisoformat(worst["start"].replace("Z", "+00:00"))
+    before = client.filter(pl.col("t") == start - dt.timedelta(seconds=1))["tps"][0]
+    assert before > 1000
+    top = worst["causes"][0]
+    assert top["cause"] == "memory-reclaim", worst
+    assert any("under writeback at once (healthy seconds averaged 0 MB)" in line
+               for line in top["evidence"])
+
+
 def test_a_stall_from_a_noisy_neighbour_is_said_to_come_from_outside() -> None:
     """A real control run during which other work on this shared machine took the CPU
     for a second: a real stall, but nothing to change in the server."""

@@ -30,6 +30,10 @@ EVENT_SLACK = dt.timedelta(seconds=2)  # log lines and 1 s samples straddle boun
 # Counters move when an operation completes: the fsync that stalled commits is counted in
 # the second the stall ends. A window's telemetry includes the second after it.
 EVIDENCE_TAIL = dt.timedelta(seconds=1)
+# What stalls commits often begins within the second before TPS falls (a writeback burst,
+# a checkpoint's fsync), and that second still counts enough transactions to look
+# healthy: it is left out of the healthy seconds, which are what a window is compared to.
+EVIDENCE_LEAD = dt.timedelta(seconds=1)
 CLIENT_BACKEND = "client backend"
 Key = tuple[str, str, str, str]  # node, source, metric, label
 
@@ -156,8 +160,10 @@ def _segments_by_second(report: StallReport) -> pl.DataFrame:
     matched = seconds.join_asof(windows, left_on="sec", right_on="start", strategy="backward")
     inside = pl.col("index").is_not_null() & (pl.col("sec") < pl.col("end") + EVIDENCE_TAIL)
     segment = pl.when(inside).then(pl.col("index")).otherwise(pl.lit(HEALTHY, pl.Int32()))
+    lead_in = pl.col("sec").is_in([w.start - EVIDENCE_LEAD for w in report.windows])
+    healthy = pl.col("kind").is_null() & ~lead_in
     return matched.with_columns(segment.alias("segment")).filter(
-        (pl.col("segment") != HEALTHY) | pl.col("kind").is_null()).select("sec", "segment")
+        (pl.col("segment") != HEALTHY) | healthy).select("sec", "segment")
 
 
 def aggregate(data: RunData, report: StallReport) -> dict[int, Segment]:
