@@ -143,7 +143,7 @@ def test_sync_standby_paused_stops_commits_on_syncrep(tmp_path: Path) -> None:
 
 
 def test_too_many_connections_pooler_wins(tmp_path: Path, pgbouncer_binary: str) -> None:
-    runs = _run(tmp_path, "too-many-connections", "workload.duration=5s",
+    runs = _run(tmp_path, "too-many-connections", "workload.duration=3s",
                 "workload.warmup=2s")
     by_pooler = {json.loads((r / "manifest.json").read_text())["variant"]["topology.pooler"]:
                  statistics.fmean(measured_tps(r).to_list()) for r in runs}

@@ -22,7 +22,7 @@ mix = ["select-only"]
 reconnect = true
 clients = 30
 jobs = 2
-duration = "3s"
+duration = "2s"
 warmup = "1s"
 """
 
