@@ -171,8 +171,11 @@ def test_checkpoint_flush_storm_drops_tps_during_checkpoints(tmp_path: Path) -> 
     (run,) = _run(tmp_path, "checkpoint-flush-storm", "workload.duration=20s",
                   "workload.warmup=2s")
     assert low_seconds(run) >= 1
-    events = pl.read_parquet(run / "events.parquet")
-    assert events.filter(pl.col("kind") == "checkpoint").height >= 2
+    # max_wal_size is so small that WAL volume, not time, starts the checkpoints (the
+    # shutdown checkpoint of the set-up's restart does not count)
+    checkpoints = pl.read_parquet(run / "events.parquet").filter(pl.col("kind") == "checkpoint")
+    flags = [json.loads(attrs)["flags"] for attrs in checkpoints["attrs"]]
+    assert any("wal" in f for f in flags), flags
     manifest = json.loads((run / "manifest.json").read_text())
     measured = manifest["nodes"]["primary"]["envelope"]["measured_write_mbps"]
     assert abs(measured - 16) <= 1.6, measured  # the envelope was verified at 16 MB/s
