@@ -144,6 +144,7 @@ def scan_shaped(
     fromiso = datetime.fromisoformat
     new_record = _new_record
     event_type = Event
+    new_object = object.__new__
     statement_max = STATEMENT_MAX
     microsecond = MICROSECOND
     record_type = LogRecord
@@ -176,16 +177,19 @@ def scan_shaped(
                 # ms has exactly 3 decimals: the digits are the microseconds, and
                 # micros / 1000 is float(ms) exactly (both are correctly rounded).
                 micros = int(ms.replace(".", ""))
-                event = event_type(
-                    t - microsecond * micros, "slow-statement", node, t,
-                    {
-                        "duration_ms": micros / 1000,
-                        "phase": phase,
-                        "prepared": (name.strip() or None) if name else None,
-                        "statement": sql[:statement_max],  # the same object when shorter
-                        "pid": int(pid),
-                    },
-                )
+                # event_parts.new_event, inlined: the slots filled directly
+                event = new_object(event_type)
+                event.t_start = t - microsecond * micros
+                event.kind = "slow-statement"
+                event.node = node
+                event.t_end = t
+                event.attrs = {
+                    "duration_ms": micros / 1000,
+                    "phase": phase,
+                    "prepared": (name.strip() or None) if name else None,
+                    "statement": sql[:statement_max],  # the same object when shorter
+                    "pid": int(pid),
+                }
                 add_event(event)
                 continue
             claimed += 1
