@@ -74,7 +74,8 @@ def _text_chunks(stream: BinaryIO, first: bytes) -> Iterator[str]:
                 cut -= 1
             cut -= 1 if data[cut - 1] & 0xC0 == 0xC0 else 0
         carry = data[cut:]
-        yield data[:cut].decode("utf-8", "replace")
+        # decoded through a memoryview: no copy of the chunk's bytes first
+        yield str(memoryview(data)[:cut], "utf-8", "replace")
     if carry:
         yield carry.decode("utf-8", "replace")
 
