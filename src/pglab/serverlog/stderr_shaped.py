@@ -58,7 +58,7 @@ _TAIL = (
 # phase, prepared name, SQL.
 # "One-line": the next line is neither a tab continuation nor a line with the same
 # prefix (DETAIL: parameters ...); otherwise the message takes the general alternative
-# (groups 8-10) and goes through the rules like any record.
+# (groups 9-11) and goes through the rules like any record.
 _DURATION = (
     r"LOG:  duration: ([0-9]+)\.([0-9]{3}) ms  (statement|execute|parse|bind|fastpath)([^:\n]*)"
     r": ([^\n]*)(?=\n(?!\t|" + _SAME_PREFIX + "))"
