@@ -12,7 +12,7 @@ Python code, and timestamps are parsed only for the lines that matched.
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from pglab.events import Event
 from pglab.serverlog.event_parts import MICROSECOND
@@ -54,12 +54,13 @@ _TAIL = (
     r"(?:\n\t[^\n]*)*)*)"
 )
 # A one-line slow statement (the bulk of many logs) is split by the regex itself:
-# groups 4-7 = milliseconds (PostgreSQL prints 3 decimals), phase, prepared name, SQL.
+# groups 4-8 = the whole milliseconds and their 3 decimals (PostgreSQL prints 3),
+# phase, prepared name, SQL.
 # "One-line": the next line is neither a tab continuation nor a line with the same
 # prefix (DETAIL: parameters ...); otherwise the message takes the general alternative
-# (groups 8-10) and goes through the rules like any record.
+# (groups 9-11) and goes through the rules like any record.
 _DURATION = (
-    r"LOG:  duration: ([0-9]+\.[0-9]{3}) ms  (statement|execute|parse|bind|fastpath)([^:\n]*)"
+    r"LOG:  duration: ([0-9]+)\.([0-9]{3}) ms  (statement|execute|parse|bind|fastpath)([^:\n]*)"
     r": ([^\n]*)(?=\n(?!\t|" + _SAME_PREFIX + "))"
 )
 CANDIDATE_RE = re.compile(
@@ -81,6 +82,16 @@ _ATTACHED_RE = re.compile(_HEAD + "(?:" + "|".join(sorted(ATTACHED)) + "):  ")
 # LogRecord is a NamedTuple; building it from a tuple skips its Python-level __new__,
 # which matters with millions of records.
 _new_record = tuple.__new__
+
+# A slow statement starts its duration before the line's time. timedelta arithmetic
+# on ints is costly (MICROSECOND * n makes a dozen Python ints: 2.4k instructions, the
+# dearest step of a slow statement), so the duration's whole milliseconds are looked up
+# here (few distinct values: durations are mostly under a few seconds) and its three
+# decimals in _FRACTION, each as (timedelta, microseconds); the result is the same
+# exact microsecond arithmetic, and the duration in ms the same correctly rounded float.
+_WHOLE_MS: dict[str, tuple[timedelta, int]] = {}
+_WHOLE_MS_MAX = 1 << 16  # bounds the memory a log of very varied durations can take
+_FRACTION = {f"{n:03d}": (MICROSECOND * n, n) for n in range(1000)}
 
 
 def looks_shaped(buf: str) -> bool | None:
@@ -144,8 +155,10 @@ def scan_shaped(
     fromiso = datetime.fromisoformat
     new_record = _new_record
     event_type = Event
+    new_object = object.__new__
     statement_max = STATEMENT_MAX
-    microsecond = MICROSECOND
+    whole_ms = _WHOLE_MS
+    fraction = _FRACTION
     record_type = LogRecord
     zone_seen = ""
     offset, zone_unknown = timestamps.zone("")
@@ -153,7 +166,7 @@ def scan_shaped(
     skipped = 0
     found = pattern.findall(buf, 0, end)
     # One iteration per message: the hot loop of a big log.
-    for stamp, zone, pid, ms, phase, name, sql, sev, text, block in found:
+    for stamp, zone, pid, ms_whole, ms_fraction, phase, name, sql, sev, text, block in found:
         if zone is not zone_seen and zone != zone_seen:  # "" (UTC) is one object
             zone_seen = zone
             offset, zone_unknown = timestamps.zone(zone)
@@ -170,26 +183,36 @@ def scan_shaped(
             t = parsed
         if offset:
             t -= offset
-        if ms:  # a one-line slow statement
+        if ms_whole:  # a one-line slow statement
             if feed_into is not None:
                 # statement_rules.slow_statement_event, inlined: most events of a busy log.
-                # ms has exactly 3 decimals: the digits are the microseconds, and
-                # micros / 1000 is float(ms) exactly (both are correctly rounded).
-                micros = int(ms.replace(".", ""))
-                event = event_type(
-                    t - microsecond * micros, "slow-statement", node, t,
-                    {
-                        "duration_ms": micros / 1000,
-                        "phase": phase,
-                        "prepared": (name.strip() or None) if name else None,
-                        "statement": sql[:statement_max],  # the same object when shorter
-                        "pid": int(pid),
-                    },
-                )
+                whole = whole_ms.get(ms_whole)
+                if whole is None:
+                    if len(whole_ms) >= _WHOLE_MS_MAX:
+                        whole_ms.clear()
+                    micros = int(ms_whole) * 1000
+                    whole = whole_ms[ms_whole] = (MICROSECOND * micros, micros)
+                part = fraction[ms_fraction]
+                # event_parts.new_event, inlined: the slots filled directly
+                event = new_object(event_type)
+                event.t_start = t - whole[0] - part[0]
+                event.kind = "slow-statement"
+                event.node = node
+                event.t_end = t
+                event.attrs = {
+                    # float(ms_text) exactly, as in slow_statement_event: both are
+                    # correctly rounded
+                    "duration_ms": (whole[1] + part[1]) / 1000,
+                    "phase": phase,
+                    "prepared": (name.strip() or None) if name else None,
+                    "statement": sql[:statement_max],  # the same object when shorter
+                    "pid": int(pid),
+                }
                 add_event(event)
                 continue
             claimed += 1
-            severity, message = "LOG", f"duration: {ms} ms  {phase}{name}: {sql}"
+            severity = "LOG"
+            message = f"duration: {ms_whole}.{ms_fraction} ms  {phase}{name}: {sql}"
         else:
             if count_lines:
                 claimed += 1 + text.count("\n") + block.count("\n")
