@@ -15,11 +15,15 @@
 2. Installs pgBadger if missing (Debian package: apt-get update, apt-get install).
 3. Runs pglab's parser on it in a child process (single process, streaming, every
    event built: iter_event_batches), then pgBadger (`-f stderr --prefix '%m [%p] '
-   -o out.json`, its default single process).
-4. Prints MB/s of both, the wall-time ratio (target >= 20x) and the CPU-time ratio
-   (the same comparison without the time spent waiting for a core on a busy machine),
-   pglab's peak RSS, and compares the number of checkpoints, autovacuum and autoanalyze
-   runs both found (must be equal).
+   -o out.json`, its default single process), then pglab again, --pglab-runs times in
+   all (default 3). pglab's run is some 25 times shorter than pgBadger's, so on a shared
+   machine a burst of other work lands on it with 25 times the weight (one such run
+   measured 11.9x where the others measured 22-31x); the median of runs before and after
+   pgBadger's spreads it over the same stretch of time. Every run is printed.
+4. Prints MB/s of both, the wall-time ratio (target >= 20x; pglab's median run) and the
+   CPU-time ratio (the same comparison without the time spent waiting for a core on a
+   busy machine), pglab's peak RSS, and compares the number of checkpoints, autovacuum
+   and autoanalyze runs both found (must be equal, in every pglab run).
 
 Exit status 0 when the counts agree (and the ratio target is met), 1 otherwise.
 """
@@ -32,6 +36,7 @@ import random
 import re
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -269,6 +274,26 @@ def run_pglab(path: Path) -> dict[str, object]:
     return result
 
 
+@dataclass(frozen=True)
+class PglabRun:
+    wall_s: float
+    cpu_s: float
+    kinds: dict[str, int]
+    counts_ok: bool  # every kind as many times as the generator wrote it
+
+
+def measure_pglab(log: Path, size_mb: float, written: Counter[str]) -> PglabRun:
+    result = run_pglab(log)
+    kinds: dict[str, int] = result["kinds"]  # type: ignore[assignment]
+    run = PglabRun(float(result["seconds"]), float(result["cpu_seconds"]),  # type: ignore[arg-type]
+                   kinds, all(kinds.get(k, 0) == v for k, v in written.items()))
+    peak_mb = int(result["peak_rss_kb"]) / 1024  # type: ignore[call-overload]
+    print(f"pglab:    {run.wall_s:7.1f} s  {size_mb / run.wall_s:8.1f} MB/s  "
+          f"CPU {run.cpu_s:.1f} s  peak RSS {peak_mb:.0f} MB  events: {dict(sorted(kinds.items()))}"
+          + ("" if run.counts_ok else "  (counts differ from what was written)"), flush=True)
+    return run
+
+
 def ensure_pgbadger() -> str:
     found = shutil.which("pgbadger")
     if found:
@@ -321,6 +346,8 @@ def main() -> int:
         help="what the generated log holds (see MIXES)",
     )
     parser.add_argument("--skip-pgbadger", action="store_true")
+    parser.add_argument("--pglab-runs", type=int, default=3,
+                        help="pglab runs (the first before pgBadger's, the others after)")
     parser.add_argument("--pglab-worker", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.pglab_worker:
@@ -340,34 +367,31 @@ def main() -> int:
             flush=True,
         )
 
-        pglab = run_pglab(log)
-        pglab_s = float(pglab["seconds"])  # type: ignore[arg-type]
-        pglab_cpu = float(pglab["cpu_seconds"])  # type: ignore[arg-type]
-        kinds: dict[str, int] = pglab["kinds"]  # type: ignore[assignment]
-        peak_mb = int(pglab["peak_rss_kb"]) / 1024  # type: ignore[call-overload]
-        print(
-            f"pglab:    {pglab_s:7.1f} s  {size_mb / pglab_s:8.1f} MB/s  CPU {pglab_cpu:.1f} s  "
-            f"peak RSS {peak_mb:.0f} MB  events: {dict(sorted(kinds.items()))}",
-            flush=True,
-        )
-        ok = all(kinds.get(k, 0) == v for k, v in written.items())
-        if not ok:
-            print("pglab's counts differ from what was written")
+        runs = [measure_pglab(log, size_mb, written)]
         if args.skip_pgbadger:
-            return 0 if ok else 1
+            runs += [measure_pglab(log, size_mb, written) for _ in range(args.pglab_runs - 1)]
+            return 0 if all(run.counts_ok for run in runs) else 1
 
         badger_s, badger_cpu, badger = run_pgbadger(ensure_pgbadger(), log, workdir)
         print(
             f"pgBadger: {badger_s:7.1f} s  {size_mb / badger_s:8.1f} MB/s  CPU {badger_cpu:.1f} s  "
-            f"counts: {badger}"
+            f"counts: {badger}", flush=True,
         )
+        runs += [measure_pglab(log, size_mb, written) for _ in range(args.pglab_runs - 1)]
+        pglab_s = statistics.median(run.wall_s for run in runs)
+        pglab_cpu = statistics.median(run.cpu_s for run in runs)
+        print(f"pglab, median of {len(runs)} runs: {pglab_s:.1f} s  "
+              f"{size_mb / pglab_s:.1f} MB/s  CPU {pglab_cpu:.1f} s")
         ratio = badger_s / pglab_s
-        print(f"speed ratio pglab/pgBadger: {ratio:.1f}x (target >= {TARGET_RATIO:.0f}x)")
+        each = ", ".join(f"{badger_s / run.wall_s:.1f}x" for run in runs)
+        print(f"speed ratio pglab/pgBadger: {ratio:.1f}x (target >= {TARGET_RATIO:.0f}x); "
+              f"each pglab run: {each}")
         # On a shared machine wall time also counts waiting for a core; CPU time is the
         # work each did. Both are shown; the target is judged on wall time.
         print(f"CPU-time ratio pglab/pgBadger: {badger_cpu / pglab_cpu:.1f}x")
+        ok = all(run.counts_ok for run in runs)
         for key, value in badger.items():
-            mine = kinds.get(key, 0)
+            mine = runs[0].kinds.get(key, 0)
             verdict = "equal" if mine == value else "DIFFERENT"
             print(f"  {key:24} pglab {mine:8}  pgBadger {value:8}  {verdict}")
             ok = ok and mine == value
