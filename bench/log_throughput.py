@@ -243,6 +243,16 @@ def generate_log(path: Path, size_bytes: int, mix: Mix, seed: int = 42) -> Count
 # --- running the two parsers ----------------------------------------------------------
 
 
+def _peak_rss_kb() -> int:
+    """This process's own peak RSS. Not getrusage's ru_maxrss: Linux carries that over
+    exec from the forked parent, so after pgBadger's JSON was loaded here, every later
+    worker reported the bench's 159 MB instead of its own 20 MB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
 def pglab_worker(path: Path) -> None:
     """Child process: parse, print timings, counts and peak memory as JSON."""
     from pglab.serverlog import iter_event_batches
@@ -255,7 +265,7 @@ def pglab_worker(path: Path) -> None:
         kinds.update(map(attrgetter("kind"), batch))
     seconds = time.perf_counter() - t0
     cpu_seconds = time.process_time() - cpu0
-    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak_kb = _peak_rss_kb()
     print(
         json.dumps(
             {"seconds": seconds, "cpu_seconds": cpu_seconds, "kinds": kinds, "peak_rss_kb": peak_kb}
