@@ -33,3 +33,18 @@ class Event:
 
     def attrs_json(self) -> str:
         return json.dumps(self.attrs, sort_keys=True, default=str)
+
+
+def attrs_summary(attrs: dict[str, Any], keys: tuple[str, ...]) -> str:
+    """`key=value` for each of `keys` the event has (lists comma-joined, values cut to 60
+    characters): one line for `pglab logs` and for the report's event tooltips."""
+    parts = []
+    for key in keys:
+        value = attrs.get(key)
+        if value is None or value in ([], ""):
+            continue
+        if isinstance(value, list):
+            value = ",".join(map(str, value))
+        text = str(value)
+        parts.append(f"{key}={text if len(text) <= 60 else text[:57] + '...'}")
+    return " ".join(parts)

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from pglab.commands.console import err, out
 from pglab.errors import ExitCode, PglabError
+from pglab.events import attrs_summary
 from pglab.serverlog import parse_log_files
 from pglab.store import iso
 
@@ -29,17 +30,7 @@ _LOG_KEYS = {
 
 
 def _event_line(attrs: dict[str, Any], kind: str) -> str:
-    keys = _LOG_KEYS.get(kind) or tuple(attrs)[:6]
-    parts = []
-    for key in keys:
-        value = attrs.get(key)
-        if value is None or value in ([], ""):
-            continue
-        if isinstance(value, list):
-            value = ",".join(str(v) for v in value)
-        text = str(value)
-        parts.append(f"{key}={text if len(text) <= 60 else text[:57] + '...'}")
-    return " ".join(parts)
+    return attrs_summary(attrs, _LOG_KEYS.get(kind) or tuple(attrs)[:6])
 
 
 def logs(files: tuple[Path, ...], as_json: bool, kinds: tuple[str, ...]) -> int:

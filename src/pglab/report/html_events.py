@@ -13,6 +13,7 @@ from typing import Any
 
 import polars as pl
 
+from pglab.events import attrs_summary
 from pglab.report.html_series import seconds_since
 
 # lane -> the event kinds drawn in it (docs/TELEMETRY.md, "Events"), and its colour.
@@ -50,16 +51,8 @@ def _text(kind: str, attrs: dict[str, Any]) -> str:
         "probe-error": ("probe", "error"),
         "fault": ("action", "args", "elapsed_s", "recovery_s", "error", "ended_by"),
     }.get(kind) or tuple(attrs)[:5]
-    parts = []
-    for key in keys:
-        value = attrs.get(key)
-        if value is None or value in ([], ""):
-            continue
-        if isinstance(value, list):
-            value = ",".join(map(str, value))
-        text = str(value)
-        parts.append(f"{key}={text if len(text) <= 60 else text[:57] + '...'}")
-    return kind + (": " + " ".join(parts) if parts else "")
+    summary = attrs_summary(attrs, keys)
+    return kind + (": " + summary if summary else "")
 
 
 def _segment_bytes(manifest: dict[str, Any]) -> int:
