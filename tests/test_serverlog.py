@@ -4,6 +4,7 @@ message formats from the sources (13-18), garbled input, tailing. No server need
 from __future__ import annotations
 
 import gc
+import json
 import random
 import re
 from collections import Counter
@@ -733,3 +734,17 @@ def test_event_batches_leave_the_garbage_collector_as_found(enabled: bool) -> No
             gc.enable()
         else:
             gc.disable()
+
+
+def test_pglab_logs_prints_the_events_of_each_format() -> None:
+    from conftest import run_cli
+
+    for name in ("postgresql.log", "postgresql.csv", "postgresql.json"):
+        path = SAMPLES / "pg18" / name
+        table = run_cli("logs", "--kind", "checkpoint", str(path), env={"COLUMNS": "200"})
+        assert table.returncode == 0, table.stderr
+        # the details column: key=value of the kind's main attributes
+        assert "checkpoint" in table.stdout and "buffers=" in table.stdout, table.stdout
+        lines = run_cli("logs", "--json", str(path)).stdout.splitlines()
+        kinds = Counter(json.loads(line)["kind"] for line in lines)
+        assert kinds["checkpoint"] >= 1 and kinds["server-start"] >= 1, kinds
