@@ -125,10 +125,9 @@ def _finding(f: Finding) -> dict[str, Any]:
             **({"outside_the_lab": True} if f.outside else {})}
 
 
-def _verdict(stalls: list[dict[str, Any]], steady: list[dict[str, Any]]
-             ) -> dict[str, Any] | None:
-    """The run's top cause: the first cause of the stalls that lost the most transactions
-    together; for a run without an attributed stall, what held the whole run back."""
+def _first_causes(stalls: list[dict[str, Any]]) -> tuple[dict[str, int], dict[str, float]]:
+    """Per attributed first cause of stalls (neither unknown nor outside the lab): the
+    transactions its stalls lost together, and its best confidence."""
     lost: dict[str, int] = {}
     best: dict[str, float] = {}
     for stall in stalls:
@@ -137,6 +136,14 @@ def _verdict(stalls: list[dict[str, Any]], steady: list[dict[str, Any]]
             continue
         lost[first["cause"]] = lost.get(first["cause"], 0) + stall["lost_transactions"]
         best[first["cause"]] = max(best.get(first["cause"], 0.0), first["confidence"])
+    return lost, best
+
+
+def _verdict(stalls: list[dict[str, Any]], steady: list[dict[str, Any]]
+             ) -> dict[str, Any] | None:
+    """The run's top cause: the first cause of the stalls that lost the most transactions
+    together; for a run without an attributed stall, what held the whole run back."""
+    lost, best = _first_causes(stalls)
     if lost:
         cause = max(lost, key=lambda c: (lost[c], best[c]))
         return {"cause": cause, "confidence": best[cause], "basis": "stalls",
@@ -169,11 +176,7 @@ def _priority(stalls: list[dict[str, Any]], verdict: dict[str, Any] | None
               ) -> tuple[str, ...]:
     """Causes by what they cost: the verdict's first, then the other first causes of
     stalls by the transactions those stalls lost (recommendations follow this order)."""
-    lost: dict[str, int] = {}
-    for stall in stalls:
-        first = stall["causes"][0] if stall["causes"] else None
-        if first is not None and first["cause"] != "unknown":
-            lost[first["cause"]] = lost.get(first["cause"], 0) + stall["lost_transactions"]
+    lost, _ = _first_causes(stalls)
     ranked = sorted(lost, key=lambda c: lost[c], reverse=True)
     head = [verdict["cause"]] if verdict else []
     return tuple(dict.fromkeys(head + ranked))
