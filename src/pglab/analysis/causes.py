@@ -31,8 +31,8 @@ from pglab.analysis.signals import (
 )
 
 MIN_CONFIDENCE = 0.2
-VACUUM_IO_MB = 64
-WRITEBACK_BURST_MB = 64  # an autovacuum that read or dirtied less is no IO burden
+VACUUM_IO_MB = 64  # an autovacuum that read or dirtied less is no IO burden
+WRITEBACK_BURST_MB = 64  # this much page cache under writeback at once is a burst
 WEAK_BELOW = 0.4
 
 WAL_INIT = ("IO:WalInitWrite", "IO:WalInitSync")
@@ -71,6 +71,11 @@ def _write_phase_end(e: EventView, ev: WindowEvidence) -> dt.datetime | None:
     except ValueError:
         return None
     return e.start + dt.timedelta(seconds=timeout * target)
+
+
+def _flush_hints_off(ev: WindowEvidence) -> bool:
+    """checkpoint_flush_after = 0: the checkpointer's writes pile up as dirty page cache."""
+    return setting(ev.manifest, "checkpoint_flush_after") in ("0", "0kB")
 
 
 def _phase(e: EventView, ev: WindowEvidence) -> str:
@@ -188,8 +193,7 @@ def checkpoint_io(ev: WindowEvidence) -> Finding | None:
         disk_write(s, ev, 0.2)
         # its own writes being flushed; with write-back hints off, memory_reclaim's pile
         burst = ev.inside.peak("host", "os.memory", "writeback_mb") or 0.0
-        hints_off = setting(ev.manifest, "checkpoint_flush_after") in ("0", "0kB")
-        if burst >= WRITEBACK_BURST_MB and not hints_off and any(
+        if burst >= WRITEBACK_BURST_MB and not _flush_hints_off(ev) and any(
                 _phase(e, ev) in ("sync phase", "write and sync phases")
                 for e in _checkpoints(ev)):
             s.add(0.2, f"its fsyncs put {burst:.0f} MB of page cache under writeback")
@@ -284,8 +288,7 @@ def _writeback_burst(s: Score, ev: WindowEvidence) -> None:
     writeback (its threshold is above what piled up), and an fsync, typically the
     checkpoint's, forced it out; worse when PostgreSQL's write-back hints are off."""
     burst = ev.inside.peak("host", "os.memory", "writeback_mb") or 0.0
-    # the mean, not the peak: a burst often starts the second before TPS falls, and that
-    # second counts as healthy
+    # the healthy seconds' mean, not their peak: the usual level, not one odd second
     usual = ev.healthy.mean("host", "os.memory", "writeback_mb") or 0.0
     if burst < WRITEBACK_BURST_MB or burst < 4 * max(usual, 1.0):
         return
@@ -301,7 +304,7 @@ def _writeback_burst(s: Score, ev: WindowEvidence) -> None:
     # dirty page cache, and the fsync had to write the whole pile at once.
     syncing = [e for e in _checkpoints(ev)
                if _phase(e, ev) in ("sync phase", "write and sync phases")]
-    if syncing and setting(ev.manifest, "checkpoint_flush_after") in ("0", "0kB"):
+    if syncing and _flush_hints_off(ev):
         s.add(0.4, f"the checkpoint started {at(syncing[0])} was in its sync phase with "
                    "checkpoint_flush_after = 0: its writes had piled up in the page cache "
                    "and its fsyncs wrote them at once")
