@@ -70,6 +70,9 @@ def test_run_scenario_with_overrides_and_show_ls(overridden_run: Path) -> None:
     assert shown.returncode == 0
     summary = json.loads(shown.stdout)
     assert summary["status"] == "completed" and summary["measured"]["tps"] > 0
+    cost = manifest["telemetry"]
+    line = next(s for s in run_cli("show", str(run_dir)).stdout.splitlines() if "observer" in s)
+    assert f"{cost['observer_cpu_s']:.2f} s pglab" in line and "% of the machine" in line
 
     listed = run_cli("ls", str(results), "--json")
     assert [r["run_id"] for r in json.loads(listed.stdout)] == [run_dir.name]

@@ -34,7 +34,10 @@ from pglab.probes.os_probes import (
     TcpProbe,
     Tree,
     available,
+    scan_processes,
     split_tree_cpu,
+    tree_of,
+    walk_tree,
 )
 
 SAMPLES = Path(__file__).resolve().parent / "samples" / "procfs"
@@ -306,6 +309,7 @@ def test_pid_stat_from_samples() -> None:
         0,
     )
     assert after.utime == 145 and after.starttime == before.starttime == 968451
+    assert after.threads == 1
     assert (after.own_ticks - before.own_ticks) / 100 / ELAPSED == pytest.approx(0.969, abs=1e-3)
 
 
@@ -630,6 +634,36 @@ def fake_postmaster() -> Iterator[int]:
     root.wait()
 
 
+# A parent with two children and a grandchild, all asleep: a tree that holds still.
+STILL_TREE = r"""
+import subprocess, sys
+sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+nested = [sys.executable, "-c", "import subprocess, sys; subprocess.run(sys.argv[1:])", *sleeper]
+children = [subprocess.Popen(sleeper), subprocess.Popen(nested)]
+print("ready", flush=True)
+children[0].wait()
+"""
+
+
+def test_walking_a_tree_finds_what_reading_every_process_finds() -> None:
+    proc = Path("/proc")
+    if not (proc / "self" / "task" / str(os.getpid()) / "children").exists():
+        pytest.skip("this kernel does not list children (CONFIG_PROC_CHILDREN)")
+    root = subprocess.Popen([sys.executable, "-c", STILL_TREE], stdout=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        assert root.stdout is not None and root.stdout.readline() == "ready\n"
+        deadline = time.monotonic() + 10  # the nested child forks the grandchild once it runs
+        while len(walked := walk_tree(proc, root.pid)) < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        scanned = tree_of(root.pid, scan_processes(proc))
+    finally:
+        os.killpg(root.pid, 9)
+        root.wait()
+    assert len(walked) == 4 and set(walked) == set(scanned)
+    assert all(walked[pid].starttime == scanned[pid].starttime for pid in walked)
+
+
 def test_processes_live_postgres_kinds(fake_postmaster: int) -> None:
     ctx = context([node("primary", None, lambda: fake_postmaster)])
     out = by_key(run_twice(ProcessesProbe(), ctx, pause=0.5))
@@ -666,7 +700,7 @@ def test_tcp_live_loopback(tmp_path: Path) -> None:
         with socket.create_connection(("127.0.0.1", port)) as client:
             client_port = client.getsockname()[1]
             label = f"127.0.0.1:{port}->127.0.0.1:{client_port}"
-            ctx = context([node("primary", tmp_path)])
+            ctx = context([node("primary", tmp_path, lambda: server.pid)])
             replication = TcpProbe()
             everything = TcpProbe(replication_only=False)
             for probe in (replication, everything):
@@ -683,6 +717,22 @@ def test_tcp_live_loopback(tmp_path: Path) -> None:
     assert out[("primary", label, "received_mbps")] > 0
     assert out[("primary", label, "rtt_ms")] > 0
     assert labels == {label, f"127.0.0.1:{client_port}->127.0.0.1:{port}"}
+
+
+def test_tcp_runs_no_ss_while_no_node_replicates(fake_postmaster: int, tmp_path: Path) -> None:
+    """`ss` costs milliseconds of CPU a call: not run without a walsender or walreceiver."""
+    (tmp_path / "postmaster.pid").write_text(f"{fake_postmaster}\n{tmp_path}\n1\n5432\n")
+    calls = []
+
+    class CountingTcpProbe(TcpProbe):
+        def run_ss(self, ports: dict[int, str], with_owners: bool = True) -> str:
+            calls.append(ports)
+            return super().run_ss(ports, with_owners)
+
+    probe = CountingTcpProbe()
+    out = run_twice(probe, context([node("primary", tmp_path, lambda: fake_postmaster)]))
+    assert probe.replication_processes() == [] and probe.kinds  # it did look
+    assert out.samples == [] and calls == []
 
 
 def test_tcp_without_nodes_or_replication_is_silent() -> None:

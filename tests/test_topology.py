@@ -8,6 +8,7 @@ import signal
 import socket
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +18,10 @@ import pytest
 
 from conftest import processes_under, run_cli, write_scenario
 from pglab.lab.lab import Lab
+from pglab.probes.base import ProbeContext
+from pglab.probes.os_probes import TcpProbe
 from pglab.scenario import load_text
+from pglab.store import utc_now
 
 SYNC_LAB = """
 name = "sync"
@@ -83,6 +87,24 @@ def test_standbys_stream_and_first_is_synchronous(sync_lab: Lab) -> None:
             time.sleep(0.1)
         else:
             pytest.fail(f"{standby.name} did not replay the insert")
+
+
+def test_tcp_probe_follows_each_replication_connection_from_both_ends(sync_lab: Lab) -> None:
+    """Found from the walsenders' and walreceivers' own fds, without `ss -p`."""
+    probe = TcpProbe()
+    probe.start(ProbeContext(sync_lab.probe_nodes(), lambda: None, time.time))
+    assert probe.children_listed and probe.replication_processes() is not None
+    probe.sample(utc_now())
+    assert sync_lab.primary is not None
+    with sync_lab.primary.connect() as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS tcp_traffic AS SELECT repeat('x', 1000) AS v "
+                     "FROM generate_series(1, 1000)")
+    time.sleep(0.2)
+    out = probe.sample(utc_now())
+    ends = Counter(s.node for s in out.samples if s.metric == "rtt_ms")
+    assert ends == {"primary": 2, "standby1": 1, "standby2": 1}  # a walsender per standby
+    sent = sum(s.value for s in out.samples if s.node == "primary" and s.metric == "sent_mbps")
+    assert sent > 0
 
 
 def test_replication_over_tcp_needs_the_labs_password(sync_lab: Lab) -> None:

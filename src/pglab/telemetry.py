@@ -1,9 +1,14 @@
 """The telemetry runner: owns the clock, calls the probes on schedule, feeds the sink.
 
-Two threads: one calls the interval probes at whole multiples of telemetry.interval
-(UTC wall clock, so samples line up with the client series' whole seconds), one calls the
-wait sampler at wait_sampling_hz. Both sleep on an Event so that stop() is immediate,
-and both take the clock and the wait function from the caller, so tests can drive them.
+Sampling loops, each a thread: one calls the host's interval probes (OS, server log,
+pooler) at whole multiples of telemetry.interval (UTC wall clock, so samples line up with
+the client series' whole seconds); each node with a database connection has two of its
+own, one for its interval database probes and one for the wait sampler at
+wait_sampling_hz. A node that stops answering (a paused standby: SIGSTOP leaves its socket
+open and silent, so no timeout of the server's applies) then holds up only its own loops,
+and no read is handed from thread to thread (that cost more CPU than the reads under
+load). All loops sleep on one Event so that stop() is immediate, and take the clock and
+the wait function from the caller, so tests can drive them.
 
 Time stamps: an interval sample describes the interval that ends at its tick and is
 stamped with the interval's start (like the client series' second `t`); a wait sample
@@ -15,6 +20,7 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import math
+import os
 import statistics
 import threading
 import time
@@ -23,7 +29,12 @@ from typing import Any
 
 from pglab.events import Event
 from pglab.probes.base import Probe, ProbeContext, ProbeOutput
+from pglab.probes.db_base import DbProbe
 from pglab.probes.sink import TelemetrySink
+
+# How long stop() waits for the loops: a live server answers within the probes'
+# statement_timeout (2 s); a loop stuck on a silent one is a daemon and left behind.
+STOP_WAIT_S = 3.0
 
 
 def _utc(epoch: float) -> dt.datetime:
@@ -42,41 +53,59 @@ class TelemetryRunner:
         self._wait = wait or self._stop.wait
         self._probes = probes
         self._threads: list[threading.Thread] = []
-        self._failing: set[str] = set()
-        self.fast_lateness_ms: list[float] = []  # read time minus scheduled time
-        self.fast_times: list[float] = []
+        self._failing: set[tuple[str, str | None]] = set()  # (probe, node) now failing
+        # per fast loop: read time minus scheduled time, and the read times
+        self.fast_lateness_ms: dict[str, list[float]] = {}
+        self.fast_times: dict[str, list[float]] = {}
         self.interval_overruns = 0
         self.started: list[Probe] = []
+        self._loop_cpu_s: dict[str, float] = {}  # CPU seconds each sampling loop has used
+        self._span = [0.0, 0.0]  # monotonic start and stop: what the cost is a share of
 
     # --- lifecycle ----------------------------------------------------------------------
 
     def start(self) -> None:
+        self._span[0] = time.monotonic()
         now = _utc(self.ctx.clock())
         for probe in self._probes:
             try:
                 probe.start(self.ctx)
                 self.started.append(probe)
             except Exception as exc:  # a probe that cannot start must not stop the run
-                self._report(probe, now, exc)
-        self._launch("telemetry-interval", self._interval_loop)
-        if any(p.cadence == "fast" for p in self.started):
-            self._launch("telemetry-waits", self._fast_loop)
+                self._report(probe, None, now, exc)
+        by_node = [p for p in self.started if isinstance(p, DbProbe)]
+        host = [p for p in self.started if p not in by_node]
+        nodes = self.ctx.db.node_names if self.ctx.db is not None else []
+        for node in [None, *nodes]:
+            mine = host if node is None else by_node
+            suffix = "" if node is None else f"-{node}"
+            interval = [p for p in mine if p.cadence == "interval"]
+            fast = [p for p in mine if p.cadence == "fast"]
+            if interval:
+                self._launch(f"telemetry-interval{suffix}", self._interval_loop, interval, node)
+            if fast:
+                self._launch(f"telemetry-waits{suffix}", self._fast_loop, fast, node)
 
-    def _launch(self, name: str, target: Callable[[], None]) -> None:
-        thread = threading.Thread(target=target, name=name, daemon=True)
+    def _launch(self, name: str, loop: Callable[[str, list[Probe], str | None], None],
+                probes: list[Probe], node: str | None) -> None:
+        # a daemon: a loop stuck on a silent server must not hold up the exit
+        thread = threading.Thread(target=loop, args=(name, probes, node), name=name,
+                                  daemon=True)
         self._threads.append(thread)
         thread.start()
 
     def stop(self) -> None:
+        self._span[1] = time.monotonic()
         self._stop.set()
+        deadline = time.monotonic() + STOP_WAIT_S
         for thread in self._threads:
-            thread.join(timeout=10)
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
         now = _utc(self.ctx.clock())
         for probe in self.started:
             try:
                 self.sink.write(probe.stop())
             except Exception as exc:
-                self._report(probe, now, exc)
+                self._report(probe, None, now, exc)
         if self.ctx.db is not None:
             self.ctx.db.close_all()
 
@@ -89,8 +118,7 @@ class TelemetryRunner:
 
     # --- loops --------------------------------------------------------------------------
 
-    def _interval_loop(self) -> None:
-        probes = [p for p in self.started if p.cadence == "interval"]
+    def _interval_loop(self, name: str, probes: list[Probe], node: str | None) -> None:
         step = self.interval_s
         tick = math.floor(self.ctx.clock() / step) * step + step
         while True:
@@ -101,17 +129,22 @@ class TelemetryRunner:
                 return
             start = _utc(tick - step)
             for probe in probes:
-                self._call(probe, start)
+                self._call(probe, node, start)
+            self._loop_cpu_s[name] = time.thread_time()
             tick += step
             behind = self.ctx.clock() - tick
             if behind > step:  # the probes took longer than an interval: skip, don't pile up
                 self.interval_overruns += 1
                 tick += math.ceil(behind / step) * step
 
-    def _fast_loop(self) -> None:
-        probes = [p for p in self.started if p.cadence == "fast"]
+    def _fast_loop(self, name: str, probes: list[Probe], node: str | None) -> None:
         period = self.fast_period
-        tick = math.ceil(self.ctx.clock() / period) * period
+        # Half a period off the whole seconds, when the interval loops wake up and take the
+        # GIL for a few milliseconds: reads there came up to 9 ms late, elsewhere under 3.
+        offset = period / 2
+        lateness = self.fast_lateness_ms.setdefault(name, [])
+        times = self.fast_times.setdefault(name, [])
+        tick = math.ceil((self.ctx.clock() - offset) / period) * period + offset
         while True:
             delay = tick - self.ctx.clock()
             if delay > 0 and self._wait(delay):
@@ -119,36 +152,41 @@ class TelemetryRunner:
             if self._stop.is_set():
                 return
             read_at = self.ctx.clock()
-            self.fast_lateness_ms.append((read_at - tick) * 1000)
-            self.fast_times.append(read_at)
+            lateness.append((read_at - tick) * 1000)
+            times.append(read_at)
             for probe in probes:
-                self._call(probe, _utc(read_at))
+                self._call(probe, node, _utc(read_at))
+            self._loop_cpu_s[name] = time.thread_time()
             tick += period
             if self.ctx.clock() > tick + period:
-                tick = math.ceil(self.ctx.clock() / period) * period
+                tick = math.ceil((self.ctx.clock() - offset) / period) * period + offset
 
-    def _call(self, probe: Probe, now: dt.datetime) -> None:
+    def _call(self, probe: Probe, node: str | None, now: dt.datetime) -> None:
+        """One probe's sample: of one node for a database probe, else of the host."""
         try:
-            out = probe.sample(now)
-            self._failing.discard(probe.name)
+            if node is not None and isinstance(probe, DbProbe):
+                out = probe.sample_node(node, now)
+            else:
+                out = probe.sample(now)
+            self._failing.discard((probe.name, node))
         except Exception as exc:
-            self._report(probe, now, exc)
+            self._report(probe, node, now, exc)
             return
         self.sink.write(out)
 
-    def _report(self, probe: Probe, now: dt.datetime, exc: Exception) -> None:
-        if probe.name in self._failing:
+    def _report(self, probe: Probe, node: str | None, now: dt.datetime, exc: Exception) -> None:
+        if (probe.name, node) in self._failing:
             return
-        self._failing.add(probe.name)
-        self.sink.write(ProbeOutput(events=[Event(now, "probe-error", "host", attrs={
+        self._failing.add((probe.name, node))
+        self.sink.write(ProbeOutput(events=[Event(now, "probe-error", node or "host", attrs={
             "probe": probe.name, "error": f"{type(exc).__name__}: {exc}"})]))
 
     # --- what the manifest records about sampling itself --------------------------------
 
     def summary(self) -> dict[str, Any]:
-        times = self.fast_times
-        intervals = [(b - a) * 1000 for a, b in itertools.pairwise(times)]
-        late = sorted(self.fast_lateness_ms)
+        times = self.fast_times.values()
+        intervals = [(b - a) * 1000 for loop in times for a, b in itertools.pairwise(loop)]
+        late = [ms for loop in self.fast_lateness_ms.values() for ms in loop]
 
         def pct(values: list[float], q: float) -> float | None:
             if not values:
@@ -160,7 +198,7 @@ class TelemetryRunner:
             "probes": [p.name for p in self.started],
             "interval_s": self.interval_s,
             "wait_sampling_hz": round(1 / self.fast_period, 3),
-            "wait_samples": len(self.fast_times),
+            "wait_samples": sum(len(loop) for loop in times),
             "wait_interval_ms_p50": pct(intervals, 0.5),
             "wait_interval_ms_p99": pct(intervals, 0.99),
             "wait_lateness_ms_p50": pct(late, 0.5),
@@ -169,7 +207,20 @@ class TelemetryRunner:
             "interval_overruns": self.interval_overruns,
             "samples_written": self.sink.sample_count,
             "events_written": self.sink.event_count,
+            **self._observer_cpu(),
         }
+
+    def _observer_cpu(self) -> dict[str, float]:
+        """What observing cost: CPU seconds of pglab's sampling loops and of the server
+        backends answering them (`ss`, run only while nodes replicate, is not counted),
+        and both as a share of all the machine's cores over the time telemetry ran."""
+        cost = {"observer_cpu_s": sum(self._loop_cpu_s.values())}
+        if self.ctx.db is not None:
+            cost["observer_server_cpu_s"] = self.ctx.db.backend_cpu_s
+        capacity = (self._span[1] - self._span[0]) * (os.cpu_count() or 1)
+        if capacity > 0:
+            cost["observer_cpu_pct"] = 100 * sum(cost.values()) / capacity
+        return {key: round(value, 3) for key, value in cost.items()}
 
 
 def monotonic_wall_clock() -> Callable[[], float]:

@@ -5,8 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import time
 from abc import abstractmethod
-from concurrent.futures import TimeoutError as FutureTimeout
-from functools import partial
 from typing import Any
 
 import psycopg
@@ -16,28 +14,28 @@ from pglab.probes.base import Probe, ProbeContext, ProbeOutput, Sample
 from pglab.probes.catalog import Capabilities
 from pglab.probes.dbsessions import DbSessions
 
-# How long a tick waits for a node's read; one that takes longer is dropped and the node
-# skipped until the read returns (a paused standby must not stall the primary's samples).
-NODE_WAIT_S = 0.5
-
 
 class RateTracker:
-    """Per-second rates of cumulative counters, by (label, metric)."""
+    """Per-second rates of cumulative counters: each label's last values and their time."""
 
     def __init__(self) -> None:
-        self._last: dict[tuple[str, str], tuple[float, float]] = {}
+        self._last: dict[str, tuple[dict[str, float], float]] = {}
 
-    def rate(self, label: str, metric: str, value: float, mono: float) -> float | None:
-        key = (label, metric)
-        previous = self._last.get(key)
-        self._last[key] = (value, mono)
+    def rates(self, label: str, values: dict[str, float], mono: float,
+              nonzero_only: bool = False) -> dict[str, float]:
+        """Rates since the label's previous values; none for a counter that went back
+        (a stats reset or a restart) or is new."""
+        previous = self._last.get(label)
+        self._last[label] = (values, mono)
         if previous is None:
-            return None
-        delta_t = mono - previous[1]
-        delta_v = value - previous[0]
-        if delta_t <= 0 or delta_v < 0:  # a stats reset or a restart: start again
-            return None
-        return delta_v / delta_t
+            return {}
+        before, then = previous
+        seconds = mono - then
+        if seconds <= 0 or (nonzero_only and values == before):  # the common case of pg_stat_io
+            return {}
+        return {metric: (value - before[metric]) / seconds for metric, value in values.items()
+                if metric in before and value >= before[metric]
+                and not (nonzero_only and value == before[metric])}
 
 
 class DbProbe(Probe):
@@ -49,26 +47,20 @@ class DbProbe(Probe):
         self._failing: set[str] = set()
 
     def sample(self, now: dt.datetime) -> ProbeOutput:
+        """Every node, one after another (the telemetry runner instead samples each node
+        on a thread of its own, with sample_node)."""
         out = ProbeOutput()
-        sessions = self.ctx.db
-        if sessions is None:
-            return out
-        # every node at once, each on its own worker (see dbsessions.py)
-        pending = [(node, future) for node in sessions.node_names
-                   if (future := sessions.run(node, partial(self._read_node, sessions, node,
-                                                             now))) is not None]
-        deadline = time.monotonic() + NODE_WAIT_S
-        for _node, future in pending:
-            try:
-                part = future.result(timeout=max(0.0, deadline - time.monotonic()))
-            except FutureTimeout:
-                continue  # not answering: skipped until its read returns
+        for node in self.ctx.db.node_names if self.ctx.db is not None else []:
+            part = self.sample_node(node, now)
             out.samples.extend(part.samples)
             out.events.extend(part.events)
         return out
 
-    def _read_node(self, sessions: DbSessions, node: str, now: dt.datetime) -> ProbeOutput:
+    def sample_node(self, node: str, now: dt.datetime) -> ProbeOutput:
         out = ProbeOutput()
+        sessions: DbSessions | None = self.ctx.db
+        if sessions is None:
+            return out
         try:
             conn, caps = sessions.get(node)
             self.read(conn, caps, node, now, out)
@@ -87,15 +79,10 @@ class DbProbe(Probe):
 
     def add_rates(self, out: ProbeOutput, now: dt.datetime, node: str, label: str,
                   counters: dict[str, Any], skip_zero: bool = False) -> None:
-        mono = time.monotonic()
-        tracker = self.tracker(node)
-        for metric, value in counters.items():
-            if value is None:
-                continue
-            rate = tracker.rate(label, metric, float(value), mono)
-            if rate is None or (skip_zero and rate == 0):
-                continue
-            out.samples.append(Sample(now, node, self.name, metric, label, rate))
+        values = {metric: float(value) for metric, value in counters.items() if value is not None}
+        rates = self.tracker(node).rates(label, values, time.monotonic(), nonzero_only=skip_zero)
+        out.samples.extend(Sample(now, node, self.name, metric, label, rate)
+                           for metric, rate in rates.items())
 
     def add_gauges(self, out: ProbeOutput, now: dt.datetime, node: str, label: str,
                    gauges: dict[str, Any]) -> None:

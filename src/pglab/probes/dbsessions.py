@@ -1,40 +1,23 @@
 """Connections for database probes: one per node and sampling thread, reconnecting.
 
-All interval probes of a node share one connection (they run one after another in one
-thread), and the wait sampler has its own: two connections per node in all, whatever the
-number of probes, so telemetry stays out of max_connections' way.
-
-Each sampling thread reads each node on a worker thread of its own (run()): a node that
-stops answering (a paused standby: SIGSTOP leaves its socket open and silent, so no
-timeout of the server's applies) then blocks only its own samples, not the primary's.
+Each node has two sampling threads (see telemetry.py): all its interval probes share one
+connection (they run one after another in one thread), and the wait sampler has its own:
+two connections per node in all, whatever the number of probes, so telemetry stays out
+of max_connections' way.
 """
 
 from __future__ import annotations
 
 import contextlib
-import queue
 import threading
-from collections.abc import Callable
-from concurrent.futures import Future
-from typing import Any, TypeVar
+from typing import Any
 
 import psycopg
 
 from pglab.probes.base import NodeHandle
 from pglab.probes.catalog import Capabilities, telemetry_connection
-
-T = TypeVar("T")
-Job = tuple[Callable[[], Any], "Future[Any]"]
-
-
-def _work(jobs: queue.SimpleQueue[Job | None]) -> None:
-    while (job := jobs.get()) is not None:
-        fn, future = job
-        if future.set_running_or_notify_cancel():
-            try:
-                future.set_result(fn())
-            except BaseException as exc:  # handed to whoever waits on the future
-                future.set_exception(exc)
+from pglab.probes.os_probes.common import CLK_TCK, PROC
+from pglab.probes.procfs.processes import parse_pid_stat
 
 
 class DbSessions:
@@ -43,28 +26,9 @@ class DbSessions:
         self._local = threading.local()
         self._all: list[psycopg.Connection[Any]] = []
         self._lock = threading.Lock()
-        # (sampling thread, node) -> the worker's job queue and its job in progress
-        self._workers: dict[tuple[int, str], queue.SimpleQueue[Job | None]] = {}
-        self._busy: dict[tuple[int, str], Future[Any]] = {}
-
-    def run(self, node: str, fn: Callable[[], T]) -> Future[T] | None:
-        """fn on the calling thread's worker for `node`; None while that worker is still
-        busy with the previous call (a node that stopped answering)."""
-        key = (threading.get_ident(), node)
-        with self._lock:
-            busy = self._busy.get(key)
-            if busy is not None and not busy.done():
-                return None
-            jobs = self._workers.get(key)
-            if jobs is None:
-                jobs = self._workers[key] = queue.SimpleQueue()
-                # a daemon: a worker stuck on a silent server must not hold up the exit
-                threading.Thread(target=_work, args=(jobs,), daemon=True,
-                                 name=f"pglab-db-{node}").start()
-            future: Future[T] = Future()
-            self._busy[key] = future
-            jobs.put((fn, future))
-        return future
+        # The server side of telemetry's cost: the backends serving its connections.
+        self._backend_cpu_s = 0.0
+        self._backends: dict[int, int] = {}  # id(conn) -> its backend's pid
 
     @property
     def node_names(self) -> list[str]:
@@ -87,22 +51,42 @@ class DbSessions:
         mine[node] = (conn, caps)
         with self._lock:
             self._all.append(conn)
+            if handle.data_dir is not None:  # a local server: its backends are in /proc
+                self._backends[id(conn)] = conn.info.backend_pid
         return conn, caps
 
     def drop(self, node: str) -> None:
         """Forget a broken connection; the next get() reconnects."""
         entry = self._mine().pop(node, None)
         if entry is not None:
-            with contextlib.suppress(Exception):
-                entry[0].close()
+            self._close(entry[0])
 
     def close_all(self) -> None:
         with self._lock:
             conns, self._all = self._all, []
-            for jobs in self._workers.values():
-                jobs.put(None)
-            self._workers.clear()
-            self._busy.clear()
         for conn in conns:
-            with contextlib.suppress(Exception):
-                conn.close()
+            self._close(conn)
+
+    def _close(self, conn: psycopg.Connection[Any]) -> None:
+        with self._lock:
+            backend = self._backends.pop(id(conn), None)
+        if backend is not None:  # read before closing: the backend exits with it
+            seconds = process_cpu_s(backend)
+            with self._lock:
+                self._backend_cpu_s += seconds
+        with contextlib.suppress(Exception):
+            conn.close()
+
+    @property
+    def backend_cpu_s(self) -> float:
+        """CPU seconds used by the backends of telemetry's connections closed so far."""
+        return self._backend_cpu_s
+
+
+def process_cpu_s(pid: int) -> float:
+    """utime+stime of a local process, 0 if it is gone."""
+    try:
+        stat = parse_pid_stat((PROC / str(pid) / "stat").read_text())
+    except OSError:
+        return 0.0
+    return stat.own_ticks / CLK_TCK if stat is not None else 0.0

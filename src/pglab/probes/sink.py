@@ -1,8 +1,13 @@
 """Where samples go during a run, and how they become Parquet at the end.
 
-During the run every batch is appended and flushed to telemetry/samples.csv and
-telemetry/events.jsonl, so a crash or Ctrl-C keeps everything sampled so far. At the
-end (on every path) they are consolidated into timeseries.parquet and events.parquet.
+During the run, batches are appended and flushed to telemetry/samples.csv and
+telemetry/events.jsonl several times a second (FLUSH_EVERY_S), so a crash keeps all but
+the last fraction of a second and Ctrl-C keeps everything. A thread of the sink's own
+writes them: a write() can wait on the filesystem (ext4 makes an appending writer wait
+for its journal while a commit is under way, which fsync-heavy loads make long), and
+the sampling loops must not be held up, least of all during the I/O stall they are
+recording. At the end (on every path) the files are consolidated into
+timeseries.parquet and events.parquet.
 """
 
 from __future__ import annotations
@@ -43,33 +48,64 @@ def _iso(t: dt.datetime) -> str:
     return t.astimezone(dt.timezone.utc).isoformat(timespec="microseconds")
 
 
+FLUSH_EVERY_S = 0.25
+
+
 class TelemetrySink:
     def __init__(self, run_dir: Path) -> None:
         self.dir = run_dir / "telemetry"
         self.dir.mkdir(exist_ok=True)
-        self._lock = threading.Lock()
         self._samples = open(self.dir / "samples.csv", "a", newline="")  # noqa: SIM115
         self._events = open(self.dir / "events.jsonl", "a")  # noqa: SIM115
         self._writer = csv.writer(self._samples)
         self.sample_count = 0
         self.event_count = 0
+        self._pending: list[ProbeOutput] = []
+        self._lock = threading.Lock()  # guards _pending and the counts
+        self._io_lock = threading.Lock()  # one writer of the files at a time
+        self._closing = threading.Event()
+        self._thread = threading.Thread(target=self._write_loop, name="telemetry-sink",
+                                        daemon=True)
+        self._thread.start()
 
     def write(self, out: ProbeOutput) -> None:
+        """Queue a batch; it reaches the files within FLUSH_EVERY_S."""
         if not out.samples and not out.events:
             return
         with self._lock:
-            for s in out.samples:
-                self._writer.writerow((_iso(s.t), s.node, s.source, s.metric, s.label,
-                                       repr(s.value)))
-            for e in out.events:
-                self._events.write(json.dumps(event_record(e)) + "\n")
-            self._samples.flush()
-            self._events.flush()
+            self._pending.append(out)
             self.sample_count += len(out.samples)
             self.event_count += len(out.events)
 
+    def _write_loop(self) -> None:
+        while not self._closing.wait(FLUSH_EVERY_S):
+            self._write_pending()
+
+    def _write_pending(self) -> None:
+        with self._io_lock:
+            with self._lock:
+                batches, self._pending = self._pending, []
+            if not batches:
+                return
+            rows = []
+            last_t, stamp = None, ""
+            for out in batches:
+                for s in out.samples:
+                    if s.t is not last_t:  # a batch's samples mostly share one time
+                        last_t, stamp = s.t, _iso(s.t)
+                    rows.append((stamp, s.node, s.source, s.metric, s.label, repr(s.value)))
+            self._writer.writerows(rows)
+            self._events.writelines(json.dumps(event_record(e)) + "\n"
+                                    for out in batches for e in out.events)
+            self._samples.flush()
+            self._events.flush()
+
     def close(self) -> None:
-        with self._lock:
+        """Write what is queued and close the files (a batch written later is dropped)."""
+        self._closing.set()
+        self._thread.join()
+        self._write_pending()
+        with self._io_lock:
             self._samples.close()
             self._events.close()
 

@@ -131,7 +131,19 @@ def print_summary(console: Console, run: StoredRun) -> None:
     if telemetry is not None:
         for line in summary_lines(telemetry):
             console.print(f"  {line}", highlight=False)
+    cost = observer_line(manifest.get("telemetry") or {})
+    if cost:
+        console.print(f"  {cost}", highlight=False)
     console.print(f"  results: {run.path}")
+
+
+def observer_line(info: dict[str, Any]) -> str | None:
+    """What observing cost, from the manifest (the wait sampler's regularity is there too)."""
+    if info.get("observer_cpu_pct") is None:
+        return None  # telemetry off, or a run recorded before pglab measured its cost
+    return (f"observer cost {info['observer_cpu_pct']:.1f}% of the machine: CPU "
+            f"{info.get('observer_cpu_s', 0):.2f} s pglab + "
+            f"{info.get('observer_server_cpu_s', 0):.2f} s server")
 
 
 def print_sweep(console: Console, runs: list[StoredRun]) -> None:

@@ -74,6 +74,7 @@ from pglab.probes.os_probes.processes import (
     scan_processes,
     split_tree_cpu,
     tree_of,
+    walk_tree,
 )
 from pglab.probes.os_probes.tcp import (
     SS_FALLBACKS,
@@ -129,4 +130,5 @@ __all__ = [
     "scan_processes",
     "split_tree_cpu",
     "tree_of",
+    "walk_tree",
 ]

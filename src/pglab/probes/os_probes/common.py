@@ -19,11 +19,19 @@ CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
-def read_text(path: Path) -> str | None:
+def read_text(path: str | Path) -> str | None:
     try:
-        return path.read_text(errors="replace")
+        with open(path, errors="replace") as file:
+            return file.read()
     except (OSError, ValueError):  # missing, unreadable, or PSI switched off (EOPNOTSUPP)
         return None
+
+
+def children_listed(proc_root: Path) -> bool:
+    """Whether the kernel lists each thread's children (CONFIG_PROC_CHILDREN), so that a
+    process tree can be walked from its root instead of reading every process."""
+    me = os.getpid()
+    return (proc_root / str(me) / "task" / str(me) / "children").exists()
 
 
 def read_timed(path: Path) -> tuple[str | None, float]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import os
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from pglab.probes.os_probes.common import (
     CLIENT,
     CLK_TCK,
     OsProbe,
+    children_listed,
     read_text,
 )
 
@@ -32,16 +34,22 @@ KINDS = (
 )
 
 
+def read_stat(path: str) -> procfs.ProcStat | None:
+    """One /proc/<pid>/stat (plain os calls: this runs for every process, every second)."""
+    try:
+        with open(path, "rb") as file:
+            return procfs.parse_pid_stat(file.read().decode(errors="replace"))
+    except (OSError, ValueError):  # gone meanwhile
+        return None
+
+
 def scan_processes(proc_root: Path) -> dict[int, procfs.ProcStat]:
-    """Every process's /proc/<pid>/stat (one pass; processes may vanish meanwhile)."""
+    """Every process's (or thread's) stat under a /proc-like directory, in one pass."""
     found = {}
     with contextlib.suppress(OSError):
-        for entry in proc_root.iterdir():
-            if entry.name.isdigit():
-                text = read_text(entry / "stat")
-                stat = procfs.parse_pid_stat(text) if text else None
-                if stat is not None:
-                    found[stat.pid] = stat
+        for name in os.listdir(proc_root):
+            if name.isdigit() and (stat := read_stat(f"{proc_root}/{name}/stat")) is not None:
+                found[stat.pid] = stat
     return found
 
 
@@ -56,6 +64,28 @@ def tree_of(root: int, processes: dict[int, procfs.ProcStat]) -> dict[int, procf
         if pid in processes and pid not in tree:
             tree[pid] = processes[pid]
             todo += children.get(pid, [])
+    return tree
+
+
+def walk_tree(proc_root: Path, root: int) -> dict[int, procfs.ProcStat]:
+    """`root` and its descendants, found from each one's children file: it reads the
+    tree's processes only, where tree_of needs every process on the host."""
+    tree: dict[int, procfs.ProcStat] = {}
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        stat = None if pid in tree else read_stat(f"{proc_root}/{pid}/stat")
+        if stat is None:
+            continue
+        tree[pid] = stat
+        tids = [str(pid)]
+        if stat.threads > 1:  # each thread lists the children it forked
+            with contextlib.suppress(OSError):
+                tids = os.listdir(f"{proc_root}/{pid}/task")
+        for tid in tids:
+            with contextlib.suppress(OSError), open(
+                    f"{proc_root}/{pid}/task/{tid}/children", "rb") as file:
+                todo += procfs.parse_children(file.read().decode())
     return tree
 
 
@@ -119,6 +149,7 @@ class ProcessesProbe(OsProbe):
         self.trees: dict[str, Tree] = {}  # by node name, and CLIENT for pgbench
         self.threads: dict[int, procfs.ProcStat] = {}  # pgbench's threads, by tid
         self.kind_cache: dict[tuple[int, int], str] = {}  # (pid, starttime) -> kind
+        self.children_listed = children_listed(self.proc_root)
 
     def sample(self, now: dt.datetime) -> ProbeOutput:
         out = ProbeOutput()
@@ -127,7 +158,7 @@ class ProcessesProbe(OsProbe):
         if client is None and all(pid is None for pid in roots.values()):
             self.trees.clear()
             return out
-        processes = scan_processes(self.proc_root)
+        processes = None if self.children_listed else scan_processes(self.proc_root)
         at = time.monotonic()
         live: set[tuple[int, int]] = set()
         for node, pid in roots.items():
@@ -145,26 +176,28 @@ class ProcessesProbe(OsProbe):
         self,
         key: str,
         root: int | None,
-        processes: dict[int, procfs.ProcStat],
+        processes: dict[int, procfs.ProcStat] | None,
         at: float,
         postgres: bool,
     ) -> Tree | None:
-        """The tree under `root` now; the previous one stays in self.trees until reported."""
-        if root is None or root not in processes:
+        """The tree under `root` now; the previous one stays in self.trees until reported.
+        `processes`: every process on the host, or None to walk the tree from its root."""
+        procs = {} if root is None else (
+            walk_tree(self.proc_root, root) if processes is None else tree_of(root, processes))
+        if root not in procs:
             self.trees.pop(key, None)
             return None
-        procs = tree_of(root, processes)
         kinds = {
             pid: self.kind(proc, root) if postgres else "pgbench" for pid, proc in procs.items()
         }
-        return Tree(processes[root], procs, kinds, at)
+        return Tree(procs[root], procs, kinds, at)
 
     def kind(self, proc: procfs.ProcStat, root: int) -> str:
         if proc.pid == root:
             return "other"  # the postmaster forks and reaps; it serves no queries
         key = (proc.pid, proc.starttime)
         if key not in self.kind_cache:
-            raw = read_text(self.proc_root / str(proc.pid) / "cmdline") or ""
+            raw = read_text(f"{self.proc_root}/{proc.pid}/cmdline") or ""
             kind = procfs.process_kind(raw)
             if kind is None:  # forked, not yet retitled: nearly always a new connection
                 return "backends"

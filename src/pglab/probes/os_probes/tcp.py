@@ -1,4 +1,11 @@
-"""os.tcp: replication sockets' RTT, queues and throughput, from `ss`."""
+"""os.tcp: replication sockets' RTT, queues and throughput, from `ss`.
+
+`ss -p` names each socket's owner by reading the fd table of every process on the host
+(about 8 ms of CPU a call here, more on a busy host), so the probe avoids it: it looks for
+the nodes' walsenders and walreceivers among their postmasters' children, runs nothing
+while there are none, and finds their sockets' owners from those processes' own fds
+(`ss -e` gives each socket's inode). `-p` remains for nodes pglab did not start.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +24,7 @@ from pglab.probes.os_probes.common import (
     PROC,
     SYS,
     OsProbe,
+    children_listed,
     read_text,
 )
 
@@ -65,6 +73,8 @@ class TcpProbe(OsProbe):
             for node in ctx.nodes
             if node.data_dir is None and (port := port_from_server(node)) is not None
         }
+        self.children_listed = children_listed(self.proc_root)
+        self.kinds: dict[int, str | None] = {}  # pid -> kind, for the postmasters' children
 
     def node_ports(self) -> dict[int, str]:
         """Port -> node, read again each time: a restarted node may have moved."""
@@ -76,13 +86,44 @@ class TcpProbe(OsProbe):
                 ports[port] = node.name
         return ports
 
-    def run_ss(self, ports: dict[int, str]) -> str:
+    def replication_processes(self) -> list[int] | None:
+        """The pids of the local nodes' walsenders and walreceivers; None when they cannot
+        be told without `ss -p` (no children files, or a node pglab did not start)."""
+        if not self.children_listed or self.shown_ports or not self.replication_only:
+            return None
+        candidates: list[int] = []
+        for node in self.ctx.nodes:
+            root = node.postmaster_pid()
+            if root is not None:
+                text = read_text(f"{self.proc_root}/{root}/task/{root}/children") or ""
+                candidates += [root, *procfs.parse_children(text)]
+        # A kind, once known, holds for the process's life; None (not retitled yet, or the
+        # postmaster) is asked again.
+        self.kinds = {pid: self.kinds.get(pid) or procfs.process_kind(
+            read_text(f"{self.proc_root}/{pid}/cmdline") or "") for pid in candidates}
+        return [pid for pid, kind in self.kinds.items() if kind in REPLICATION_KINDS]
+
+    def socket_owners(self, pids: list[int]) -> dict[int, int]:
+        """Socket inode -> pid, from the fds of these processes."""
+        owners = {}
+        for pid in pids:
+            fd_dir = f"{self.proc_root}/{pid}/fd"
+            with contextlib.suppress(OSError):
+                for fd in os.listdir(fd_dir):
+                    with contextlib.suppress(OSError):
+                        inode = procfs.socket_inode(os.readlink(f"{fd_dir}/{fd}"))
+                        if inode is not None:
+                            owners[inode] = pid
+        return owners
+
+    def run_ss(self, ports: dict[int, str], with_owners: bool = True) -> str:
         if self.ss is None:
             return ""
         wanted = " or ".join(f"sport = :{p} or dport = :{p}" for p in sorted(ports))
         try:
             result = subprocess.run(
-                [self.ss, "-tinpmH", "state", "established", f"( {wanted} )"],
+                [self.ss, "-tinmeH" + ("p" if with_owners else ""), "state", "established",
+                 f"( {wanted} )"],
                 capture_output=True,
                 text=True,
                 timeout=2,
@@ -112,11 +153,19 @@ class TcpProbe(OsProbe):
         ports = self.node_ports()
         if not ports or self.ss is None:
             return out
-        text = self.run_ss(ports)
+        replication = self.replication_processes()
+        if replication == []:  # nothing to look at: no need to run ss
+            self.previous, self.previous_at = {}, time.monotonic()
+            return out
+        text = self.run_ss(ports, with_owners=replication is None)
         at = time.monotonic()
-        current = {
-            f"{s.local}->{s.peer}": s for s in procfs.parse_ss(text) if self.is_replication(s)
-        }
+        sockets = procfs.parse_ss(text)
+        if replication is not None:
+            owners = self.socket_owners(replication)
+            for sock in sockets:
+                sock.pid = owners.get(sock.inode) if sock.inode is not None else None
+            sockets = [s for s in sockets if s.pid is not None]  # the replication ones
+        current = {f"{s.local}->{s.peer}": s for s in sockets if self.is_replication(s)}
         if self.previous is not None:
             for label, sock in current.items():
                 node = self.owner_node(sock, ports)

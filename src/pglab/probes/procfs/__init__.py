@@ -48,6 +48,7 @@ from pglab.probes.procfs.processes import (
     TITLE_KINDS,
     ProcStat,
     cmdline_text,
+    parse_children,
     parse_pid_stat,
     parse_postmaster_port,
     process_kind,
@@ -56,6 +57,7 @@ from pglab.probes.procfs.tcp import (
     TcpSocket,
     parse_ss,
     socket_gauges,
+    socket_inode,
     socket_rates,
 )
 
@@ -80,6 +82,7 @@ __all__ = [
     "disk_rates",
     "memory_gauges",
     "mount_of",
+    "parse_children",
     "parse_diskstats",
     "parse_meminfo",
     "parse_mountinfo",
@@ -93,5 +96,6 @@ __all__ = [
     "process_kind",
     "reclaim_counters",
     "socket_gauges",
+    "socket_inode",
     "socket_rates",
 ]

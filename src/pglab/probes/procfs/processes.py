@@ -17,6 +17,7 @@ class ProcStat:
     cutime: int  # reaped children (and their reaped children), added when waited for
     cstime: int
     starttime: int  # ticks after boot: tells a reused pid from the process we knew
+    threads: int = 1
 
     @property
     def own_ticks(self) -> int:
@@ -43,7 +44,13 @@ def parse_pid_stat(text: str) -> ProcStat | None:
         cutime=int(words[13]),
         cstime=int(words[14]),
         starttime=int(words[19]),
+        threads=int(words[17]),
     )
+
+
+def parse_children(text: str) -> list[int]:
+    """/proc/<pid>/task/<tid>/children: the pids that thread forked, space-separated."""
+    return [int(word) for word in text.split() if word.isdigit()]
 
 
 # Process titles ("postgres: [cluster_name: ]<what>") -> pglab's kinds. PostgreSQL 9.x

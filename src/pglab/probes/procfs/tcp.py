@@ -17,6 +17,7 @@ class TcpSocket:
     recv_q: int
     send_q: int
     pid: int | None  # the owning process, when ss may see it (-p, same user or root)
+    inode: int | None = None  # the socket's inode (-e), to find its owner without -p
     info: dict[str, float] = field(default_factory=dict)  # -i and -m fields, numeric
 
     @property
@@ -44,6 +45,7 @@ _INFO_FIELDS = {
 }
 _SKMEM = re.compile(r"skmem:\(([^)]*)\)")
 _PID = re.compile(r"pid=(\d+)")
+_INODE = re.compile(r"\bino:(\d+)")
 
 
 def _socket_info(text: str) -> dict[str, float]:
@@ -62,7 +64,7 @@ def _socket_info(text: str) -> dict[str, float]:
 
 
 def parse_ss(text: str) -> list[TcpSocket]:
-    """Sockets of `ss -tinpmH state established` (no State column): header line + info line."""
+    """Sockets of `ss -tinmH[p][e] state established` (no State column): header + info line."""
     sockets: list[TcpSocket] = []
     for line in text.splitlines():
         if not line.strip():
@@ -75,6 +77,7 @@ def parse_ss(text: str) -> list[TcpSocket]:
         if len(words) < 4 or not words[0].isdigit():
             continue
         owner = _PID.search(line)
+        inode = _INODE.search(line)
         sockets.append(
             TcpSocket(
                 words[2],
@@ -82,9 +85,18 @@ def parse_ss(text: str) -> list[TcpSocket]:
                 int(words[0]),
                 int(words[1]),
                 int(owner.group(1)) if owner else None,
+                int(inode.group(1)) if inode else None,
             )
         )
     return sockets
+
+
+def socket_inode(fd_link: str) -> int | None:
+    """The inode of a /proc/<pid>/fd/<n> link to a socket ("socket:[12345]")."""
+    if fd_link.startswith("socket:[") and fd_link.endswith("]"):
+        inode = fd_link[8:-1]
+        return int(inode) if inode.isdigit() else None
+    return None
 
 
 def socket_gauges(sock: TcpSocket) -> dict[str, float]:
