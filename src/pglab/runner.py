@@ -166,8 +166,10 @@ def run_variant(loaded: LoadedScenario, variant: Variant, options: RunOptions, u
                 client_pids.append(pid)
                 timeline.start(time.time() + scenario.workload.warmup)
 
-            ui.load_started(cmd.total_s, variant.label() or scenario.name)
-            try:
+            try:  # from the probes' start: a Ctrl-C at any point still stops and writes them
+                if telemetry is not None:  # before the load, so the first second has a baseline
+                    telemetry.start()
+                ui.load_started(cmd.total_s, variant.label() or scenario.name)
                 result = pgbench.run(cmd, lab.client_env(), folder.raw, ui.progress,
                                      on_started=load_started,
                                      cgroup_procs=lab.client_cgroup)
@@ -224,7 +226,7 @@ def _analyze(folder: RunFolder, manifest: dict[str, Any]) -> None:
 
 def _telemetry_for(scenario: Scenario, lab: Lab, folder: RunFolder,
                    client_pids: list[int]) -> TelemetryRunner | None:
-    """Start the probes (before the load, so the first second has a baseline)."""
+    """The probes of a run, not started yet."""
     if not scenario.telemetry.enabled:
         return None
     nodes = lab.probe_nodes()
@@ -234,7 +236,6 @@ def _telemetry_for(scenario: Scenario, lab: Lab, folder: RunFolder,
     runner = TelemetryRunner(make_probes(scenario.telemetry.exclude), ctx,
                              TelemetrySink(folder.path), scenario.telemetry.interval,
                              scenario.telemetry.wait_sampling_hz)
-    runner.start()
     return runner
 
 
