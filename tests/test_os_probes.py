@@ -731,7 +731,7 @@ def test_tcp_runs_no_ss_while_no_node_replicates(fake_postmaster: int, tmp_path:
 
     probe = CountingTcpProbe()
     out = run_twice(probe, context([node("primary", tmp_path, lambda: fake_postmaster)]))
-    assert probe.replication_processes() == [] and probe.kinds  # it did look
+    assert probe.replication_processes() == {} and probe.kinds  # it did look
     assert out.samples == [] and calls == []
 
 

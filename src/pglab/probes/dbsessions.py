@@ -16,8 +16,7 @@ import psycopg
 
 from pglab.probes.base import NodeHandle
 from pglab.probes.catalog import Capabilities, telemetry_connection
-from pglab.probes.os_probes.common import CLK_TCK, PROC
-from pglab.probes.procfs.processes import parse_pid_stat
+from pglab.probes.os_probes.common import CLK_TCK, PROC, read_stat
 
 
 class DbSessions:
@@ -85,8 +84,5 @@ class DbSessions:
 
 def process_cpu_s(pid: int) -> float:
     """utime+stime of a local process, 0 if it is gone."""
-    try:
-        stat = parse_pid_stat((PROC / str(pid) / "stat").read_text())
-    except OSError:
-        return 0.0
+    stat = read_stat(f"{PROC}/{pid}/stat")
     return stat.own_ticks / CLK_TCK if stat is not None else 0.0

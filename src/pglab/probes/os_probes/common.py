@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import time
@@ -9,6 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import ClassVar
 
+from pglab.probes import procfs
 from pglab.probes.base import Probe, ProbeContext, ProbeOutput, Sample
 
 PROC = Path("/proc")
@@ -25,6 +27,29 @@ def read_text(path: str | Path) -> str | None:
             return file.read()
     except (OSError, ValueError):  # missing, unreadable, or PSI switched off (EOPNOTSUPP)
         return None
+
+
+def read_stat(path: str) -> procfs.ProcStat | None:
+    """One /proc/<pid>/stat (plain os calls: this runs for many processes, every second)."""
+    try:
+        with open(path, "rb") as file:
+            return procfs.parse_pid_stat(file.read().decode(errors="replace"))
+    except (OSError, ValueError):  # gone meanwhile
+        return None
+
+
+def read_children(proc_root: Path, pid: int, threads: int = 1) -> list[int]:
+    """The pids a process has forked: each of its threads lists its own (a
+    single-threaded process, like every PostgreSQL process, has one list)."""
+    tids = [str(pid)]
+    if threads > 1:
+        with contextlib.suppress(OSError):
+            tids = os.listdir(f"{proc_root}/{pid}/task")
+    children: list[int] = []
+    for tid in tids:
+        text = read_text(f"{proc_root}/{pid}/task/{tid}/children")
+        children += procfs.parse_children(text) if text else []
+    return children
 
 
 def children_listed(proc_root: Path) -> bool:

@@ -17,6 +17,8 @@ from pglab.probes.os_probes.common import (
     CLK_TCK,
     OsProbe,
     children_listed,
+    read_children,
+    read_stat,
     read_text,
 )
 
@@ -32,15 +34,6 @@ KINDS = (
     "io_worker",
     "other",
 )
-
-
-def read_stat(path: str) -> procfs.ProcStat | None:
-    """One /proc/<pid>/stat (plain os calls: this runs for every process, every second)."""
-    try:
-        with open(path, "rb") as file:
-            return procfs.parse_pid_stat(file.read().decode(errors="replace"))
-    except (OSError, ValueError):  # gone meanwhile
-        return None
 
 
 def scan_processes(proc_root: Path) -> dict[int, procfs.ProcStat]:
@@ -78,14 +71,7 @@ def walk_tree(proc_root: Path, root: int) -> dict[int, procfs.ProcStat]:
         if stat is None:
             continue
         tree[pid] = stat
-        tids = [str(pid)]
-        if stat.threads > 1:  # each thread lists the children it forked
-            with contextlib.suppress(OSError):
-                tids = os.listdir(f"{proc_root}/{pid}/task")
-        for tid in tids:
-            with contextlib.suppress(OSError), open(
-                    f"{proc_root}/{pid}/task/{tid}/children", "rb") as file:
-                todo += procfs.parse_children(file.read().decode())
+        todo += read_children(proc_root, pid, stat.threads)
     return tree
 
 

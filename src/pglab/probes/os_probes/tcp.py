@@ -25,6 +25,8 @@ from pglab.probes.os_probes.common import (
     SYS,
     OsProbe,
     children_listed,
+    read_children,
+    read_stat,
     read_text,
 )
 
@@ -86,35 +88,36 @@ class TcpProbe(OsProbe):
                 ports[port] = node.name
         return ports
 
-    def replication_processes(self) -> list[int] | None:
-        """The pids of the local nodes' walsenders and walreceivers; None when they cannot
+    def replication_processes(self) -> dict[int, str] | None:
+        """The local nodes' walsenders and walreceivers: pid -> node; None when they cannot
         be told without `ss -p` (no children files, or a node pglab did not start)."""
         if not self.children_listed or self.shown_ports or not self.replication_only:
             return None
-        candidates: list[int] = []
+        candidates: dict[int, str] = {}
         for node in self.ctx.nodes:
             root = node.postmaster_pid()
             if root is not None:
-                text = read_text(f"{self.proc_root}/{root}/task/{root}/children") or ""
-                candidates += [root, *procfs.parse_children(text)]
+                candidates.update(dict.fromkeys([root, *read_children(self.proc_root, root)],
+                                                node.name))
         # A kind, once known, holds for the process's life; None (not retitled yet, or the
         # postmaster) is asked again.
         self.kinds = {pid: self.kinds.get(pid) or procfs.process_kind(
             read_text(f"{self.proc_root}/{pid}/cmdline") or "") for pid in candidates}
-        return [pid for pid, kind in self.kinds.items() if kind in REPLICATION_KINDS]
+        return {pid: node for pid, node in candidates.items()
+                if self.kinds[pid] in REPLICATION_KINDS}
 
-    def socket_owners(self, pids: list[int]) -> dict[int, int]:
-        """Socket inode -> pid, from the fds of these processes."""
-        owners = {}
-        for pid in pids:
+    def socket_nodes(self, owners: dict[int, str]) -> dict[int, str]:
+        """Socket inode -> node, from the fds of these processes (pid -> node)."""
+        nodes = {}
+        for pid, node in owners.items():
             fd_dir = f"{self.proc_root}/{pid}/fd"
             with contextlib.suppress(OSError):
                 for fd in os.listdir(fd_dir):
                     with contextlib.suppress(OSError):
                         inode = procfs.socket_inode(os.readlink(f"{fd_dir}/{fd}"))
                         if inode is not None:
-                            owners[inode] = pid
-        return owners
+                            nodes[inode] = node
+        return nodes
 
     def run_ss(self, ports: dict[int, str], with_owners: bool = True) -> str:
         if self.ss is None:
@@ -143,8 +146,7 @@ class TcpProbe(OsProbe):
         """The node on the listening side, else the node whose postmaster is the owner's parent."""
         if sock.local_port in ports:
             return ports[sock.local_port]
-        text = read_text(self.proc_root / str(sock.pid) / "stat") if sock.pid else None
-        owner = procfs.parse_pid_stat(text) if text else None
+        owner = read_stat(f"{self.proc_root}/{sock.pid}/stat") if sock.pid else None
         postmasters = {node.postmaster_pid(): node.name for node in self.ctx.nodes}
         return postmasters.get(owner.ppid, HOST) if owner else HOST
 
@@ -153,22 +155,24 @@ class TcpProbe(OsProbe):
         ports = self.node_ports()
         if not ports or self.ss is None:
             return out
-        replication = self.replication_processes()
-        if replication == []:  # nothing to look at: no need to run ss
+        owners = self.replication_processes()
+        if owners == {}:  # nothing to look at: no need to run ss
             self.previous, self.previous_at = {}, time.monotonic()
             return out
-        text = self.run_ss(ports, with_owners=replication is None)
+        text = self.run_ss(ports, with_owners=owners is None)
         at = time.monotonic()
-        sockets = procfs.parse_ss(text)
-        if replication is not None:
-            owners = self.socket_owners(replication)
-            for sock in sockets:
-                sock.pid = owners.get(sock.inode) if sock.inode is not None else None
-            sockets = [s for s in sockets if s.pid is not None]  # the replication ones
-        current = {f"{s.local}->{s.peer}": s for s in sockets if self.is_replication(s)}
+        current: dict[str, tuple[str, procfs.TcpSocket]] = {}  # label -> node, socket
+        if owners is None:  # ss -p named each socket's owner
+            for sock in procfs.parse_ss(text):
+                if self.is_replication(sock):
+                    current[f"{sock.local}->{sock.peer}"] = (self.owner_node(sock, ports), sock)
+        else:
+            nodes = self.socket_nodes(owners)
+            for sock in procfs.parse_ss(text):
+                if sock.inode in nodes:
+                    current[f"{sock.local}->{sock.peer}"] = (nodes[sock.inode], sock)
         if self.previous is not None:
-            for label, sock in current.items():
-                node = self.owner_node(sock, ports)
+            for label, (node, sock) in current.items():
                 self.emit(out, now, node, label, procfs.socket_gauges(sock))
                 if label in self.previous:
                     self.emit(
@@ -178,5 +182,6 @@ class TcpProbe(OsProbe):
                         label,
                         procfs.socket_rates(self.previous[label], sock, at - self.previous_at),
                     )
-        self.previous, self.previous_at = current, at
+        self.previous = {label: sock for label, (_, sock) in current.items()}
+        self.previous_at = at
         return out
