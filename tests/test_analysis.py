@@ -204,6 +204,20 @@ def test_the_second_before_a_stall_is_not_a_healthy_one() -> None:
                for line in top["evidence"])
 
 
+def test_a_run_whose_good_seconds_all_lead_into_stalls_keeps_a_baseline() -> None:
+    # The storm once more, in a CI run: two one-second dips before the checkpoint took
+    # the seconds after them, and the seconds before them and before the stall were left
+    # out as lead-ins: no healthy second at all. Against that empty baseline every wait
+    # rose "from 0%", and the lock waits behind the stalled commits (46%) came first.
+    # The seconds leading into stalls are the baseline then: 21% lock waits, as usual.
+    worst = _worst(_analysis("dirty-storm-3"))
+    assert worst["kind"] == "drop-to-zero" and worst["seconds"] >= 8
+    top = worst["causes"][0]
+    assert top["cause"] == "memory-reclaim", worst
+    locks = next(c for c in worst["causes"] if c["cause"] == "lock-contention")
+    assert any("(healthy seconds 21%)" in line for line in locks["evidence"]), locks
+
+
 def test_a_stall_from_a_noisy_neighbour_is_said_to_come_from_outside() -> None:
     """A real control run during which other work on this shared machine took the CPU
     for a second: a real stall, but nothing to change in the server."""

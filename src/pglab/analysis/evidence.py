@@ -161,9 +161,13 @@ def _segments_by_second(report: StallReport) -> pl.DataFrame:
     inside = pl.col("index").is_not_null() & (pl.col("sec") < pl.col("end") + EVIDENCE_TAIL)
     segment = pl.when(inside).then(pl.col("index")).otherwise(pl.lit(HEALTHY, pl.Int32()))
     lead_in = pl.col("sec").is_in([w.start - EVIDENCE_LEAD for w in report.windows])
-    healthy = pl.col("kind").is_null() & ~lead_in
-    return matched.with_columns(segment.alias("segment")).filter(
-        (pl.col("segment") != HEALTHY) | healthy).select("sec", "segment")
+    matched = matched.with_columns(segment.alias("segment"))
+    healthy = (pl.col("segment") == HEALTHY) & pl.col("kind").is_null()
+    # A run whose only undegraded seconds lead into windows still has a baseline: those
+    # seconds, rather than none (against none, every wait looks like a rise from 0%).
+    if not matched.filter(healthy & ~lead_in).is_empty():
+        healthy = healthy & ~lead_in
+    return matched.filter((pl.col("segment") != HEALTHY) | healthy).select("sec", "segment")
 
 
 def aggregate(data: RunData, report: StallReport) -> dict[int, Segment]:

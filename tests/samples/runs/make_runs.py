@@ -32,7 +32,8 @@ BUILTIN_RUNS = {
         "workload.duration=15s", "workload.warmup=2s", 'faults=[{at="6s", action="checkpoint"}]',
     )),
 }
-BUILTIN_RUNS["dirty-storm-2"] = BUILTIN_RUNS["dirty-storm"]  # two draws of a noisy stall
+BUILTIN_RUNS["dirty-storm-2"] = BUILTIN_RUNS["dirty-storm"]  # draws of a noisy stall
+BUILTIN_RUNS["dirty-storm-3"] = BUILTIN_RUNS["dirty-storm"]
 
 
 def run_builtin(name: str, scratch: Path) -> Path:
