@@ -14,12 +14,13 @@ import polars as pl
 import psycopg
 import pytest
 
+from pglab.errors import Interrupted
 from pglab.events import Event
 from pglab.lab.binaries import PgBinaries, find_binaries, runnable_by
 from pglab.lab.local import LocalServer
 from pglab.lab.osuser import server_user
 from pglab.probes import make_probes
-from pglab.probes.base import NodeHandle, ProbeContext, ProbeOutput, Sample
+from pglab.probes.base import NodeHandle, Probe, ProbeContext, ProbeOutput, Sample
 from pglab.probes.catalog import canonical_wait
 from pglab.probes.dbsessions import DbSessions
 from pglab.probes.serverlog_probe import ServerLogEvents
@@ -84,6 +85,26 @@ def test_sink_writes_without_holding_up_the_samplers(tmp_path: Path) -> None:
     sink.close()  # writes what is still queued
     assert (sink.dir / "samples.csv").read_text().count("db.waits") == 2
     assert sink.sample_count == 2 and sink.event_count == 2
+
+
+def test_a_signal_during_a_probes_start_stops_the_run(tmp_path: Path) -> None:
+    """A probe that cannot start is reported and the run goes on, but a Ctrl-C that lands
+    in a probe's start() is no failure of that probe: it must reach the runner."""
+    class Interrupting(Probe):
+        name, help = "test.interrupting", "raises what the SIGINT handler raises"
+
+        def start(self, ctx: ProbeContext) -> None:
+            raise Interrupted("SIGINT")
+
+        def sample(self, now: dt.datetime) -> ProbeOutput:
+            return ProbeOutput()
+
+    sink = TelemetrySink(tmp_path)
+    runner = TelemetryRunner([Interrupting()], ProbeContext([], lambda: None, time.time), sink)
+    with pytest.raises(Interrupted):
+        runner.start()
+    runner.stop()
+    sink.close()
 
 
 def test_lock_wait_and_checkpoint_are_seen(server: LocalServer, tmp_path: Path) -> None:
