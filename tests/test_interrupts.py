@@ -30,8 +30,20 @@ def _no_pglab_outlives_its_test() -> Iterator[None]:
     while _started:
         proc = _started.pop()
         if proc.poll() is None:
-            proc.kill()  # its servers follow by their parent-death signal
+            children = _descendants(proc.pid)
+            proc.kill()  # its servers follow by their parent-death signal...
             proc.wait(timeout=30)
+            for child in children:  # ...once a paused standby can take it
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    child.resume()
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    try:
+        children: list[psutil.Process] = psutil.Process(pid).children(recursive=True)
+        return children
+    except psutil.NoSuchProcess:
+        return []
 
 
 def _start(args: list[str], env: dict[str, str]) -> tuple[subprocess.Popen[str], list[str]]:
@@ -175,7 +187,7 @@ def test_signal_with_standby_and_pooler(tmp_path: Path, pglab_home: Path, sig: s
                          {**os.environ, "NO_COLOR": "1"})
     if moment == "paused standby":
         def paused() -> bool:
-            for process in _postgres_processes(pglab_home):
+            for process in _descendants(proc.pid):  # this run's, not an earlier test's
                 with contextlib.suppress(psutil.NoSuchProcess):  # gone since it was listed
                     if process.status() == "stopped":
                         return True
@@ -193,15 +205,6 @@ def test_signal_with_standby_and_pooler(tmp_path: Path, pglab_home: Path, sig: s
     assert not [d for d in sockets if d.exists()]
 
 
-def _postgres_processes(home: Path) -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter(["cmdline"]):
-        with contextlib.suppress(psutil.NoSuchProcess):
-            if str(home) in " ".join(proc.info["cmdline"] or []):
-                found.append(proc)
-    return found
-
-
 def test_a_signal_during_a_shielded_setup_step_is_raised_after_it() -> None:
     """A Ctrl-C while a set-up step is shielded (a cgroup being created) must stop the
     run once that step's cleanup is armed, not be held until the whole run has ended."""
@@ -216,3 +219,76 @@ def test_a_signal_during_a_shielded_setup_step_is_raised_after_it() -> None:
             deliver_pending()
     assert raised.value.signal_name == "SIGINT"
     deliver_pending()  # consumed: nothing left to raise
+
+
+_signal_in_the_next_fork: list[signal.Signals] = []
+
+
+def _signal_after_fork_in_parent() -> None:
+    if _signal_in_the_next_fork:
+        os.kill(os.getpid(), _signal_in_the_next_fork.pop())
+        time.sleep(0.05)  # the handler runs here, inside the at-fork hook
+
+
+os.register_at_fork(after_in_parent=_signal_after_fork_in_parent)
+
+
+def test_a_signal_handled_in_an_at_fork_hook_is_not_lost() -> None:
+    """A CI run's Ctrl-C landed in logging's at-fork hook while PgBouncer was spawned:
+    Python printed the exception and dropped it, and the run went on for its full
+    load. spawn() holds a signal back during the fork, stops the child and raises it."""
+    from pglab.errors import Interrupted
+    from pglab.lab.processes import signals_as_exceptions, spawn
+
+    with signals_as_exceptions():
+        _signal_in_the_next_fork.append(signal.SIGTERM)
+        before = {p.pid for p in _descendants(os.getpid())}
+        with pytest.raises(Interrupted) as raised:
+            spawn(["sleep", "30"], stdin=subprocess.DEVNULL)
+    assert raised.value.signal_name == "SIGTERM"
+    assert not [p for p in _descendants(os.getpid())
+                if p.pid not in before and "sleep" in p.name()]  # the child was stopped
+
+
+class _RaisesInDel:
+    def __del__(self) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)  # the handler runs here, where Python drops what it raises
+
+
+def test_a_signal_python_dropped_is_raised_at_the_next_check() -> None:
+    from pglab.errors import Interrupted
+    from pglab.lab.processes import deliver_pending, signals_as_exceptions
+
+    with signals_as_exceptions():
+        obj = _RaisesInDel()
+        del obj  # the Interrupted raised in __del__ is dropped, not propagated
+        with pytest.raises(Interrupted) as raised:
+            deliver_pending()
+    assert raised.value.signal_name == "SIGINT"
+
+
+def test_a_thread_shielding_its_own_step_does_not_shield_the_main_thread() -> None:
+    """shielded() in another thread used to set the process-wide flag: a Ctrl-C in the
+    main thread meanwhile was held back, or for good when the two interleaved."""
+    from pglab.errors import Interrupted
+    from pglab.lab.processes import shielded, signals_as_exceptions
+
+    inside, leave = threading.Event(), threading.Event()
+
+    def shielding() -> None:
+        with shielded():
+            inside.set()
+            leave.wait(5)
+
+    thread = threading.Thread(target=shielding)
+    with signals_as_exceptions():
+        thread.start()
+        inside.wait(5)
+        try:
+            with pytest.raises(Interrupted):
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.5)
+        finally:
+            leave.set()
+            thread.join()

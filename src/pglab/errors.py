@@ -36,8 +36,13 @@ class EnvironmentProblem(PglabError):
     exit_code = ExitCode.ENVIRONMENT
 
 
-class Interrupted(PglabError):
-    """Raised in the main thread when SIGINT or SIGTERM arrives."""
+class Interrupted(BaseException):
+    """Raised in the main thread when SIGINT or SIGTERM arrives.
+
+    Not a PglabError, for the reason KeyboardInterrupt is no Exception: the signal can
+    land anywhere, and the `except Exception` that keeps a failed probe, report or
+    analysis from failing the run must not swallow a Ctrl-C.
+    """
 
     exit_code = ExitCode.INTERRUPTED
 

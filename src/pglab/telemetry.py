@@ -27,7 +27,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from pglab.errors import Interrupted
 from pglab.events import Event
 from pglab.probes.base import Probe, ProbeContext, ProbeOutput
 from pglab.probes.db_base import DbProbe
@@ -72,8 +71,6 @@ class TelemetryRunner:
             try:
                 probe.start(self.ctx)
                 self.started.append(probe)
-            except Interrupted:  # Ctrl-C or SIGTERM (raised here, in the main thread)
-                raise
             except Exception as exc:  # a probe that cannot start must not stop the run
                 self._report(probe, None, now, exc)
         by_node = [p for p in self.started if isinstance(p, DbProbe)]

@@ -12,6 +12,8 @@ import ctypes
 import os
 import signal
 import subprocess
+import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -70,12 +72,22 @@ def spawn(
         uid, gid = kwargs.pop("user", None), kwargs.pop("group", None)
         kwargs.pop("extra_groups", None)  # the switch below drops all supplementary groups
         setup = _join_cgroups_then(cgroup_procs, uid, gid, setup)
-    return subprocess.Popen(
-        argv,
-        start_new_session=True,
-        preexec_fn=setup,  # noqa: PLW1509 - needed, see above
-        **kwargs,
-    )
+    # With a preexec_fn, Popen runs the at-fork hooks (logging's among them) in the parent.
+    # A signal handled inside one raises there, where Python prints the exception and
+    # drops it: the Ctrl-C is lost and the hook half-done. Held back, it is raised here.
+    with shielded():
+        proc = subprocess.Popen(
+            argv,
+            start_new_session=True,
+            preexec_fn=setup,  # noqa: PLW1509 - needed, see above
+            **kwargs,
+        )
+    try:
+        deliver_pending()
+    except Interrupted:
+        stop_child(proc)
+        raise
+    return proc
 
 
 def kill_tree(pid: int, timeout: float = 5.0) -> None:
@@ -115,10 +127,21 @@ def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
     raise Interrupted(name)
 
 
+def _keep_dropped_interrupts(unraisable: Any) -> None:
+    """A signal whose exception Python dropped (it landed in a __del__, a weakref or
+    at-fork callback) is kept for the next deliver_pending(), not lost."""
+    if isinstance(unraisable.exc_value, Interrupted):
+        _pending.append(unraisable.exc_value.signal_name)
+    else:
+        sys.__unraisablehook__(unraisable)
+
+
 @contextlib.contextmanager
 def signals_as_exceptions() -> Iterator[None]:
     """SIGINT and SIGTERM raise Interrupted in the main thread while this is active."""
     previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous_hook = sys.unraisablehook
+    sys.unraisablehook = _keep_dropped_interrupts
     for sig in previous:
         signal.signal(sig, _raise_interrupted)
     try:
@@ -126,12 +149,20 @@ def signals_as_exceptions() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        sys.unraisablehook = previous_hook
 
 
 @contextlib.contextmanager
 def shielded() -> Iterator[None]:
-    """Let cleanup finish even if another Ctrl-C or SIGTERM arrives meanwhile."""
+    """Let cleanup finish even if another Ctrl-C or SIGTERM arrives meanwhile.
+
+    Only the main thread's steps are shielded: the handler runs there alone, and a
+    thread entering and leaving in between could leave the flag set for good.
+    """
     global _shielded  # noqa: PLW0603 - process-wide by nature, like signal handlers
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
     outer = _shielded
     _shielded = True
     try:
@@ -142,9 +173,9 @@ def shielded() -> Iterator[None]:
 
 def deliver_pending() -> None:
     """Raise a signal that arrived during a shielded step of the set-up (creating a
-    cgroup, recording kernel knobs, building a template) now, once that step's own
-    cleanup is armed, instead of after the whole run."""
-    if not _shielded and _pending:
+    cgroup, recording kernel knobs, building a template, forking) now, once that step's
+    own cleanup is armed, instead of after the whole run. Main thread only."""
+    if not _shielded and _pending and threading.current_thread() is threading.main_thread():
         raise Interrupted(_pending.pop(0))
 
 

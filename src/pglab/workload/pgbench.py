@@ -23,7 +23,7 @@ import psutil
 
 from pglab.errors import BadInput, PglabError
 from pglab.lab.binaries import PgBinaries
-from pglab.lab.processes import spawn, stop_child
+from pglab.lab.processes import deliver_pending, spawn, stop_child
 from pglab.scenario import Workload
 from pglab.workload.pgbench_output import (
     InitTimings,
@@ -169,6 +169,19 @@ def txlog_files(raw_dir: Path) -> dict[int, Path]:
     return dict(sorted(files.items()))
 
 
+def _wait(proc: subprocess.Popen[bytes], timeout: float) -> bool:
+    """Until pgbench exits (False after `timeout`). Every half second it raises a
+    Ctrl-C that Python dropped on the way (see processes.deliver_pending)."""
+    deadline = time.monotonic() + timeout
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            proc.wait(timeout=min(0.5, left))
+            return True
+        except subprocess.TimeoutExpired:
+            deliver_pending()
+    return proc.poll() is not None
+
+
 def run(
     cmd: PgbenchCommand,
     conn_env: dict[str, str],
@@ -210,11 +223,8 @@ def run(
 
         reader = threading.Thread(target=pump, name="pgbench-stderr", daemon=True)
         reader.start()
-        timed_out = False
         try:
-            proc.wait(timeout=cmd.total_s + FINISH_GRACE_S)
-        except subprocess.TimeoutExpired:
-            timed_out = True
+            timed_out = not _wait(proc, cmd.total_s + FINISH_GRACE_S)
         finally:
             stop_child(proc)  # no-op when it ended by itself; kills it on any exception
         reader.join(timeout=5)
