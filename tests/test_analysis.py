@@ -218,6 +218,23 @@ def test_a_run_whose_good_seconds_all_lead_into_stalls_keeps_a_baseline() -> Non
     assert any("(healthy seconds 21%)" in line for line in locks["evidence"]), locks
 
 
+def test_a_standby_that_does_not_read_its_socket_is_no_network_problem() -> None:
+    # A CI run of the sync-standby-on-a-slow-disk scenario blamed the network (0.80 over
+    # 0.78): the round trips on the replication connection rose from 0.3 to 8 ms, and
+    # both ends of the one connection were counted. But 4 MB of WAL sat in the
+    # walreceiver's receive queue: it had arrived, and the standby did not take it in.
+    worst = _worst(_analysis("sync-slow-disk"))
+    top = worst["causes"][0]
+    assert top["cause"] == "sync-replication", worst
+    assert any("MB waiting in the receive queue of" in line and "on standby1" in line
+               for line in top["evidence"]), top
+    assert "network" not in [c["cause"] for c in worst["causes"]], worst
+    # the next stall, without a backlog: the slower end's round trips, counted once
+    later = [s for s in _analysis("sync-slow-disk")["stalls"] if s is not worst]
+    network = [c for s in later for c in s["causes"] if c["cause"] == "network"]
+    assert network and all(len(c["evidence"]) == 1 for c in network), later
+
+
 def test_a_stall_from_a_noisy_neighbour_is_said_to_come_from_outside() -> None:
     """A real control run during which other work on this shared machine took the CPU
     for a second: a real stall, but nothing to change in the server."""

@@ -292,3 +292,33 @@ def test_a_thread_shielding_its_own_step_does_not_shield_the_main_thread() -> No
         finally:
             leave.set()
             thread.join()
+
+
+def test_a_signal_held_back_at_the_end_of_a_load_stops_the_sweep(tmp_path: Path,
+                                                                  pglab_home: Path) -> None:
+    """A Ctrl-C while the end of a load is cleaned up (shielded) is recorded, and the
+    sweep stops there: it used to mark the run interrupted and go on to the next point."""
+    from pglab.errors import Interrupted
+    from pglab.lab.processes import shielded, signals_as_exceptions
+    from pglab.runner import QuietUI, RunOptions, run_scenario
+    from pglab.scenario import load_text
+
+    class SignalAtTheLoadsEnd(QuietUI):
+        def load_finished(self) -> None:
+            with shielded():  # as the cleanup after it is
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.05)  # the handler runs here and only records the signal
+
+    loaded = load_text('name = "t"\n' + TINY.replace("clients = 2", "clients = [1, 2]"),
+                       "sweep")
+    assert len(loaded.variants) == 2
+    results = tmp_path / "results"
+    with signals_as_exceptions(), pytest.raises(Interrupted) as raised:
+        run_scenario(loaded, RunOptions(results), SignalAtTheLoadsEnd())
+    assert raised.value.signal_name == "SIGINT"
+    runs = [p for p in (results / "t").iterdir() if p.is_dir()]
+    assert len(runs) == 1  # the second point never started
+    manifest = json.loads((runs[0] / "manifest.json").read_text())
+    assert (manifest["status"], manifest["reason"]) == ("interrupted", "SIGINT received")
+    assert (runs[0] / "report.html").is_file() and not (runs[0] / "analysis.json").exists()
+    assert processes_under(pglab_home) == []

@@ -681,6 +681,7 @@ server.bind(("127.0.0.1", 0))
 server.listen()
 print(server.getsockname()[1], flush=True)
 conn, _ = server.accept()
+print("accepted", flush=True)
 while conn.recv(65536):
     pass
 """
@@ -700,6 +701,9 @@ def test_tcp_live_loopback(tmp_path: Path) -> None:
         with socket.create_connection(("127.0.0.1", port)) as client:
             client_port = client.getsockname()[1]
             label = f"127.0.0.1:{port}->127.0.0.1:{client_port}"
+            # Until accept() the server's socket is in no process's fds, so the first
+            # sample would miss it and the second have no rates (a CI failure).
+            assert server.stdout.readline().strip() == "accepted"
             ctx = context([node("primary", tmp_path, lambda: server.pid)])
             replication = TcpProbe()
             everything = TcpProbe(replication_only=False)

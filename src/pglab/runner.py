@@ -205,9 +205,11 @@ def run_variant(loaded: LoadedScenario, variant: Variant, options: RunOptions, u
         raise
     finally:
         with shielded():
-            _finish(folder, manifest, cmd, scenario.workload, error)
-            if error is not None:  # a failed or interrupted run: a report, not analysed
+            late = _finish(folder, manifest, cmd, scenario.workload, error)
+            if error is not None or late:  # failed or interrupted: a report, not analysed
                 _write_report(folder, manifest)
+    if late:  # a signal held back while the load's end was cleaned up: stop here too
+        raise Interrupted(late)
     _analyze(folder, manifest)
     _write_report(folder, manifest)  # after the analysis, so the report has its verdict
     return load_run(folder.path)
@@ -240,8 +242,9 @@ def _telemetry_for(scenario: Scenario, lab: Lab, folder: RunFolder,
 
 
 def _finish(folder: RunFolder, manifest: dict[str, Any], cmd: pgbench.PgbenchCommand | None,
-            workload: Workload, error: BaseException | None) -> None:
-    """Whatever happened: keep the client data that exists, and say how the run ended."""
+            workload: Workload, error: BaseException | None) -> str | None:
+    """Whatever happened: keep the client data that exists, and say how the run ended.
+    Returns the name of a signal that was held back meanwhile, if any."""
     if cmd is not None:
         pgbench.collect_txlogs(cmd, folder.raw)
         try:
@@ -270,6 +273,7 @@ def _finish(folder: RunFolder, manifest: dict[str, Any], cmd: pgbench.PgbenchCom
     manifest["ended_at"] = iso(utc_now())
     manifest.pop("pid", None)
     folder.write_manifest(manifest)
+    return late
 
 
 def _write_report(folder: RunFolder, manifest: dict[str, Any]) -> None:

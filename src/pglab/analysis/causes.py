@@ -219,12 +219,9 @@ def sync_replication(ev: WindowEvidence) -> Finding | None:
         lag_h = ev.healthy.mean(*lag_key, label) or 0.0
         if lag > 3 * max(lag_h, 0.01):
             s.add(0.2, f"standby {label} flush lag up to {lag:.2f} s (healthy {lag_h:.2f} s)")
-    recv_key = (primary, "os.tcp", "recv_q_bytes")
-    for label in ev.inside.labels(*recv_key):
-        queued = ev.inside.peak(*recv_key, label) or 0.0
-        if queued > 2**20 and queued > 4 * (ev.healthy.peak(*recv_key, label) or 0.0):
-            s.add(0.2, f"{queued / 2**20:.1f} MB waiting in the receive queue of {label} "
-                       "(the receiving side does not read fast enough)")
+    for node, label, queued in _receive_backlogs(ev).values():
+        s.add(0.2, f"{queued / 2**20:.1f} MB waiting in the receive queue of {label} on "
+                   f"{node}: the data arrived, the receiving side did not read it in time")
     for e in ev.events_of("replication-state")[:2]:
         s.add(0.2, f"replication state of {e.attrs.get('standby')} changed to "
                    f"{e.attrs.get('state')}/{e.attrs.get('sync_state')} at {at(e)}")
@@ -396,17 +393,57 @@ def server_crash(ev: WindowEvidence) -> Finding | None:
     return s.finding()
 
 
+def _connection(label: str) -> frozenset[str]:
+    """Both ends of a TCP connection, the same whichever end's socket `label` names: a
+    standby on this host shows the one connection twice, as the walsender's socket and
+    the walreceiver's."""
+    local, _, peer = label.partition("->")
+    return frozenset((local, peer))
+
+
+def _tcp_labels(ev: WindowEvidence, metric: str) -> list[tuple[str, str]]:
+    """(node, socket label) of the replication sockets that have `metric` in the window."""
+    return [(node, label) for (node, source, m), labels in ev.inside.sums.items()
+            if source == "os.tcp" and m == metric for label in labels]
+
+
+def _receive_backlogs(ev: WindowEvidence) -> dict[frozenset[str], tuple[str, str, float]]:
+    """Connections whose receiving socket filled up (connection -> node, label, peak
+    bytes queued): the receiving process did not read what had arrived."""
+    found = {}
+    for node, label in _tcp_labels(ev, "recv_q_bytes"):
+        key = (node, "os.tcp", "recv_q_bytes")
+        queued = ev.inside.peak(*key, label) or 0.0
+        fill = ev.inside.peak(node, "os.tcp", "rcv_buffer_fill_pct", label) or 0.0
+        if (queued > 2**20 or fill >= 90) and queued > 4 * (ev.healthy.peak(*key, label) or 0):
+            found[_connection(label)] = (node, label, queued)
+    return found
+
+
 def network(ev: WindowEvidence) -> Finding | None:
     s = Score("network")
-    tcp = [(n, "os.tcp", m, label) for (n, src, m), labels in ev.inside.sums.items()
-           if src == "os.tcp" and m in ("rtt_ms", "retrans_per_s") for label in labels]
-    for node, source, metric, label in tcp:
-        inside = ev.inside.mean(node, source, metric, label) or 0.0
-        healthy = ev.healthy.mean(node, source, metric, label) or 0.0
-        if metric == "rtt_ms" and inside > 5 * max(healthy, 0.05) and inside > 1:
-            s.add(0.4, f"round-trip time {inside:.1f} ms on {label} (healthy {healthy:.2f} ms)")
-        if metric == "retrans_per_s" and inside > 1 and inside > 3 * healthy:
-            s.add(0.3, f"{inside:.0f} TCP retransmissions/s on {label}")
+    backlogs = _receive_backlogs(ev)
+    slow: dict[frozenset[str], tuple[float, float, str]] = {}  # the worse end of each
+    for node, label in _tcp_labels(ev, "rtt_ms"):
+        inside = ev.inside.mean(node, "os.tcp", "rtt_ms", label) or 0.0
+        healthy = ev.healthy.mean(node, "os.tcp", "rtt_ms", label) or 0.0
+        connection = _connection(label)
+        # A receiver that stops reading stretches the round trips too: that delay is
+        # the receiver's (sync-replication says so), not the wire's.
+        if (inside > 5 * max(healthy, 0.05) and inside > 1 and connection not in backlogs
+                and inside > slow.get(connection, (0.0, 0.0, ""))[0]):
+            slow[connection] = (inside, healthy, label)
+    for inside, healthy, label in slow.values():
+        s.add(0.4, f"round-trip time {inside:.1f} ms on {label} (healthy {healthy:.2f} ms)")
+    resent: dict[frozenset[str], tuple[float, str]] = {}
+    for node, label in _tcp_labels(ev, "retrans_per_s"):
+        inside = ev.inside.mean(node, "os.tcp", "retrans_per_s", label) or 0.0
+        healthy = ev.healthy.mean(node, "os.tcp", "retrans_per_s", label) or 0.0
+        if inside > 1 and inside > 3 * healthy and inside > resent.get(
+                _connection(label), (0.0, ""))[0]:
+            resent[_connection(label)] = (inside, label)
+    for inside, label in resent.values():
+        s.add(0.3, f"{inside:.0f} TCP retransmissions/s on {label}")
     return s.finding()
 
 
