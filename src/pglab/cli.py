@@ -246,7 +246,8 @@ def _invoke(func: Callable[[], Any]) -> int:
         with signals_as_exceptions():
             result = func()
     except Interrupted as exc:
-        click.echo(f"pglab: {exc}; cleaned up, the run folder is marked interrupted", err=True)
+        click.echo(f"pglab: {exc}; cleaned up (a run it was making is marked interrupted)",
+                   err=True)
         return 128 + int(getattr(signal, exc.signal_name))
     except KeyboardInterrupt:
         click.echo("pglab: interrupted by SIGINT", err=True)
