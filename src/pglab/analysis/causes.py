@@ -12,7 +12,7 @@ docs/ANALYSIS.md lists the causes; a test checks that the two agree.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from pglab.analysis import steady as steady_state
@@ -420,29 +420,31 @@ def _receive_backlogs(ev: WindowEvidence) -> dict[frozenset[str], tuple[str, str
     return found
 
 
+def _worst_ends(ev: WindowEvidence, metric: str, rose: Callable[[float, float], bool],
+                skip: Collection[frozenset[str]] = ()) -> list[tuple[float, float, str]]:
+    """Per connection (not in `skip`), the end whose `metric` rose the most against the
+    healthy seconds: (inside mean, healthy mean, socket label)."""
+    worst: dict[frozenset[str], tuple[float, float, str]] = {}
+    for node, label in _tcp_labels(ev, metric):
+        inside = ev.inside.mean(node, "os.tcp", metric, label) or 0.0
+        healthy = ev.healthy.mean(node, "os.tcp", metric, label) or 0.0
+        connection = _connection(label)
+        if (connection not in skip and rose(inside, healthy)
+                and inside > worst.get(connection, (0.0, 0.0, ""))[0]):
+            worst[connection] = (inside, healthy, label)
+    return list(worst.values())
+
+
 def network(ev: WindowEvidence) -> Finding | None:
     s = Score("network")
-    backlogs = _receive_backlogs(ev)
-    slow: dict[frozenset[str], tuple[float, float, str]] = {}  # the worse end of each
-    for node, label in _tcp_labels(ev, "rtt_ms"):
-        inside = ev.inside.mean(node, "os.tcp", "rtt_ms", label) or 0.0
-        healthy = ev.healthy.mean(node, "os.tcp", "rtt_ms", label) or 0.0
-        connection = _connection(label)
-        # A receiver that stops reading stretches the round trips too: that delay is
-        # the receiver's (sync-replication says so), not the wire's.
-        if (inside > 5 * max(healthy, 0.05) and inside > 1 and connection not in backlogs
-                and inside > slow.get(connection, (0.0, 0.0, ""))[0]):
-            slow[connection] = (inside, healthy, label)
-    for inside, healthy, label in slow.values():
+    # A receiver that stops reading stretches the round trips too: that delay is the
+    # receiver's (sync-replication says so), not the wire's.
+    for inside, healthy, label in _worst_ends(
+            ev, "rtt_ms", lambda inside, healthy: inside > 5 * max(healthy, 0.05) and inside > 1,
+            skip=_receive_backlogs(ev)):
         s.add(0.4, f"round-trip time {inside:.1f} ms on {label} (healthy {healthy:.2f} ms)")
-    resent: dict[frozenset[str], tuple[float, str]] = {}
-    for node, label in _tcp_labels(ev, "retrans_per_s"):
-        inside = ev.inside.mean(node, "os.tcp", "retrans_per_s", label) or 0.0
-        healthy = ev.healthy.mean(node, "os.tcp", "retrans_per_s", label) or 0.0
-        if inside > 1 and inside > 3 * healthy and inside > resent.get(
-                _connection(label), (0.0, ""))[0]:
-            resent[_connection(label)] = (inside, label)
-    for inside, label in resent.values():
+    for inside, _healthy, label in _worst_ends(
+            ev, "retrans_per_s", lambda inside, healthy: inside > 1 and inside > 3 * healthy):
         s.add(0.3, f"{inside:.0f} TCP retransmissions/s on {label}")
     return s.finding()
 

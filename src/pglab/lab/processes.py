@@ -152,6 +152,10 @@ def signals_as_exceptions() -> Iterator[None]:
         sys.unraisablehook = previous_hook
 
 
+def _on_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
 @contextlib.contextmanager
 def shielded() -> Iterator[None]:
     """Let cleanup finish even if another Ctrl-C or SIGTERM arrives meanwhile.
@@ -160,7 +164,7 @@ def shielded() -> Iterator[None]:
     thread entering and leaving in between could leave the flag set for good.
     """
     global _shielded  # noqa: PLW0603 - process-wide by nature, like signal handlers
-    if threading.current_thread() is not threading.main_thread():
+    if not _on_main_thread():
         yield
         return
     outer = _shielded
@@ -175,7 +179,7 @@ def deliver_pending() -> None:
     """Raise a signal that arrived during a shielded step of the set-up (creating a
     cgroup, recording kernel knobs, building a template, forking) now, once that step's
     own cleanup is armed, instead of after the whole run. Main thread only."""
-    if not _shielded and _pending and threading.current_thread() is threading.main_thread():
+    if not _shielded and _pending and _on_main_thread():
         raise Interrupted(_pending.pop(0))
 
 
