@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -20,16 +19,14 @@ from typing import Any
 import polars as pl
 import psutil
 import pytest
-from tests.conftest import SAMPLES, run_cli
 
+from conftest import SAMPLES, run_cli
 from pglab.errors import BadInput, EnvironmentProblem
 from pglab.scenario import load_text
 from pglab.storage.describe import lines as storage_lines
 from pglab.storage.doctor import findings, parse_pg_test_fsync
 from pglab.storage.filesystems import FILESYSTEMS
 
-PACKAGES = {"nbdfuse": "libnbd-bin", "fusermount3": "fuse3", "mkfs.xfs": "xfsprogs",
-            "mkfs.btrfs": "btrfs-progs", "zpool": "zfs-fuse", "mkfs.ext4": "e2fsprogs"}
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="storage volumes need root")
 
 
@@ -122,23 +119,6 @@ def test_doctor_findings() -> None:
 
 
 # --- live: real volumes -----------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def storage_packages() -> None:
-    """Debian's storage tools; installed here when missing and root (as CI is)."""
-    if os.geteuid() != 0:
-        pytest.skip("storage volumes need root")
-    missing = sorted({pkg for tool, pkg in PACKAGES.items()
-                      if shutil.which(tool) is None and not Path("/usr/sbin", tool).exists()})
-    if missing:
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        install = ["apt-get", "install", "-y", "-qq", "-o", "DPkg::Lock::Timeout=600",
-                   *missing]
-        if subprocess.run(install, env=env, capture_output=True).returncode != 0:
-            subprocess.run(["apt-get", "update", "-qq"], env=env, capture_output=True,
-                           check=True)
-            subprocess.run(install, env=env, capture_output=True, check=True)
-
 
 def leftovers(home: Path) -> list[str]:
     """Whatever volumes of labs under `home` could leave: mounts, loop devices, device
@@ -441,3 +421,78 @@ def test_storage_command_lists_the_registries() -> None:
     for name in ("ext4", "xfs", "btrfs", "zfs", "recordsize", "write_mbps", "cloud-ssd"):
         assert name in result.stdout
 
+
+
+@root_only
+@pytest.mark.root
+def test_the_users_own_storage_pool_path_and_device(storage_packages: None, pglab_home: Path,
+                                                    tmp_path: Path) -> None:
+    """storage.pool (a zfs-fuse pool standing in for the user's), storage.path (an existing
+    directory, used as is) and storage.block_device (formatted only with destroy_data)."""
+    from pglab.storage.zfs import destroy, ensure_daemon, release_daemon
+
+    image = tmp_path / "user-pool.img"
+    image.write_bytes(b"")
+    os.truncate(image, 512 * 2**20)
+    ensure_daemon()
+    subprocess.run(["zpool", "create", "-f", "-m", "none", "userpool", str(image)],
+                   check=True, capture_output=True)
+    own = tmp_path / "own-dir"
+    own.mkdir()
+    device_image = tmp_path / "device.img"
+    device_image.write_bytes(b"")
+    os.truncate(device_image, 512 * 2**20)
+    loop = subprocess.run(["losetup", "-f", "--show", str(device_image)], check=True,
+                          capture_output=True, text=True).stdout.strip()
+    try:
+        for storage, kind in (
+                ('pool = "userpool"\nfilesystem = "zfs"\noptions = { recordsize = "16k" }',
+                 "pool"),
+                (f'path = "{own}"', "path"),
+                (f'filesystem = "ext4"\nblock_device = "{loop}"\ndestroy_data = true',
+                 "block_device")):
+            results = tmp_path / f"r-{kind}"
+            result = run_cli("run", str(_scenario(tmp_path, storage, duration=2)),
+                             "--results", str(results))
+            assert result.returncode == 0, result.stderr[-2000:]
+            [volume] = _manifest(results)["nodes"]["primary"]["storage"]
+            assert volume["kind"] == kind
+            if kind == "pool":
+                assert volume["options"] == {"recordsize": "16k"}
+                assert volume["dataset"].startswith("userpool/pglab-")
+            if kind == "path":
+                assert volume["mountpoint"]  # the facts of the mount it is on
+                assert list(own.iterdir()) == []  # its subdirectory is gone again
+        datasets = subprocess.run(["zfs", "list", "-H", "-o", "name", "-r", "userpool"],
+                                  capture_output=True, text=True).stdout.split()
+        assert datasets == ["userpool"]  # the run's dataset was destroyed
+        # a device with a partition table is never formatted
+        subprocess.run(["sfdisk", "-q", loop], input="label: dos\n", text=True, check=True,
+                       capture_output=True)
+        refused = run_cli("validate", str(_scenario(
+            tmp_path, f'filesystem = "ext4"\nblock_device = "{loop}"\ndestroy_data = true')))
+        assert refused.returncode == 2
+        assert "holds a partition table (dos)" in refused.stderr
+        without = run_cli("validate", str(_scenario(
+            tmp_path, f'filesystem = "ext4"\nblock_device = "{loop}"')))
+        assert "set storage.destroy_data = true to allow it" in without.stderr
+    finally:
+        destroy("userpool")
+        release_daemon()
+        subprocess.run(["losetup", "-d", loop], capture_output=True)
+    assert leftovers(pglab_home) == []
+
+
+@root_only
+def test_storage_needs_root(tmp_path: Path) -> None:
+    scenario = _scenario(tmp_path, 'filesystem = "ext4"')
+    scenario.chmod(0o644)
+    tmp_path.chmod(0o755)
+    result = subprocess.run(
+        ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", sys.executable,
+         "-m", "pglab", "validate", str(scenario)],
+        capture_output=True, text=True, env={**os.environ, "HOME": "/tmp"})
+    assert result.returncode == 3, result.stderr
+    assert result.stderr.strip().endswith("[storage] volumes need root (losetup, mkfs, "
+                                          "mount); pglab runs as uid 65534")
+    assert "Traceback" not in result.stderr

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from pglab.errors import BadInput, EnvironmentProblem
 from pglab.lab.cgroups import CgroupLimits, CgroupSupport, NodeCgroup, detect_cgroups
-from pglab.storage.profiles import (  # re-exported: the envelope's disk profiles
+from pglab.storage.profiles import (
     DiskFigures,
     profile_figures,
 )
