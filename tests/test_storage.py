@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -390,28 +392,33 @@ def test_signals_at_each_stage_leave_nothing(storage_packages: None, pglab_home:
 
 @root_only
 @pytest.mark.root
-def test_doctor_on_a_lying_device(storage_packages: None, tmp_path: Path) -> None:
-    """A cache that acknowledges flushes without keeping data: the doctor's sync timings
-    come back in microseconds and it says only a power-loss test can tell."""
-    from pglab.scenario import VolumeSpec
-    from pglab.storage.devices import resolve_device
-    from pglab.storage.volume import Volume
-
-    spec = VolumeSpec.model_validate({"filesystem": "xfs", "size": "512MB",
-                                      "device": {"cache": "volatile-ignores-flush"}})
-    volume = Volume("primary", "data", spec, tmp_path / "node", True,
-                    resolve_device(spec.device), "pglab-test-doc")
+def test_doctor_on_a_cache_that_acknowledges_flushes_for_nothing(storage_packages: None,
+                                                                 tmp_path: Path) -> None:
+    """A loop device over a file in RAM (/dev/shm): the kernel reports a write-back cache,
+    and a flush returns in microseconds because nothing is made durable. The doctor's
+    sync timings show it, and it says only a power-loss test can tell such a cache from
+    a protected one."""
+    image = Path(tempfile.mkdtemp(dir="/dev/shm")) / "disk.img"
+    image.write_bytes(b"")
+    os.truncate(image, 256 * 2**20)
+    loop = subprocess.run(["losetup", "-f", "--show", str(image)], check=True,
+                          capture_output=True, text=True).stdout.strip()
+    mount = tmp_path / "mnt"
+    mount.mkdir()
     try:
-        mount = volume.create()
-        volume.apply_limits()
+        subprocess.run(["mkfs.ext4", "-q", loop], check=True, capture_output=True)
+        subprocess.run(["mount", loop, str(mount)], check=True, capture_output=True)
         result = run_cli("doctor", str(mount), "--fsync", "--json")
         assert result.returncode == 0, result.stderr
         facts = json.loads(result.stdout)
     finally:
-        volume.remove()
-    assert facts["fstype"] == "xfs"
-    assert facts["block_device"]["name"].startswith("loop")
-    assert min(facts["fsync_us"].values()) < 100
+        subprocess.run(["umount", str(mount)], capture_output=True)
+        subprocess.run(["losetup", "-d", loop], capture_output=True)
+        shutil.rmtree(image.parent, ignore_errors=True)
+    assert facts["fstype"] == "ext4"
+    assert facts["block_device"]["name"] == Path(loop).name
+    assert facts["block_device"]["write_cache"] == "write back"
+    assert min(facts["fsync_us"].values()) < 100, facts["fsync_us"]
     assert any("only a power-loss test tells" in f for f in facts["findings"])
 
 
