@@ -48,7 +48,7 @@ DEVICE_BEHAVIOURS: tuple[DeviceBehaviour, ...] = (
     DeviceBehaviour("iops", "requests per second, each direction"),
     DeviceBehaviour("write_iops", "write requests per second (overrides iops)"),
     DeviceBehaviour("read_iops", "read requests per second (overrides iops)"),
-    DeviceBehaviour("latency", "time added to every read and write, like '1ms'"),
+    DeviceBehaviour("latency", "time added to every read, write and flush, like '1ms'"),
     DeviceBehaviour("cache", "honest (durable when acknowledged) | volatile (a write cache "
                     "that honours flushes) | volatile-ignores-flush (a cache that lies)"),
     DeviceBehaviour("kind", "auto (emulated when any of the above is set or a device fault "
