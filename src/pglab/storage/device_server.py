@@ -122,9 +122,13 @@ class Bucket:
             self.stamp = now
             self.tokens -= amount
             if self.tokens < 0:
-                await asyncio.sleep(-self.tokens / self.rate)
+                # Paid off at `due`; a sleep that wakes late (a busy machine: often by
+                # milliseconds) is credited to the next request, not lost, or the device
+                # would run 10-20% under its rate.
+                due = now - self.tokens / self.rate
+                await asyncio.sleep(due - now)
                 self.tokens = 0.0
-                self.stamp = time.monotonic()
+                self.stamp = due
 
 
 @dataclass
