@@ -7,23 +7,36 @@ the test beside pglab, which only watches.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import polars as pl
 import pytest
 
+from conftest import run_cli
 from pglab.lab.binaries import find_binaries, runnable_by
 from pglab.lab.local import LocalServer, free_port
 from pglab.lab.osuser import server_user
 
+pytest_plugins = ("observe_fixtures",)  # node_exporter_url
+
 PASSWORD = "w4tch-Zq81-secret"
 ROLE = "watcher"
-NODE_EXPORTER = "/usr/bin/prometheus-node-exporter"
+# Every client takes a share lock on branch 1 (compatible with each other: no contention
+# of their own); a session that updates that row stops them all until it ends.
+SHARED_ROW = """\\set aid random(1, 100000)
+BEGIN;
+UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid = :aid;
+SELECT bbalance FROM pgbench_branches WHERE bid = 1 FOR SHARE;
+END;
+"""
 
 
 @dataclass
@@ -78,31 +91,6 @@ def idle(pglab_home: Path) -> Iterator[Observed]:
     shutil.rmtree(srv.node_dir, ignore_errors=True)
 
 
-@pytest.fixture(scope="module")
-def node_exporter() -> Iterator[str]:
-    """Debian's node_exporter on a free loopback port (apt-installed when root)."""
-    if not Path(NODE_EXPORTER).is_file() and shutil.which("apt-get") and os.geteuid() == 0:
-        subprocess.run(["apt-get", "install", "-y", "-qq", "-o", "DPkg::Lock::Timeout=600",
-                        "prometheus-node-exporter"], capture_output=True, check=False)
-    if not Path(NODE_EXPORTER).is_file():
-        pytest.skip("prometheus-node-exporter is not installed and we are not root")
-    port = free_port()
-    proc = subprocess.Popen([NODE_EXPORTER, f"--web.listen-address=127.0.0.1:{port}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/metrics"
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            import urllib.request
-            urllib.request.urlopen(url, timeout=1).read()
-            break
-        except OSError:
-            time.sleep(0.2)
-    yield url
-    proc.terminate()
-    proc.wait(timeout=10)
-
-
 def _only_run(results: Path, name: str = "observe") -> Path:
     runs = [p for p in (results / name).iterdir() if p.is_dir()]
     assert len(runs) == 1, runs
@@ -120,3 +108,128 @@ def _stats(srv: LocalServer) -> dict[str, object]:
                             ).fetchall()
         lsn = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
     return {"dbs": {str(r[0]): tuple(r[1:]) for r in rows}, "lsn": lsn[0] if lsn else None}
+
+
+def _observe(*args: str, results: Path) -> subprocess.Popen[str]:
+    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200"}
+    return subprocess.Popen([sys.executable, "-m", "pglab", "observe", *args, "--results",
+                             str(results)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+
+
+def _wait_for_samples(results: Path, timeout: float = 60) -> Path:
+    """The observation's folder, once its first throughput samples are written."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for csv in (results / "observe").glob("*/telemetry/samples.csv"):
+            if "db.throughput" in csv.read_text():
+                return csv.parent.parent
+        time.sleep(0.2)
+    raise AssertionError("observe wrote no throughput sample")
+
+
+def test_a_row_lock_held_outside_is_named_by_the_analysis(observed: Observed,
+                                                           tmp_path: Path) -> None:
+    script = tmp_path / "shared-row.sql"
+    script.write_text(SHARED_ROW)
+    log = observed.srv.log_dir / "postgresql.json"
+    results = tmp_path / "results"
+    proc = _observe(observed.dsn(), "--duration", "16s", "--log", str(log), results=results)
+    folder = _wait_for_samples(results)
+    env = {**os.environ, "LC_ALL": "C"}
+    load = subprocess.Popen(observed.pgbench("-n", "-c", "4", "-T", "11", "-f", str(script),
+                                             "app"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    time.sleep(4)
+    with observed.srv.connect("app", autocommit=False) as holder:  # outside pglab
+        holder.execute("UPDATE pgbench_branches SET bbalance = bbalance WHERE bid = 1")
+        time.sleep(4)
+        holder.rollback()
+    _out, load_err = load.communicate(timeout=60)
+    assert load.returncode == 0, load_err
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["source"]["kind"] == "observe"
+    assert manifest["status"] == "completed"
+    client = pl.read_parquet(folder / "client.parquet")
+    measured = client.filter(~pl.col("partial"))
+    assert measured.filter(pl.col("tps") == 0).height >= 2, measured  # the held seconds
+    assert float(measured["tps"].max()) > 50  # type: ignore[arg-type] # the load around them
+    analysis = json.loads((folder / "analysis.json").read_text())
+    zero = [w for w in analysis["stalls"] if w["kind"] == "drop-to-zero"]
+    assert zero, analysis["stalls"]
+    assert zero[0]["causes"][0]["cause"] == "lock-contention", zero[0]["causes"]
+    events = pl.read_parquet(folder / "events.parquet")
+    assert events.filter(pl.col("kind") == "lock-wait").height >= 1  # from the log file
+    assert "lock-contention" in stdout
+    assert PASSWORD not in _files_text(folder)
+    cost = manifest["telemetry"]["observer_per_node"]["primary"]
+    assert cost["queries_per_s"] > 0 and cost["server_cpu_s"] is not None
+
+
+def test_nothing_is_written_and_the_password_stays_out(idle: Observed, tmp_path: Path,
+                                                        node_exporter_url: str) -> None:
+    before = _stats(idle.srv)
+    results = tmp_path / "results"
+    result = run_cli("observe", idle.dsn("app"), "--duration", "4s", "--node-exporter",
+                     node_exporter_url, "--log", "sql", "--results", str(results))
+    assert result.returncode == 0, result.stderr
+    after = _stats(idle.srv)
+    assert after["lsn"] == before["lsn"]  # no WAL at all
+    dbs_before, dbs_after = before["dbs"], after["dbs"]
+    assert isinstance(dbs_before, dict) and isinstance(dbs_after, dict)
+    # commits, inserts, updates, deletes: a database pglab never touched did not move
+    assert dbs_after["untouched"] == dbs_before["untouched"]
+    # pglab's database: one commit, its session's start (PostgreSQL counts it as one);
+    # every statement it ran ended in ROLLBACK
+    commits, *writes = dbs_after["app"]
+    assert (commits - dbs_before["app"][0], writes) == (1, list(dbs_before["app"][1:]))
+    # A pg_monitor role may not read files: said once, on one line, and the rest runs.
+    warnings = [ln for ln in result.stderr.splitlines() if "warning" in ln]
+    assert len(warnings) == 1 and "pg_read_binary_file" in warnings[0], result.stderr
+    folder = _only_run(results)
+    assert PASSWORD not in _files_text(folder)
+    series = pl.read_parquet(folder / "timeseries.parquet")
+    sources = set(series["source"].unique().to_list())
+    assert {"db.throughput", "db.waits", "os.cpu", "os.disk", "os.memory"} <= sources
+    assert series.filter(pl.col("source") == "os.cpu")["node"].unique().to_list() == ["host"]
+    client = pl.read_parquet(folder / "client.parquet")
+    assert client["tps"].sum() == 0  # pglab's own statements are no commits
+    # The server logged every statement (log_statement = all): pglab's are reads.
+    logged = [json.loads(line) for line in
+              (idle.srv.log_dir / "postgresql.json").read_text().splitlines()]
+    ours = [r["message"] for r in logged if r.get("application_name") == "pglab"
+            and r.get("message", "").startswith("statement:")]
+    assert ours
+    verbs = {m.split()[1].upper() for m in ours}
+    assert verbs <= {"SELECT", "BEGIN", "ROLLBACK"}, verbs
+    for command in ("show", "analyze", "report"):
+        shown = run_cli(command, str(folder))
+        assert shown.returncode == 0, (command, shown.stderr)
+    compared = run_cli("compare", str(folder), str(folder))
+    assert compared.returncode == 0, compared.stderr
+
+
+@pytest.mark.parametrize("case", ["unreachable", "password", "exporter", "log"])
+def test_bad_input_is_one_line(idle: Observed, tmp_path: Path, case: str) -> None:
+    args: list[str] = []
+    if case == "unreachable":
+        args = [f"host=127.0.0.1 port={free_port()} user={ROLE} password={PASSWORD}"]
+    elif case == "password":
+        args = [idle.dsn(password="not-the-Pw-1234")]
+    elif case == "exporter":
+        args = [idle.dsn(), "--node-exporter", f"http://127.0.0.1:{free_port()}/metrics",
+                "--duration", "2s"]
+    else:
+        args = [idle.dsn(), "--log", str(tmp_path / "no-such.log")]
+    result = run_cli("observe", *args, "--results", str(tmp_path / "r"))
+    assert "Traceback" not in result.stderr
+    lines = [ln for ln in result.stderr.splitlines() if ln.startswith("pglab:")]
+    assert len(lines) == 1, result.stderr
+    assert PASSWORD not in result.stderr and "not-the-Pw-1234" not in result.stderr
+    if case == "exporter":  # a warning; the observation goes on without it
+        assert result.returncode == 0 and "warning" in lines[0] and "refused" in lines[0]
+    else:
+        assert result.returncode in (2, 3), result.stderr
+        assert not (tmp_path / "r").exists()  # nothing made for a bad start

@@ -109,8 +109,18 @@ class ObservedNode:
     def redacted(self) -> str:
         return redact_dsn(self.dsn)
 
+    opened: ObserverConnection | None = None  # the connection open_node made, kept
+
+    def reuse_or_connect(self) -> ObserverConnection:
+        """The connection open_node checked, then new ones: PostgreSQL counts each
+        session's start as a committed transaction, so pglab opens as few as it can."""
+        conn, self.opened = self.opened, None
+        if conn is not None and not conn.closed:
+            return conn
+        return self.connect()
+
     def handle(self) -> NodeHandle:
-        return NodeHandle(self.name, self.connect, None, lambda: None)
+        return NodeHandle(self.name, self.reuse_or_connect, None, lambda: None)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -131,8 +141,12 @@ def open_node(name: str, dsn: str) -> ObservedNode:
         kind = BadInput if "authentication" in message or "role" in message else \
             EnvironmentProblem
         raise kind(f"{name} ({node.redacted}): cannot connect: {message}") from None
-    with conn:
+    try:
         node.facts, node.missing = _facts(conn)
+    except BaseException:
+        conn.close()
+        raise
+    node.opened = conn
     return node
 
 
