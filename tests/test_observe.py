@@ -243,3 +243,40 @@ def test_bad_input_is_one_line(idle: Observed, tmp_path: Path, case: str) -> Non
     else:
         assert result.returncode in (2, 3), result.stderr
         assert not (tmp_path / "r").exists()  # nothing made for a bad start
+
+
+@pytest.mark.parametrize("source", ["sql", "command"])
+def test_the_log_over_sql_or_from_a_command(observed: Observed, tmp_path: Path,
+                                            source: str) -> None:
+    """A checkpoint made outside pglab arrives as an event, read through SQL (a role
+    granted pg_read_binary_file) or from `tail -F` of the log file."""
+    with observed.srv.connect("postgres") as conn:
+        conn.execute("DO $$BEGIN CREATE ROLE reader LOGIN PASSWORD 'r3ad-Pw-77' IN ROLE "
+                     "pg_monitor; EXCEPTION WHEN duplicate_object THEN NULL; END$$")
+    with observed.srv.connect("app") as conn:  # in the database pglab connects to
+        conn.execute("GRANT EXECUTE ON FUNCTION pg_read_binary_file(text,bigint,bigint,"
+                     "boolean) TO reader")
+    hba = observed.srv.data_dir / "pg_hba.conf"
+    if "reader" not in hba.read_text():
+        hba.write_text("host all reader 127.0.0.1/32 scram-sha-256\n" + hba.read_text())
+        observed.srv.reload()
+    dsn = observed.dsn().replace(f"user={ROLE}", "user=reader").replace(PASSWORD,
+                                                                         "r3ad-Pw-77")
+    log = observed.srv.log_dir / "postgresql.json"
+    spec = "sql" if source == "sql" else f"command:tail -n0 -F {log}"
+    results = tmp_path / "results"
+    proc = _observe(dsn, "--duration", "6s", "--log", spec, results=results)
+    _wait_for_samples(results)
+    time.sleep(1.5)  # tail has started
+    with observed.srv.connect("postgres") as conn:
+        conn.execute("CHECKPOINT")
+    _out, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    assert "warning" not in stderr, stderr
+    folder = _only_run(results)
+    events = pl.read_parquet(folder / "events.parquet")
+    checkpoints = events.filter(pl.col("kind") == "checkpoint")
+    assert checkpoints.height >= 1, events
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["source"]["log_stats"]["format"] == "jsonlog"
+    assert "r3ad-Pw-77" not in _files_text(folder)
