@@ -151,6 +151,7 @@ def test_a_row_lock_held_outside_is_named_by_the_analysis(observed: Observed,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     time.sleep(4)
     with observed.srv.connect("app", autocommit=False) as holder:  # outside pglab
+        holder.execute("SET application_name = 'nightly-batch'")
         holder.execute("UPDATE pgbench_branches SET bbalance = bbalance WHERE bid = 1")
         time.sleep(4)
         holder.rollback()
@@ -168,7 +169,14 @@ def test_a_row_lock_held_outside_is_named_by_the_analysis(observed: Observed,
     analysis = json.loads((folder / "analysis.json").read_text())
     zero = [w for w in analysis["stalls"] if w["kind"] == "drop-to-zero"]
     assert zero, analysis["stalls"]
-    assert zero[0]["causes"][0]["cause"] == "lock-contention", zero[0]["causes"]
+    lock = zero[0]["causes"][0]
+    assert lock["cause"] == "lock-contention", zero[0]["causes"]
+    # Named: the row, the holder's application, its state and its statement
+    named = [line for line in lock["evidence"] if "queued on row" in line]
+    assert named, lock["evidence"]
+    assert "of pgbench_branches behind pid" in named[0] and "(nightly-batch" in named[0]
+    assert "idle in transaction" in named[0]
+    assert "UPDATE pgbench_branches SET bbalance = bbalance WHERE bid = ?" in named[0]
     events = pl.read_parquet(folder / "events.parquet")
     assert events.filter(pl.col("kind") == "lock-wait").height >= 1  # from the log file
     assert "lock-contention" in stdout

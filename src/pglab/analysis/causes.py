@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from pglab.analysis import steady as steady_state
 from pglab.analysis.evidence import EventView, WindowEvidence
+from pglab.analysis.names import busiest_queue
 from pglab.analysis.signals import (
     Finding,
     Score,
@@ -102,6 +103,9 @@ def lock_contention(ev: WindowEvidence) -> Finding | None:
                    f"{float(e.attrs.get('waited_ms') or 0) / 1000:.1f} s for "
                    f"{e.attrs.get('lock_mode')} on {e.attrs.get('lock_object')} held by pid "
                    f"{holders}")
+    queue_line = busiest_queue([q.attrs for q in ev.events_of("lock-queue")])
+    if queue_line and s.value > 0:
+        s.add(0.1, queue_line)
     blocked = ev.inside.peak(ev.nodes[0], "db.locks", "blocked_backends")
     if blocked and blocked >= 1 and s.value > 0:
         s.add(0.1, f"up to {blocked:.0f} backends blocked on locks")
