@@ -288,3 +288,81 @@ def test_the_log_over_sql_or_from_a_command(observed: Observed, tmp_path: Path,
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["source"]["log_stats"]["format"] == "jsonlog"
     assert "r3ad-Pw-77" not in _files_text(folder)
+
+
+@pytest.fixture(scope="module")
+def replicated(pglab_home: Path) -> Iterator[tuple[Observed, Observed]]:
+    """A primary and its synchronous hot standby, made by this test with pg_basebackup."""
+    primary = _server(pglab_home, "syncprimary", {})
+    subprocess.run(Observed(primary).pgbench("-i", "-s", "1", "-q", "app"), check=True,
+                   capture_output=True, env={**os.environ, "LC_ALL": "C"})
+    standby = LocalServer("standby1", primary.bins, pglab_home / "labs" / "standby1",
+                          primary.user)
+    standby.prepare_dirs()
+    subprocess.run([str(primary.bins.tool("pg_basebackup")), "-D", str(standby.data_dir),
+                    "-h", str(primary.socket_dir), "-p", str(primary.port), "-U", "postgres",
+                    "-X", "stream", "-c", "fast"], check=True, capture_output=True,
+                   cwd=standby.node_dir, **primary.user.popen_kwargs())
+    shutil.rmtree(standby.log_dir, ignore_errors=True)
+    (standby.data_dir / "standby.signal").touch()
+    primary.user.chown(standby.data_dir / "standby.signal")
+    standby.extra_conf.update(primary_conninfo=(
+        f"'host={primary.socket_dir} port={primary.port} user=postgres "
+        "application_name=standby1'"), hot_standby="on")
+    standby.start()
+    with primary.connect("postgres") as conn:
+        conn.execute("ALTER SYSTEM SET synchronous_standby_names = 'standby1'")
+        conn.execute("SELECT pg_reload_conf()")
+        deadline = time.monotonic() + 30
+        while conn.execute("SELECT 1 FROM pg_stat_replication WHERE application_name = "
+                           "'standby1' AND sync_state = 'sync' AND state = 'streaming'"
+                           ).fetchone() is None:
+            assert time.monotonic() < deadline, "the standby did not become synchronous"
+            time.sleep(0.2)
+    yield Observed(primary), Observed(standby)
+    for srv in (standby, primary):
+        srv.stop(discard=True)
+        shutil.rmtree(srv.node_dir, ignore_errors=True)
+
+
+def test_a_paused_synchronous_standby_is_named(replicated: tuple[Observed, Observed],
+                                               tmp_path: Path) -> None:
+    import psutil
+
+    primary, standby = replicated
+    script = tmp_path / "shared-row.sql"
+    script.write_text(SHARED_ROW)
+    results = tmp_path / "results"
+    proc = _observe(primary.dsn(), "--standby", standby.dsn(), "--duration", "15s",
+                    results=results)
+    folder = _wait_for_samples(results)
+    load = subprocess.Popen(primary.pgbench("-n", "-c", "2", "-T", "11", "-f", str(script),
+                                            "app"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "LC_ALL": "C"})
+    time.sleep(4)
+    assert standby.srv.process is not None
+    postmaster = psutil.Process(standby.srv.process.pid)
+    paused = [postmaster, *postmaster.children(recursive=True)]
+    for p in paused:  # made outside pglab: the whole standby stops answering
+        p.suspend()
+    try:
+        time.sleep(4)
+    finally:
+        for p in paused:
+            p.resume()
+    _out, load_err = load.communicate(timeout=60)
+    assert load.returncode == 0, load_err
+    _stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert set(manifest["nodes"]) == {"primary", "standby1"}
+    assert manifest["nodes"]["standby1"]["in_recovery"] is True
+    series = pl.read_parquet(folder / "timeseries.parquet")
+    assert series.filter(pl.col("node") == "standby1")["source"].n_unique() > 3
+    analysis = json.loads((folder / "analysis.json").read_text())
+    zero = [w for w in analysis["stalls"] if w["kind"] == "drop-to-zero"
+            and w["causes"][0]["cause"] == "sync-replication"]
+    assert zero, analysis["stalls"]
+    assert any("standby1" in line for line in zero[0]["causes"][0]["evidence"])
+    assert PASSWORD not in _files_text(folder)
