@@ -55,6 +55,9 @@ def normalise_query(query: str | None, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+_RANK = {"row": 3, "relation": 2, "transaction": 1}
+
+
 def _roots(pid: int, blocked_by: dict[int, set[int]]) -> set[int]:
     """The blockers at the head of `pid`'s queue: those not waiting themselves."""
     roots: set[int] = set()
@@ -113,18 +116,29 @@ class LockQueue(DbProbe):
                 "state": state or "", "backend_type": backend_type or "",
                 "query": normalise_query(query),
                 "xact_s": round(float(xact_s), 3) if xact_s is not None else None}
-        seen: dict[tuple[str, str, int], dict[str, Any]] = {}
+        # One queue per root holder, named by the most specific thing its waiters want:
+        # a row (the first waiter holds the row's tuple lock and waits for the holder's
+        # transaction), else a relation, else the transaction.
+        by_root: dict[int, dict[str, Any]] = {}
         queued: dict[str, set[int]] = {}
         for pid, (what, relation, modes) in wants.items():
             for root in _roots(pid, blocked_by):
                 if root not in info:
                     continue
-                entry = seen.setdefault((node, what, root), {
-                    "waiters": set(), "modes": set(), "holder": info[root],
-                    "locktype": what.split(" ", 1)[0], "relation": relation})
+                entry = by_root.setdefault(root, {"waiters": set(), "modes": set(),
+                                                  "objects": {}, "holder": info[root]})
                 entry["waiters"].add(pid)
                 entry["modes"] |= modes
+                entry["objects"][what] = (entry["objects"].get(what, (0, relation))[0] + 1,
+                                          relation)
             queued.setdefault(relation or what, set()).add(pid)
+        seen: dict[tuple[str, str, int], dict[str, Any]] = {}
+        for root, entry in by_root.items():
+            what, (_count, relation) = max(entry["objects"].items(),
+                                           key=lambda item: (_RANK.get(item[0].split(" ")[0], 0),
+                                                             item[1][0]))
+            entry.update(locktype=what.split(" ", 1)[0], relation=relation)
+            seen[(node, what, root)] = entry
         for label, pids in queued.items():
             out.samples.append(Sample(now, node, self.name, "queued", label, float(len(pids))))
         for key, entry in seen.items():
