@@ -225,9 +225,13 @@ def test_nothing_is_written_and_the_password_stays_out(idle: Observed, tmp_path:
     for statement in ours:  # a WITH that is a read
         assert not any(w in statement.upper() for w in ("INSERT ", "UPDATE ", "DELETE ")), \
             statement
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["host"]["cpu_cores"] == os.cpu_count()  # from node_exporter
+    assert manifest["nodes"]["primary"]["settings"]["log_statement"]["setting"] == "all"
     for command in ("show", "analyze", "report"):
         shown = run_cli(command, str(folder))
         assert shown.returncode == 0, (command, shown.stderr)
+    assert "queries/s" in (folder / "report.html").read_text()  # the observer's cost
     compared = run_cli("compare", str(folder), str(folder))
     assert compared.returncode == 0, compared.stderr
 

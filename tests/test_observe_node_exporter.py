@@ -13,6 +13,7 @@ from pglab.observe.exporter_probe import check_exporter, scrape
 from pglab.observe.nodeexporter import (
     cpu_metrics,
     disk_metrics,
+    host_facts,
     memory_metrics,
     os_metrics,
     parse_metrics,
@@ -99,5 +100,13 @@ def test_live_node_exporter(node_exporter_url: str) -> None:
 def test_an_exporter_that_does_not_answer_is_one_reason() -> None:
     from pglab.lab.local import free_port
 
-    why = check_exporter(f"http://127.0.0.1:{free_port()}/metrics")
+    why, scraped = check_exporter(f"http://127.0.0.1:{free_port()}/metrics")
+    assert scraped is None
     assert why is not None and "\n" not in why and "refused" in why.lower()
+
+
+def test_host_facts() -> None:
+    # node_memory_MemTotal_bytes 2.5276063744e+10; node_uname_info{...release="6.18.44-fc-v782"}
+    assert host_facts(BEFORE) == {"cpu_cores": 2, "memory_bytes": 25276063744,
+                                  "kernel": "6.18.44-fc-v782", "hostname": "vm",
+                                  "machine": "x86_64", "source": "node_exporter"}

@@ -50,13 +50,12 @@ def scrape(url: str, timeout: float = SCRAPE_TIMEOUT_S) -> Scrape:
     return found
 
 
-def check_exporter(url: str) -> str | None:
-    """Why `url` cannot be scraped now, or None."""
+def check_exporter(url: str) -> tuple[str | None, Scrape | None]:
+    """(why `url` cannot be scraped now, None) or (None, the scrape)."""
     try:
-        scrape(url, timeout=3.0)
+        return None, scrape(url, timeout=3.0)
     except (OSError, ValueError) as exc:
-        return str(exc) or type(exc).__name__
-    return None
+        return str(exc) or type(exc).__name__, None
 
 
 class NodeExporterProbe(Probe):

@@ -213,3 +213,16 @@ def os_metrics(before: Scrape, after: Scrape,
         rows += [("os.pressure", m, resource, v) for m, v in metrics.items()]
     rows += [("os.tcp", m, "", v) for m, v in tcp_metrics(before, after, seconds).items()]
     return rows
+
+
+def host_facts(scrape: Scrape) -> dict[str, object]:
+    """What the manifest's `host` holds, as far as node_exporter tells: CPUs, memory,
+    kernel, host name (the rest stays unknown)."""
+    cpus = {dict(labels).get("cpu") for labels in scrape.series("node_cpu_seconds_total")}
+    uname = next(iter(scrape.series("node_uname_info")), ())
+    named = dict(uname)
+    memory = scrape.get("node_memory_MemTotal_bytes")
+    return {"cpu_cores": len(cpus - {None}) or None,
+            "memory_bytes": int(memory) if memory is not None else None,
+            "kernel": named.get("release"), "hostname": named.get("nodename"),
+            "machine": named.get("machine"), "source": "node_exporter"}

@@ -24,6 +24,7 @@ from pglab.errors import BadInput, Interrupted
 from pglab.lab.processes import shielded
 from pglab.observe.exporter_probe import NodeExporterProbe, check_exporter
 from pglab.observe.logsource import ObservedLog, make_source
+from pglab.observe.nodeexporter import host_facts
 from pglab.observe.series import client_series, measured
 from pglab.observe.target import ObservedNode, ObserverSessions, open_node, sql_log_privileges
 from pglab.observe.throughput import Throughput
@@ -100,8 +101,11 @@ def observe(options: ObserveOptions, ui: ObserveUI) -> StoredRun:
             warnings.append(f"primary: --log sql: {why}; observing without the log")
         else:
             log_probe = ObservedLog(source)
+    host: dict[str, object] = {}
     for exporter_node, url in exporters:
-        why = check_exporter(url)
+        why, first = check_exporter(url)
+        if first is not None and exporter_node == "primary":
+            host = host_facts(first)
         if why is not None:
             warnings.append(f"{exporter_node}: node exporter {url}: {why}; retried every "
                             "interval")
@@ -110,6 +114,7 @@ def observe(options: ObserveOptions, ui: ObserveUI) -> StoredRun:
 
     folder = create_run_folder(options.results_root, options.name)
     manifest = _manifest(folder.path.name, options, nodes, exporters, warnings)
+    manifest["host"] = host  # the primary's machine, from its exporter; else unknown
     folder.write_manifest(manifest)
     handles = [n.handle() for n in nodes]
     sessions = ObserverSessions(handles)
@@ -156,6 +161,7 @@ def _manifest(run_id: str, options: ObserveOptions, nodes: list[ObservedNode],
             "role": facts.get("current_user"), "superuser": facts.get("rolsuper"),
             "pg_monitor": facts.get("monitor"), "pg_stat_statements": facts.get("pgss_schema")
             is not None, "missing_privileges": node.missing,
+            "settings": facts.get("settings") or {},
         }
     duration = options.duration_s
     return {

@@ -180,6 +180,11 @@ def _facts(conn: psycopg.Connection[Any]) -> tuple[dict[str, Any], list[str]]:
     names = [d.name for d in cur.description or []]
     facts = dict(zip(names, row, strict=True)) if row else {}
     facts["local"] = is_local(conn)
+    # Non-default settings, as a lab run records them: compare lists what changed.
+    rows = conn.execute("SELECT name, setting, unit, source FROM pg_settings WHERE source "
+                        "NOT IN ('default', 'override', 'client') ORDER BY name").fetchall()
+    facts["settings"] = {str(name): {"setting": setting, "unit": unit, "source": source}
+                         for name, setting, unit, source in rows}
     missing = []
     role = facts.get("current_user")
     if not facts.get("rolsuper"):
