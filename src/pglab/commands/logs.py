@@ -67,7 +67,9 @@ def logs(files: tuple[Path, ...], as_json: bool, kinds: tuple[str, ...]) -> int:
                           event.kind, _event_line(event.attrs, event.kind))
         out.print(table)
     for path, stat in zip(files, stats, strict=True):
+        others = (f", {stat.other_loggers:,} lines of other CloudNativePG loggers"
+                  if stat.other_loggers else "")
         err.print(f"{path}: {stat.format}, {stat.lines:,} lines, {stat.records:,} messages, "
-                  f"{stat.skipped:,} unreadable", highlight=False)
+                  f"{stat.skipped:,} unreadable{others}", highlight=False)
     err.print(f"{len(shown)} events" + (f" of {len(events)}" if kinds else ""))
     return ExitCode.OK
