@@ -373,3 +373,20 @@ def test_a_paused_synchronous_standby_is_named(replicated: tuple[Observed, Obser
     assert zero, analysis["stalls"]
     assert any("standby1" in line for line in zero[0]["causes"][0]["evidence"])
     assert PASSWORD not in _files_text(folder)
+
+
+def test_ctrl_c_ends_an_open_ended_observation(idle: Observed, tmp_path: Path) -> None:
+    import signal
+
+    results = tmp_path / "results"
+    proc = _observe(idle.dsn(), results=results)  # no --duration: until Ctrl-C
+    folder = _wait_for_samples(results)
+    time.sleep(2)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr
+    assert "Traceback" not in stderr
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["status"] == "completed"
+    assert manifest["source"]["ended_by"] == "SIGINT"
+    assert (folder / "timeseries.parquet").is_file() and "results:" in stdout
