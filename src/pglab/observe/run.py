@@ -9,7 +9,6 @@ then the folder is analysed and reported like a run's.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import time
@@ -39,6 +38,7 @@ from pglab.store import (
     iso,
     load_run,
     utc_now,
+    write_json,
     write_parquet,
 )
 from pglab.telemetry import TelemetryRunner, monotonic_wall_clock
@@ -184,10 +184,6 @@ def _manifest(run_id: str, options: ObserveOptions, nodes: list[ObservedNode],
 def _finish(path: Path, manifest: dict[str, Any], runner: TelemetryRunner,
             sessions: ObserverSessions, nodes: list[ObservedNode], elapsed: float,
             ended_by: str, log_probe: ObservedLog | None) -> None:
-    from pglab.runner import _analyze, _write_report
-    from pglab.store import RunFolder
-
-    folder = RunFolder(path)
     summary = runner.summary()
     cost = {}
     for node in nodes:
@@ -220,7 +216,19 @@ def _finish(path: Path, manifest: dict[str, Any], runner: TelemetryRunner,
     manifest["source"]["ended_by"] = ended_by
     manifest["ended_at"] = iso(utc_now())
     manifest.pop("pid", None)
-    folder.write_manifest(manifest)
-    with contextlib.suppress(Exception):
-        _analyze(folder, manifest)
-    _write_report(folder, manifest)
+    write_json(path / "manifest.json", manifest)
+    _analyze_and_report(path, manifest)
+
+
+def _analyze_and_report(path: Path, manifest: dict[str, Any]) -> None:
+    """analysis.json and report.html, as a run ends; a failure is recorded, never fatal."""
+    from pglab.analysis.analyze import analyze_run
+    from pglab.report.page import write_report
+
+    for step, key in ((analyze_run, "analysis"), (write_report, "report_error")):
+        try:
+            step(path)
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            manifest[key] = {"error": error} if key == "analysis" else error
+            write_json(path / "manifest.json", manifest)
