@@ -390,3 +390,27 @@ def test_ctrl_c_ends_an_open_ended_observation(idle: Observed, tmp_path: Path) -
     assert manifest["status"] == "completed"
     assert manifest["source"]["ended_by"] == "SIGINT"
     assert (folder / "timeseries.parquet").is_file() and "results:" in stdout
+
+
+def test_a_role_without_pg_monitor_is_told_once_and_observes(idle: Observed,
+                                                              tmp_path: Path) -> None:
+    with idle.srv.connect("postgres") as conn:
+        conn.execute("DO $$BEGIN CREATE ROLE plain LOGIN PASSWORD 'pl4in-Pw-5'; "
+                     "EXCEPTION WHEN duplicate_object THEN NULL; END$$")
+    hba = idle.srv.data_dir / "pg_hba.conf"
+    if "plain" not in hba.read_text():
+        hba.write_text("host all plain 127.0.0.1/32 scram-sha-256\n" + hba.read_text())
+        idle.srv.reload()
+    dsn = idle.dsn().replace(f"user={ROLE}", "user=plain").replace(PASSWORD, "pl4in-Pw-5")
+    result = run_cli("observe", dsn, "--duration", "3s", "--log", "sql", "--results",
+                     str(tmp_path / "r"))
+    assert result.returncode == 0, result.stderr
+    warnings = [ln for ln in result.stderr.splitlines() if "warning" in ln]
+    assert len(warnings) == 3, result.stderr  # stats, settings, the log: once each
+    assert sum("pg_read_all_stats" in w for w in warnings) == 1
+    assert sum("pg_read_all_settings" in w for w in warnings) == 1
+    assert sum("pg_ls_logdir" in w for w in warnings) == 1
+    folder = _only_run(tmp_path / "r")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert len(manifest["nodes"]["primary"]["missing_privileges"]) == 2
+    assert pl.read_parquet(folder / "timeseries.parquet").height > 0
