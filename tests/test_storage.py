@@ -490,7 +490,9 @@ def test_the_users_own_storage_pool_path_and_device(storage_packages: None, pgla
         assert "holds a partition table (dos)" in refused.stderr
         without = run_cli("validate", str(_scenario(
             tmp_path, f'filesystem = "ext4"\nblock_device = "{loop}"')))
-        assert "set storage.destroy_data = true to allow it" in without.stderr
+        assert without.stderr.strip().endswith(
+            f"storage.block_device = '{loop}': formatting destroys its data; add "
+            "destroy_data = true beside it to allow that")
     finally:
         destroy("userpool")
         release_daemon()

@@ -163,8 +163,8 @@ def _check_block_device(spec: VolumeSpec, key: str) -> None:
     if not is_block:
         raise BadInput(f"{key}.block_device = '{dev}' is not a block device")
     if not spec.destroy_data:
-        raise BadInput(f"{key}.block_device = '{dev}': formatting destroys its data; set "
-                       f"{key}.destroy_data = true to allow it")
+        raise BadInput(f"{key}.block_device = '{dev}': formatting destroys its data; add "
+                       "destroy_data = true beside it to allow that")
     real = os.path.realpath(dev)
     mounts = Path("/proc/self/mounts").read_text().split("\n")
     if any(line.split(" ")[0] in (str(dev), real) for line in mounts if line):
