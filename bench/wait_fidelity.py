@@ -198,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
             ui.conn.close()
         stored = runs[0]
         if stored.status != "completed" or ui.started is None or ui.ended is None:
-            print(f"run {stored.status}: {stored.manifest.get('reason')}")
+            print(f"run {stored.status}: {stored.manifest.reason}")
             return 1
         ours = pglab_profile(stored.path, ui.started, ui.ended)
         theirs, dropped = sampling_profile(ui)
@@ -211,7 +211,7 @@ def run(args: argparse.Namespace) -> int:
     if not cpu_sampled:
         ours.pop("CPU", None)
     p, q = shares(ours), shares(theirs)
-    tps = stored.manifest.get("results", {}).get("pgbench", {}).get("tps")
+    tps = stored.manifest.pgbench.get("tps")
     print(
         f"\nload: tpcb-like, scale {args.scale}, {args.clients} clients, {args.duration} s, "
         f"{tps} tps; pglab sampled at {args.hz} Hz"

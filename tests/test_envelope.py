@@ -106,7 +106,7 @@ from pathlib import Path
 from pglab.errors import PglabError
 from pglab.lab.envelope import EnvelopeLimits, applied_envelope
 from pglab.lab.kernel import kernel_knobs
-import pglab.lab.processes, pglab.store
+import pglab.lab.processes, pglab.results.files
 os.setgid(65534); os.setuid(65534)
 for what in ("envelope", "kernel"):
     try:

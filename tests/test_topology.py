@@ -20,8 +20,8 @@ from conftest import processes_under, run_cli, write_scenario
 from pglab.lab.lab import Lab
 from pglab.probes.base import ProbeContext
 from pglab.probes.os_probes import TcpProbe
+from pglab.results.files import utc_now
 from pglab.scenario import load_text
-from pglab.store import utc_now
 
 SYNC_LAB = """
 name = "sync"

@@ -8,10 +8,10 @@ from pglab.commands.console import err, load_scenario, out, print_run_analysis
 from pglab.errors import ExitCode
 from pglab.lab.lab import check_supported
 from pglab.report.terminal import TerminalUI, print_summary, print_sweep
+from pglab.results.folder import StoredRun
 from pglab.runner import RunOptions, run_scenario
 from pglab.scenario import LoadedScenario
 from pglab.scenarios import load_builtin
-from pglab.store import StoredRun
 
 
 def run_loaded(loaded: LoadedScenario, results: Path, keep: bool, pg_bin: str | None) -> int:

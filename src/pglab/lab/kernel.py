@@ -153,7 +153,7 @@ def _originals_for(wanted: Mapping[str, object]) -> dict[str, KnobValue | None]:
 def kernel_knobs(wanted: Mapping[str, object]) -> Iterator[dict[str, KnobValue | None]]:
     """Set the knobs for the body and restore them after; yields the values in effect."""
     from pglab.lab.processes import deliver_pending, shielded
-    from pglab.store import write_json
+    from pglab.results.files import write_json
 
     if not wanted:
         yield read_knobs()

@@ -7,6 +7,7 @@ no JavaScript needed); the page is one self-contained file like report.html.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass, field
 from html import escape
@@ -17,7 +18,9 @@ from pglab import __version__
 from pglab.errors import BadInput
 from pglab.report.html_series import PALETTE
 from pglab.report.page import asset
-from pglab.store import write_text
+from pglab.results.files import STUDY_SUFFIX, write_text
+from pglab.results.folder import is_run_folder, load_run
+from pglab.results.manifest import Manifest
 
 CLIENTS_KEY = "workload.clients"
 
@@ -52,17 +55,17 @@ def find_study(target: str, results_root: Path) -> Path:
     if path.is_file():
         return path
     if not target.endswith(".json") and results_root.is_dir():
-        found = sorted(results_root.glob(f"*/{target}.study.json"))
+        found = sorted(results_root.glob(f"*/{target}{STUDY_SUFFIX}"))
         if found:
             return found[-1]
     raise BadInput(f"{target}: neither a run folder, a .study.json file nor a study id "
                    f"found under {results_root}")
 
 
-def _clients(entry: dict[str, Any], manifest: dict[str, Any]) -> int | None:
+def _clients(entry: dict[str, Any], manifest: Manifest | None) -> int | None:
     value = (entry.get("variant") or {}).get(CLIENTS_KEY)
-    if value is None:
-        value = ((manifest.get("scenario") or {}).get("workload") or {}).get("clients")
+    if value is None and manifest is not None:
+        value = manifest.clients
     if isinstance(value, list):
         value = value[0] if value else None
     return int(value) if isinstance(value, (int, float)) else None
@@ -79,14 +82,12 @@ def load_study(path: Path) -> Study:
     for entry in data["runs"]:
         if not isinstance(entry, dict):
             continue
-        manifest: dict[str, Any] = {}
+        manifest: Manifest | None = None
         run_dir = path.parent / str(entry.get("path", ""))
-        if (run_dir / "manifest.json").is_file():
-            try:
-                manifest = json.loads((run_dir / "manifest.json").read_text())
-            except (OSError, json.JSONDecodeError):
-                manifest = {}
-        measured = (manifest.get("results") or {}).get("measured") or entry
+        if is_run_folder(run_dir):
+            with contextlib.suppress(BadInput):  # the study file's own figures then
+                manifest = load_run(run_dir).manifest
+        measured = (manifest.measured if manifest is not None else {}) or entry
         clients = _clients(entry, manifest)
         if clients is None:
             continue
