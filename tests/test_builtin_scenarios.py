@@ -16,7 +16,7 @@ import polars as pl
 from conftest import run_cli
 from pglab.analysis.recommendations import Facts, _wal_compression
 from pglab.results.manifest import Manifest
-from pglab.scenarios import builtin_names, load_builtin
+from pglab.scenario.builtin import builtin_names, load_builtin
 
 
 def _run(tmp_path: Path, name: str, *sets: str) -> list[Path]:

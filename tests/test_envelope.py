@@ -25,21 +25,18 @@ from pglab.lab.cgroups import (
     pglab_cgroups,
     reap_stale_cgroups,
 )
-from pglab.lab.envelope import (
-    DISK_PROFILES,
-    MB,
-    EnvelopeLimits,
-    applied_envelope,
-    block_device_for,
-    cpu_list,
-    profile_figures,
-    resolve_envelope,
-    verify_cpu,
-    verify_disk,
-)
+from pglab.lab.envelope import applied_envelope, block_device_for, verify_cpu, verify_disk
 from pglab.lab.osuser import server_user
 from pglab.lab.processes import spawn
 from pglab.scenario import load_text
+from pglab.scenario.envelope_limits import (
+    DISK_PROFILES,
+    MB,
+    EnvelopeLimits,
+    cpu_list,
+    profile_figures,
+)
+from pglab.scenario.model import resolve_envelope
 
 SUPPORT = detect_cgroups()
 HIERARCHIES = len(set(SUPPORT.mounts.values()))
@@ -104,7 +101,8 @@ _AS_NOBODY = """
 import os, sys
 from pathlib import Path
 from pglab.errors import PglabError
-from pglab.lab.envelope import EnvelopeLimits, applied_envelope
+from pglab.lab.envelope import applied_envelope
+from pglab.scenario.envelope_limits import EnvelopeLimits
 from pglab.lab.kernel import kernel_knobs
 import pglab.lab.processes, pglab.results.files
 os.setgid(65534); os.setuid(65534)
@@ -362,7 +360,8 @@ _HOLDER = """
 import sys, time
 from pathlib import Path
 from pglab.errors import Interrupted
-from pglab.lab.envelope import EnvelopeLimits, applied_envelope
+from pglab.lab.envelope import applied_envelope
+from pglab.scenario.envelope_limits import EnvelopeLimits
 from pglab.lab.processes import signals_as_exceptions, spawn
 try:
     with signals_as_exceptions(), applied_envelope(

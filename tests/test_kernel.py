@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from pglab.errors import EnvironmentProblem
-from pglab.lab.kernel import KNOB_NAMES, check_knobs, kernel_knobs, read_knobs, restore_stale_knobs
+from pglab.lab.kernel import kernel_knobs, read_knobs, restore_stale_knobs
+from pglab.scenario.kernel_knobs import KNOB_NAMES, check_knobs
 
 ROOT = Path(__file__).resolve().parent.parent
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="setting kernel knobs needs root")

@@ -20,7 +20,7 @@ from typing import Any
 
 from pglab.results import files
 from pglab.results.manifest import Manifest
-from pglab.scenarios import builtin_names
+from pglab.scenario.builtin import builtin_names
 
 if sys.version_info >= (3, 11):
     import tomllib

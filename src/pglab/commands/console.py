@@ -18,7 +18,7 @@ err = Console(stderr=True)
 def load_scenario(source: str, overrides: tuple[str, ...]) -> LoadedScenario:
     """A scenario file (a path or a name ending in .toml) or a built-in scenario's name."""
     from pglab.scenario import load
-    from pglab.scenarios import load_builtin
+    from pglab.scenario.builtin import load_builtin
 
     path = Path(source)
     if path.exists() or source.endswith(".toml") or "/" in source:

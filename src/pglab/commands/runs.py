@@ -11,7 +11,7 @@ from pglab.report.terminal import TerminalUI, print_summary, print_sweep
 from pglab.results.folder import StoredRun
 from pglab.runner import RunOptions, run_scenario
 from pglab.scenario import LoadedScenario
-from pglab.scenarios import load_builtin
+from pglab.scenario.builtin import load_builtin
 
 
 def run_loaded(loaded: LoadedScenario, results: Path, keep: bool, pg_bin: str | None) -> int:
