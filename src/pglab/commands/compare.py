@@ -9,9 +9,9 @@ import click
 from pglab.commands.console import err, out
 from pglab.compare import comparison as cmp
 from pglab.compare import render_terminal
-from pglab.compare.cells import render_text
 from pglab.compare.groups import load_group
 from pglab.compare.metrics import BY_NAME
+from pglab.compare.render import render_text
 from pglab.errors import BadInput, ExitCode
 from pglab.results.files import write_text
 
