@@ -10,8 +10,8 @@ import click
 from pglab.analysis.analyze import analyze_run
 from pglab.commands.console import err, out
 from pglab.errors import ExitCode, PglabError
-from pglab.report.findings import print_findings
 from pglab.results import files
+from pglab.terminal.findings import print_findings
 
 
 def analyze(run_dir: Path, as_json: bool) -> int:

@@ -29,7 +29,7 @@ def load_scenario(source: str, overrides: tuple[str, ...]) -> LoadedScenario:
 def print_run_analysis(run: StoredRun) -> None:
     """The findings the runner wrote at the end of the run, if it could."""
     from pglab.errors import BadInput
-    from pglab.report.findings import print_findings
+    from pglab.terminal.findings import print_findings
 
     error = run.manifest.analysis_error
     if error:

@@ -32,7 +32,7 @@ def summary_json(run: StoredRun) -> dict[str, Any]:
 
 
 def _show_json(run: StoredRun) -> dict[str, Any]:
-    from pglab.report.telemetry_summary import summarize
+    from pglab.terminal.telemetry_summary import summarize
 
     info = summary_json(run)
     telemetry = summarize(run.path)
@@ -45,7 +45,7 @@ def show(run_dir: Path, as_json: bool) -> int:
     if as_json:
         click.echo(json.dumps(_show_json(run), indent=2))
     else:
-        from pglab.report.terminal import print_summary
+        from pglab.terminal.run_display import print_summary
 
         print_summary(out, run)
         source = run.manifest.source or {}

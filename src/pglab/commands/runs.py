@@ -7,11 +7,11 @@ from pathlib import Path
 from pglab.commands.console import err, load_scenario, out, print_run_analysis
 from pglab.errors import ExitCode
 from pglab.lab.lab import check_supported
-from pglab.report.terminal import TerminalUI, print_summary, print_sweep
 from pglab.results.folder import StoredRun
 from pglab.runner import RunOptions, run_scenario
 from pglab.scenario import LoadedScenario
 from pglab.scenario.builtin import load_builtin
+from pglab.terminal.run_display import TerminalUI, print_summary, print_sweep
 
 
 def run_loaded(loaded: LoadedScenario, results: Path, keep: bool, pg_bin: str | None) -> int:
@@ -58,7 +58,7 @@ def validate(scenario: str, overrides: tuple[str, ...]) -> int:
 
 def tune(scenario: str, overrides: tuple[str, ...], results: Path, pg_bin: str | None,
          repeats: int, top: int, noise: float) -> int:
-    from pglab.report.tune_terminal import print_tune
+    from pglab.terminal.tune_result import print_tune
     from pglab.tune import tune as run_tune
 
     base = load_scenario(scenario, overrides)

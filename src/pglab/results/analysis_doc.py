@@ -75,6 +75,18 @@ class AnalysisDocument:
         return AnalysisDocument(**known, extra=extra)
 
 
+def verdict_basis(verdict: dict[str, Any]) -> str:
+    """Why the verdict's cause is the run's top cause, in words."""
+    conf = verdict.get("confidence")
+    conf_text = f"confidence {conf:.2f}, " if isinstance(conf, (int, float)) else ""
+    if verdict.get("basis") == "steady-state":
+        return f"{conf_text}held the whole run back; no stall"
+    lost = verdict.get("lost_transactions")
+    if isinstance(lost, int):
+        return f"{conf_text}first cause of the stalls that lost {lost:,} transactions"
+    return "no stall could be attributed"
+
+
 def read_analysis(folder: Path) -> AnalysisDocument | None:
     """The folder's analysis; None if it has none; BadInput naming the file if that is
     torn, foreign or newer than this pglab."""

@@ -7,7 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from pglab.results.analysis_doc import AnalysisDocument
+from pglab.results.analysis_doc import AnalysisDocument, verdict_basis
 
 MAX_STALLS = 8  # the worst ones; the rest are in analysis.json
 
@@ -26,18 +26,6 @@ def _stall_line(stall: dict[str, Any]) -> str:
         head = f"latency spike for {seconds} s (max {stall.get('max_latency_ms') or 0:.0f} ms)"
     return (f"{head} at {_time(stall['start'])} (about {stall['lost_transactions']:,} "
             f"transactions lost)")
-
-
-def verdict_basis(verdict: dict[str, Any]) -> str:
-    """Why the verdict's cause is the run's top cause, in words."""
-    conf = verdict.get("confidence")
-    conf_text = f"confidence {conf:.2f}, " if isinstance(conf, (int, float)) else ""
-    if verdict.get("basis") == "steady-state":
-        return f"{conf_text}held the whole run back; no stall"
-    lost = verdict.get("lost_transactions")
-    if isinstance(lost, int):
-        return f"{conf_text}first cause of the stalls that lost {lost:,} transactions"
-    return "no stall could be attributed"
 
 
 def _print_causes(console: Console, causes: list[dict[str, Any]], indent: str) -> None:

@@ -13,8 +13,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from pglab.report.telemetry_summary import summarize, summary_lines
 from pglab.results.folder import StoredRun
+from pglab.terminal.telemetry_summary import summarize, summary_lines
 from pglab.workload.pgbench_output import ProgressLine
 
 BARS = "▁▂▃▄▅▆▇█"
