@@ -27,7 +27,7 @@ from pglab.lab.cgroups import (
 )
 from pglab.lab.envelope import applied_envelope, block_device_for, verify_cpu, verify_disk
 from pglab.lab.osuser import server_user
-from pglab.lab.processes import spawn
+from pglab.processes import spawn
 from pglab.scenario import load_text
 from pglab.scenario.envelope_limits import (
     DISK_PROFILES,
@@ -104,7 +104,7 @@ from pglab.errors import PglabError
 from pglab.lab.envelope import applied_envelope
 from pglab.scenario.envelope_limits import EnvelopeLimits
 from pglab.lab.kernel import kernel_knobs
-import pglab.lab.processes, pglab.results.files
+import pglab.processes, pglab.results.files
 os.setgid(65534); os.setuid(65534)
 for what in ("envelope", "kernel"):
     try:
@@ -362,7 +362,7 @@ from pathlib import Path
 from pglab.errors import Interrupted
 from pglab.lab.envelope import applied_envelope
 from pglab.scenario.envelope_limits import EnvelopeLimits
-from pglab.lab.processes import signals_as_exceptions, spawn
+from pglab.processes import signals_as_exceptions, spawn
 try:
     with signals_as_exceptions(), applied_envelope(
             "held", EnvelopeLimits(cpus=1.0, memory=256 << 20), Path(sys.argv[1])) as env:

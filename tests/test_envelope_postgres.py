@@ -22,7 +22,7 @@ from pglab.lab.cgroups import detect_cgroups
 from pglab.lab.envelope import applied_envelope
 from pglab.lab.local import LocalServer
 from pglab.lab.osuser import server_user
-from pglab.lab.processes import spawn, wait_until
+from pglab.processes import spawn, wait_until
 from pglab.scenario.envelope_limits import MB, EnvelopeLimits
 
 SUPPORT = detect_cgroups()

@@ -107,7 +107,7 @@ _HOLDER = """
 import sys, time
 from pglab.errors import Interrupted
 from pglab.lab.kernel import kernel_knobs
-from pglab.lab.processes import signals_as_exceptions
+from pglab.processes import signals_as_exceptions
 try:
     with signals_as_exceptions(), kernel_knobs({sys.argv[1]: int(sys.argv[2])}):
         print("ready", flush=True)

@@ -21,7 +21,7 @@ import click
 from pglab import __version__
 from pglab.compare.metrics import METRICS
 from pglab.errors import ExitCode, Interrupted, PglabError
-from pglab.lab.processes import signals_as_exceptions
+from pglab.processes import signals_as_exceptions
 from pglab.results.manifest import RUN_STATUSES
 
 results_option = click.option(

@@ -21,11 +21,12 @@ from pglab.errors import Interrupted, PglabError
 from pglab.hostfacts import host_facts
 from pglab.lab.faults import FaultTimeline
 from pglab.lab.lab import Lab, check_supported, redact_dsn, redact_text
-from pglab.lab.processes import pending_signal, shielded
+from pglab.lab.local import LocalServer
 from pglab.probes import make_probes
-from pglab.probes.base import ProbeContext, ProbeOutput
+from pglab.probes.base import NodeHandle, ProbeContext, ProbeOutput
 from pglab.probes.dbsessions import DbSessions
 from pglab.probes.sink import TelemetrySink, consolidate
+from pglab.processes import pending_signal, shielded
 from pglab.results import files
 from pglab.results.files import iso, new_run_id, utc_now, write_json, write_parquet, write_text
 from pglab.results.folder import RunFolder, StoredRun, create_run_folder, load_run
@@ -211,12 +212,29 @@ def _analyze(folder: RunFolder, manifest: Manifest) -> None:
         folder.write_manifest(manifest)
 
 
+def probe_nodes(lab: Lab) -> list[NodeHandle]:
+    """What telemetry may know about each node of the lab (the lab knows nothing of
+    probes: the runner hands one to the other)."""
+    if lab.primary is None:
+        return [NodeHandle("primary", lab.connect, None, lambda: None)]
+
+    def handle(server: LocalServer) -> NodeHandle:
+        def postmaster_pid() -> int | None:
+            proc = server.process
+            return proc.pid if proc is not None and proc.poll() is None else None
+
+        return NodeHandle(server.name, server.connect, server.data_dir, postmaster_pid,
+                          server.log_dir)
+
+    return [handle(server) for server in lab.servers]
+
+
 def _telemetry_for(scenario: Scenario, lab: Lab, folder: RunFolder,
                    client_pids: list[int]) -> TelemetryRunner | None:
     """The probes of a run, not started yet."""
     if not scenario.telemetry.enabled:
         return None
-    nodes = lab.probe_nodes()
+    nodes = probe_nodes(lab)
     ctx = ProbeContext(nodes, lambda: client_pids[-1] if client_pids else None,
                        monotonic_wall_clock(), DbSessions(nodes),
                        lab.pooler.admin_connect if lab.pooler is not None else None)

@@ -130,7 +130,7 @@ _METHODS = {
 
 
 def _run_writer(cgroup: NodeCgroup, path: Path, mode: str, seconds: float) -> dict[str, float]:
-    from pglab.lab.processes import spawn
+    from pglab.processes import spawn
 
     target = path / f".pglab-disk-check-{os.getpid()}"
     proc = spawn([sys.executable, "-c", _WRITER, str(target), str(seconds), mode],
@@ -172,7 +172,7 @@ _SPINNER = "import time\nend = time.monotonic() + float(__import__('sys').argv[1
 
 def verify_cpu(cgroup: NodeCgroup, seconds: float = 1.0, workers: int | None = None) -> float:
     """CPUs used by busy processes inside the cgroup over `seconds` (quota check)."""
-    from pglab.lab.processes import spawn
+    from pglab.processes import spawn
 
     count = workers or (os.cpu_count() or 1)
     procs = [spawn([sys.executable, "-c", _SPINNER, str(seconds + 2)],
@@ -241,7 +241,7 @@ def applied_envelope(
     the node's processes with `cgroup_procs=applied.procs_files()`. With `always`, the
     cgroup is made even without limits (a throttle-disk fault will set some mid-run).
     """
-    from pglab.lab.processes import deliver_pending, shielded
+    from pglab.processes import deliver_pending, shielded
 
     if limits.is_unlimited() and not always:
         yield None

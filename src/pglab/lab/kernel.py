@@ -72,7 +72,7 @@ def _originals_for(wanted: Mapping[str, object]) -> dict[str, KnobValue | None]:
 @contextlib.contextmanager
 def kernel_knobs(wanted: Mapping[str, object]) -> Iterator[dict[str, KnobValue | None]]:
     """Set the knobs for the body and restore them after; yields the values in effect."""
-    from pglab.lab.processes import deliver_pending, shielded
+    from pglab.processes import deliver_pending, shielded
     from pglab.results.files import write_json
 
     if not wanted:

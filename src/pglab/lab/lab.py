@@ -29,7 +29,6 @@ from pglab.lab.faults import check_faults
 from pglab.lab.local import LocalServer, remove_socket_dir
 from pglab.lab.osuser import ServerUser, server_user
 from pglab.lab.pooler import PgBouncer, find_pgbouncer, pgbouncer_version
-from pglab.lab.processes import kill_tree, shielded
 from pglab.lab.resources import LabResources, check_resources, node_envelope
 from pglab.lab.settings import (
     apply_settings,
@@ -47,7 +46,7 @@ from pglab.lab.topology import (
     wait_for_replication,
 )
 from pglab.paths import ensure_dir, labs_dir
-from pglab.probes.base import NodeHandle
+from pglab.processes import kill_tree, shielded
 from pglab.scenario import Scenario
 
 StatusCallback = Callable[[str], None]
@@ -207,21 +206,6 @@ class Lab:
         if self.primary is not None:
             return self.primary.connect()
         return psycopg.connect(self.scenario.server.dsn, autocommit=True, connect_timeout=10)
-
-    def probe_nodes(self) -> list[NodeHandle]:
-        """What telemetry may know about each node."""
-        if self.primary is None:
-            return [NodeHandle("primary", self.connect, None, lambda: None)]
-
-        def handle(server: LocalServer) -> NodeHandle:
-            def postmaster_pid() -> int | None:
-                proc = server.process
-                return proc.pid if proc is not None and proc.poll() is None else None
-
-            return NodeHandle(server.name, server.connect, server.data_dir, postmaster_pid,
-                              server.log_dir)
-
-        return [handle(server) for server in self.servers]
 
     def nodes_facts(self) -> dict[str, dict[str, Any]]:
         """What each node is: version, settings, where its data is; the topology's state."""
@@ -384,7 +368,7 @@ class Lab:
                     f"scale {scale}; pglab does not run pgbench -i on a server it did not "
                     "create unless server.allow_writes = true"
                 )
-            from pglab.workload.pgbench import init_data
+            from pglab.lab.pgbench_init import init_data
 
             self.on_status(f"pgbench -i -s {scale} (allowed by server.allow_writes)")
             init_data(self.bins, self._dsn_env, scale)
@@ -428,9 +412,6 @@ def reap_stale_labs() -> list[Path]:
     """Stop servers and remove dirs of labs whose pglab process no longer exists."""
     from pglab.lab.cgroups import reap_stale_cgroups
     from pglab.lab.kernel import restore_stale_knobs
-    from pglab.workload.pgbench import reap_stale_spools
-
-    reap_stale_spools()
     reap_stale_cgroups()
     restore_stale_knobs()
     root = labs_dir()
