@@ -291,12 +291,19 @@ def _write_report(folder: RunFolder, manifest: Manifest) -> None:
         folder.write_manifest(manifest)
 
 
+def check_variants(loaded: LoadedScenario) -> None:
+    """Refuse what this machine cannot run, for every point of a sweep before the first
+    one starts (each Lab checks its own scenario again as it starts: a Lab can be used
+    alone)."""
+    for variant in loaded.variants:
+        check_supported(variant.scenario, loaded.where)
+
+
 def run_scenario(loaded: LoadedScenario, options: RunOptions, ui: RunUI,
                  on_run: Callable[[StoredRun], None] | None = None) -> list[StoredRun]:
-    """All variants of a scenario, in order; a study file when there is more than one."""
+    """All variants of a scenario, in order; a study file when there is more than one.
+    The caller checks the variants first (check_variants), before it prints anything."""
     variants = loaded.variants
-    for variant in variants:  # every point of a sweep, before the first one starts
-        check_supported(variant.scenario, loaded.where)
     study_id = None
     if len(variants) > 1:
         study_id = new_run_id()
