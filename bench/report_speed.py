@@ -29,7 +29,7 @@ from pathlib import Path
 
 import polars as pl
 
-from pglab.report.html import build_model
+from pglab.report.model import build_model
 from pglab.report.page import render
 from pglab.results.files import write_text
 

@@ -44,7 +44,7 @@ import polars as pl
 import psycopg
 
 from pglab.lab.lab import Lab
-from pglab.probes.catalog import TELEMETRY_APP, canonical_wait
+from pglab.probes.capabilities import TELEMETRY_APP, canonical_wait
 from pglab.runner import RunOptions, run_scenario
 from pglab.scenario import load_text
 from pglab.workload.pgbench_output import ProgressLine

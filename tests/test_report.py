@@ -24,7 +24,7 @@ import pytest
 from playwright.sync_api import ConsoleMessage, Error, FloatRect, Locator, Page, Request
 
 from conftest import TINY, run_cli, write_scenario
-from pglab.report.html import build_model
+from pglab.report.model import build_model
 
 CHROMIUM = Path("/usr/bin/chromium")
 # Headless as root, and never trying the (closed) network; a fresh profile every time.

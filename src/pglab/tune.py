@@ -27,7 +27,7 @@ from pglab.results.folder import StoredRun
 from pglab.runner import RunOptions, RunUI, run_scenario
 from pglab.scenario import LoadedScenario
 
-METRICS = ["stall_seconds", "tps", "p99"]
+TUNE_METRICS = ["stall_seconds", "tps", "p99"]  # what a candidate is judged by
 
 
 @dataclass(frozen=True)
@@ -146,7 +146,7 @@ def tune(loaded_for: Callable[[list[str]], LoadedScenario], base_overrides: list
             if cand.not_applicable:
                 continue
             group = Group(cand.candidate.label, [RunData(r) for r in cand.runs])
-            comparison = compare(base_group, [group], noise, metric_names=METRICS)
+            comparison = compare(base_group, [group], noise, metric_names=TUNE_METRICS)
             cand.metrics = comparison.contenders[0].metrics
             _decide(cand)
     write_tune_file(options.results_root / base.scenario.name / (tune_id + TUNE_SUFFIX),

@@ -12,7 +12,7 @@ from pglab.report.study import find_study, write_study_report
 def report(target: str, open_it: bool, png_dir: Path | None, results: Path) -> int:
     path = Path(target)
     if path.is_dir():
-        from pglab.report.html import build_model
+        from pglab.report.model import build_model
         from pglab.report.page import render
         from pglab.results import files
 

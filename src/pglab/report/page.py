@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from pglab import __version__
-from pglab.report.html import ReportModel, build_model
 from pglab.report.html_series import WAIT_CLASS_COLORS
+from pglab.report.model import ReportModel, build_model
 from pglab.results import files
 from pglab.results.analysis_doc import verdict_basis
 from pglab.results.files import write_text

@@ -27,7 +27,8 @@ import polars as pl
 from pglab.results.schemas import CLIENT_SCHEMA
 
 US = 1_000_000
-STATUSES = ("ok", "skipped", "failed", "serialization", "deadlock")
+# The values of the per-transaction `status` column (TX_SCHEMA).
+TX_STATUSES = ("ok", "skipped", "failed", "serialization", "deadlock")
 FAILURE_STATUSES = ("failed", "serialization", "deadlock")
 _NAMED_STATUSES = ("skipped", "failed", "serialization", "deadlock")
 _QUANTILE_METHOD: Literal["linear"] = "linear"
