@@ -28,10 +28,12 @@ from pglab.probes.dbsessions import DbSessions
 from pglab.probes.sink import TelemetrySink, consolidate
 from pglab.processes import pending_signal, shielded
 from pglab.results import files
-from pglab.results.files import iso, new_run_id, utc_now, write_json, write_parquet, write_text
+from pglab.results.files import iso, new_run_id, utc_now, write_parquet, write_text
 from pglab.results.folder import RunFolder, StoredRun, create_run_folder, load_run
 from pglab.results.manifest import Manifest
 from pglab.results.spool import event_record
+from pglab.results.study import StudyDocument, study_entry, study_path
+from pglab.results.study import write_study as write_study_file
 from pglab.scenario import LoadedScenario, Scenario, Variant, Workload
 from pglab.telemetry import TelemetryRunner, monotonic_wall_clock
 from pglab.workload import pgbench
@@ -334,27 +336,8 @@ def _write_study_report(study: Path) -> None:
 def write_study(results_root: Path, loaded: LoadedScenario, study_id: str,
                 variants: list[Variant], runs: list[StoredRun]) -> Path:
     axes = sorted({k for v in variants for k in v.overrides})
-    entries = []
-    for stored in runs:
-        measured = stored.manifest.measured
-        entries.append({
-            "run_id": stored.path.name,
-            "path": stored.path.name,
-            "variant": stored.manifest.variant,
-            "status": stored.status,
-            "tps": measured.get("tps"),
-            "lat_avg_ms": measured.get("lat_avg_ms"),
-            "lat_p95_ms": measured.get("lat_p95_ms"),
-            "lat_p99_ms": measured.get("lat_p99_ms"),
-        })
-    study = {
-        "format": 1,
-        "study_id": study_id,
-        "scenario_name": loaded.scenario.name,
-        "axes": axes,
-        "planned": len(variants),
-        "runs": entries,
-    }
-    path = results_root / loaded.scenario.name / (study_id + files.STUDY_SUFFIX)
-    write_json(path, study)
+    document = StudyDocument(study_id, loaded.scenario.name, axes, len(variants),
+                             [study_entry(stored) for stored in runs])
+    path = study_path(results_root, loaded.scenario.name, study_id)
+    write_study_file(path, document)
     return path

@@ -8,7 +8,6 @@ no JavaScript needed); the page is one self-contained file like report.html.
 from __future__ import annotations
 
 import contextlib
-import json
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
@@ -18,9 +17,10 @@ from pglab import __version__
 from pglab.errors import BadInput
 from pglab.report.html_series import PALETTE
 from pglab.report.page import asset
-from pglab.results.files import STUDY_SUFFIX, write_text
+from pglab.results.files import STUDY_REPORT_SUFFIX, STUDY_SUFFIX, write_text
 from pglab.results.folder import is_run_folder, load_run
 from pglab.results.manifest import Manifest
+from pglab.results.study import read_study
 
 CLIENTS_KEY = "workload.clients"
 
@@ -72,16 +72,10 @@ def _clients(entry: dict[str, Any], manifest: Manifest | None) -> int | None:
 
 
 def load_study(path: Path) -> Study:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise BadInput(f"{path}: not a readable study file ({exc})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
-        raise BadInput(f"{path}: not a pglab study file (no 'runs' list)")
+    document = read_study(path)
+    data = document.to_json()
     lines: dict[str, Line] = {}
-    for entry in data["runs"]:
-        if not isinstance(entry, dict):
-            continue
+    for entry in document.runs:
         manifest: Manifest | None = None
         run_dir = path.parent / str(entry.get("path", ""))
         if is_run_folder(run_dir):
@@ -219,6 +213,6 @@ def write_study_report(study_path: Path) -> Path:
     study = load_study(study_path)
     if not study.lines:
         raise BadInput(f"{study_path}: the study lists no run with a client count")
-    out = study_path.with_name(study_path.name.replace(".study.json", "") + ".report.html")
+    out = study_path.with_name(study_path.name.removesuffix(STUDY_SUFFIX) + STUDY_REPORT_SUFFIX)
     write_text(out, render_study(study))
     return out

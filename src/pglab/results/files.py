@@ -31,6 +31,7 @@ SPOOL_SAMPLES = "samples.csv"
 SPOOL_EVENTS = "events.jsonl"
 # Beside the run folders of one scenario, results/<scenario>/:
 STUDY_SUFFIX = ".study.json"  # <study-id>.study.json: the runs of one sweep or matrix
+STUDY_REPORT_SUFFIX = ".report.html"  # <study-id>.report.html: its study report
 TUNE_SUFFIX = ".tune.json"  # <tune-id>.tune.json: what `pglab tune` measured
 
 
