@@ -29,13 +29,8 @@ from pglab.lab.envelope import applied_envelope, block_device_for, verify_cpu, v
 from pglab.lab.osuser import server_user
 from pglab.processes import spawn
 from pglab.scenario import load_text
-from pglab.scenario.envelope_limits import (
-    DISK_PROFILES,
-    MB,
-    EnvelopeLimits,
-    cpu_list,
-    profile_figures,
-)
+from pglab.scenario.disk_profiles import DISK_PROFILES, profile_figures
+from pglab.scenario.envelope_limits import MB, EnvelopeLimits, cpu_list
 from pglab.scenario.model import resolve_envelope
 
 SUPPORT = detect_cgroups()

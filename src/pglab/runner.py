@@ -133,6 +133,8 @@ def run_variant(loaded: LoadedScenario, variant: Variant, options: RunOptions, u
             manifest.kernel = resources["kernel"]
             for node, envelope in resources["envelopes"].items():
                 manifest.nodes.setdefault(node, {})["envelope"] = envelope
+            for node, volumes in lab.storage.manifest().items():
+                manifest.nodes.setdefault(node, {})["storage"] = volumes
             if lab.template is not None:
                 manifest.nodes["primary"]["template"] = {
                     "key": lab.template.key, "reused": lab.template.reused,
@@ -226,7 +228,7 @@ def probe_nodes(lab: Lab) -> list[NodeHandle]:
             return proc.pid if proc is not None and proc.poll() is None else None
 
         return NodeHandle(server.name, server.connect, server.data_dir, postmaster_pid,
-                          server.log_dir)
+                          server.log_dir, lab.storage.storage_paths(server.name))
 
     return [handle(server) for server in lab.servers]
 

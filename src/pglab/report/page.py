@@ -19,6 +19,7 @@ from pglab.report.model import ReportModel, build_model
 from pglab.results import files
 from pglab.results.analysis_doc import verdict_basis
 from pglab.results.files import write_text
+from pglab.storage.describe import lines as storage_lines
 
 
 def asset(name: str) -> str:
@@ -242,6 +243,7 @@ def _scenario(model: ReportModel) -> str:
         ("rate limit", w.get("rate") or None), ("protocol", w.get("protocol")),
         ("topology", json.dumps(s.get("topology"))),
         ("envelope", json.dumps(model.run.manifest.envelope)),
+        ("storage", "; ".join(storage_lines(model.run.manifest)) or "the host's directory"),
         ("faults", "; ".join(json.dumps(f) for f in s.get("faults") or [])),
         ("overrides", ", ".join(f"{k}={v}" for k, v in
                                 model.run.manifest.overrides.items())),

@@ -90,6 +90,11 @@ class Manifest:
         """The envelope applied to the node (limits, measured figures), or {}."""
         return dict(self.node(name).get("envelope") or {})
 
+    def node_storage(self, name: str = "primary") -> list[dict[str, Any]]:
+        """The volumes the run made for the node (storage/): one record each, with its
+        role (data, wal), filesystem, options and device; [] on the host's directory."""
+        return [v for v in self.node(name).get("storage") or [] if isinstance(v, dict)]
+
     @property
     def scenario_workload(self) -> dict[str, Any]:
         return dict(self.scenario.get("workload") or {})

@@ -9,6 +9,7 @@ names below are the ones the rest of pglab uses.
 
 from pglab.scenario.loading import LoadedScenario, load, load_text
 from pglab.scenario.model import (
+    DeviceSpec,
     Envelope,
     Fault,
     InitdbOptions,
@@ -16,12 +17,14 @@ from pglab.scenario.model import (
     Scenario,
     ServerSpec,
     SettingValue,
+    StorageSpec,
     Telemetry,
     Topology,
+    VolumeSpec,
     Workload,
 )
 from pglab.scenario.variants import Variant
 
-__all__ = ["Envelope", "Fault", "InitdbOptions", "LoadedScenario", "NodeSpec", "Scenario",
-           "ServerSpec", "SettingValue",
-           "Telemetry", "Topology", "Variant", "Workload", "load", "load_text"]
+__all__ = ["DeviceSpec", "Envelope", "Fault", "InitdbOptions", "LoadedScenario", "NodeSpec",
+           "Scenario", "ServerSpec", "SettingValue", "StorageSpec", "Telemetry", "Topology",
+           "Variant", "VolumeSpec", "Workload", "load", "load_text"]
