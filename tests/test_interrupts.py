@@ -18,6 +18,7 @@ import pytest
 
 from conftest import TINY, processes_under, write_scenario
 from pglab.lab.lab import reap_stale_labs
+from pglab.workload.pgbench import reap_stale_spools
 
 _started: list[subprocess.Popen[str]] = []
 
@@ -161,6 +162,7 @@ def test_kill_9_of_pglab_takes_the_server_down(tmp_path: Path, pglab_home: Path)
               if (p / "owner.pid").read_text() == str(proc.pid)]
     assert reap_stale_labs() == lab_dirs
     assert not any(s.exists() for s in socket_dirs) and not lab_dirs[0].exists()
+    assert set(spools) <= set(reap_stale_spools())  # as the next run's spool is made
     assert not any(s.exists() for s in spools)
 
 
