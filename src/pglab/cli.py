@@ -222,6 +222,34 @@ def tune(scenario: str, overrides: tuple[str, ...], results: Path, pg_bin: str |
     return runs.tune(scenario, overrides, results, pg_bin, repeats, top, noise)
 
 
+@cli.command()
+@click.argument("dsn")
+@click.option("--standby", "standbys", multiple=True, metavar="DSN",
+              help="A standby to observe as its own node (repeatable): standby1, standby2...")
+@click.option("--duration", default=None, metavar="D",
+              help="How long to observe, e.g. 15m (default: until Ctrl-C).")
+@click.option("--node-exporter", "exporters", multiple=True, metavar="[NODE=]URL",
+              help="A Prometheus node_exporter /metrics URL of the primary's host, or of "
+                   "NODE's (standby1=http://db2:9100/metrics); repeatable.")
+@click.option("--log", default=None, metavar="SOURCE",
+              help="The server log: a FILE (followed), 'sql' (pg_read_binary_file) or "
+                   "'command:CMD' (e.g. 'command:kubectl logs -f pod/pg-1').")
+@results_option
+@click.option("--name", default="observe", show_default=True,
+              help="The folder name: the run goes to RESULTS/NAME/<run-id>/.")
+@click.option("--interval", default="1s", show_default=True, help="Probe interval.")
+@click.option("--wait-hz", type=click.IntRange(1, 100), default=10, show_default=True,
+              help="Wait sampling rate.")
+def observe(dsn: str, standbys: tuple[str, ...], duration: str | None,
+            exporters: tuple[str, ...], log: str | None, results: Path, name: str,
+            interval: str, wait_hz: int) -> int:
+    """Observe a running server read-only (no load, never a write) into a results folder."""
+    from pglab.observe import command
+
+    return command.observe(dsn, standbys, duration, exporters, log, results, name, interval,
+                           wait_hz)
+
+
 @cli.command(name="import")
 @click.argument("summary", type=click.Path(path_type=Path))
 @click.argument("logs", nargs=-1, type=click.Path(path_type=Path))

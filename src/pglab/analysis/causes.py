@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from pglab.analysis import steady as steady_state
 from pglab.analysis.evidence import EventView, WindowEvidence
+from pglab.analysis.names import busiest_queue
 from pglab.analysis.signals import (
     Finding,
     Score,
@@ -102,6 +103,9 @@ def lock_contention(ev: WindowEvidence) -> Finding | None:
                    f"{float(e.attrs.get('waited_ms') or 0) / 1000:.1f} s for "
                    f"{e.attrs.get('lock_mode')} on {e.attrs.get('lock_object')} held by pid "
                    f"{holders}")
+    queue_line = busiest_queue([q.attrs for q in ev.events_of("lock-queue")])
+    if queue_line and s.value > 0:
+        s.add(0.1, queue_line)
     blocked = ev.inside.peak(ev.nodes[0], "db.locks", "blocked_backends")
     if blocked and blocked >= 1 and s.value > 0:
         s.add(0.1, f"up to {blocked:.0f} backends blocked on locks")
@@ -235,6 +239,8 @@ def sync_replication(ev: WindowEvidence) -> Finding | None:
         s.add(0.2 + 0.6 * inside, f"while no transaction committed, {pct(inside)} of "
                                   "sampled client backends waited on SyncRep (the rest "
                                   "queued behind them)")
+    if s.value > 0:
+        _name_the_standby(s, ev, primary)
     for e in ev.events_of("fault"):
         action = str(e.attrs.get("action"))
         if waiting and e.node.startswith("standby") and action in ("pause-standby",
@@ -243,6 +249,19 @@ def sync_replication(ev: WindowEvidence) -> Finding | None:
                        "SyncRep")
             break
     return s.finding()
+
+
+def _name_the_standby(s: Score, ev: WindowEvidence, primary: str) -> None:
+    """Which standby: the one furthest behind in confirming WAL (a standby's pause shows
+    no flush lag in seconds, which PostgreSQL measures only when a reply arrives)."""
+    key = (primary, "db.replication", "flush_lag_bytes")
+    behind = [(ev.inside.peak(*key, label) or 0.0, label) for label in ev.inside.labels(*key)]
+    if behind:
+        peak, label = max(behind)
+        usual = ev.healthy.mean(*key, label) or 0.0
+        if peak > 0 and peak > 2 * usual and not any(label in line for line in s.lines):
+            s.add(0.1, f"standby {label} had up to {peak / 1024:,.0f} kB of WAL not yet "
+                       f"confirmed flushed (healthy {usual / 1024:,.0f} kB)")
 
 
 def vacuum_io(ev: WindowEvidence) -> Finding | None:

@@ -15,6 +15,7 @@ steady-state causes are those reaching STEADY_FLOOR, most likely first.
 from __future__ import annotations
 
 from pglab.analysis.evidence import EventView, WindowEvidence
+from pglab.analysis.names import busiest_queue
 from pglab.analysis.signals import Finding, Score, cpu_busy, pct
 
 STEADY_FLOOR = 0.4
@@ -59,6 +60,9 @@ def lock_contention(ev: WindowEvidence) -> Finding | None:
     if blocked >= 1:
         peak = ev.inside.peak(node, "db.locks", "blocked_backends") or blocked
         s.add(0.2, f"{blocked:.1f} backends blocked on locks on average (up to {peak:.0f})")
+    queue_line = busiest_queue([q.attrs for q in ev.events_of("lock-queue")])
+    if queue_line:
+        s.add(0.1, queue_line)
     waits = ev.events_of("lock-wait")
     if waits:
         s.add(0.2, f"{len(waits)} lock waits logged, most often for "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from pglab.errors import ExitCode, PglabError
 from pglab.events import attrs_summary
 from pglab.results.files import iso
 from pglab.serverlog import parse_log_files
+from pglab.serverlog.reader import compression
 
 # The attributes worth a glance, per event kind; others are in --json.
 _LOG_KEYS = {
@@ -37,6 +39,16 @@ def logs(files: tuple[Path, ...], as_json: bool, kinds: tuple[str, ...]) -> int:
     for path in files:
         if not path.is_file():
             raise PglabError(f"{path}: no such log file", ExitCode.BAD_INPUT)
+        try:
+            with path.open("rb") as handle:
+                packed = compression(handle.read(6))
+        except OSError as exc:
+            raise PglabError(f"{path}: cannot read it ({exc.strerror})",
+                             ExitCode.BAD_INPUT) from None
+        if packed == "zstd" and shutil.which("zstd") is None:
+            raise PglabError(f"{path}: zstd-compressed, and the zstd program is not "
+                             "installed (apt-get install zstd, or decompress it first)",
+                             ExitCode.ENVIRONMENT)
     events, stats = parse_log_files(list(files))
     shown = [e for e in events if not kinds or e.kind in kinds]
     if as_json:
@@ -55,7 +67,9 @@ def logs(files: tuple[Path, ...], as_json: bool, kinds: tuple[str, ...]) -> int:
                           event.kind, _event_line(event.attrs, event.kind))
         out.print(table)
     for path, stat in zip(files, stats, strict=True):
+        others = (f", {stat.other_loggers:,} lines of other CloudNativePG loggers"
+                  if stat.other_loggers else "")
         err.print(f"{path}: {stat.format}, {stat.lines:,} lines, {stat.records:,} messages, "
-                  f"{stat.skipped:,} unreadable", highlight=False)
+                  f"{stat.skipped:,} unreadable{others}", highlight=False)
     err.print(f"{len(shown)} events" + (f" of {len(events)}" if kinds else ""))
     return ExitCode.OK

@@ -330,8 +330,8 @@ class FailDisk(_DeviceState):
 
 class SlowDisk(_DeviceState):
     name = "slow-disk"
-    help = ("add `latency_ms` (args: latency_ms = 20) to every read and write of the node's "
-            "storage volumes for `duration`")
+    help = ("add `latency_ms` (args: latency_ms = 20) to every read, write and flush of the "
+            "node's storage volumes for `duration`")
     args: ClassVar[dict[str, ArgSpec]] = {"latency_ms": (float, 20.0)}
     state: ClassVar[dict[str, Any]] = {}
     undo: ClassVar[dict[str, Any]] = {}

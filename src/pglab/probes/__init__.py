@@ -14,6 +14,7 @@ from pglab.probes.db_activity import (
     VacuumProgress,
     WaitSampler,
 )
+from pglab.probes.db_lockqueue import LockQueue
 from pglab.probes.db_stats import CheckpointerStats, DatabaseStats, IoStats, WalStats
 from pglab.probes.os_probes import OS_PROBES
 from pglab.probes.pooler_probe import PoolerPools
@@ -26,6 +27,7 @@ PROBES: tuple[type[Probe], ...] = (
     WalStats,
     IoStats,
     LockWaits,
+    LockQueue,
     BackendStates,
     VacuumProgress,
     Replication,

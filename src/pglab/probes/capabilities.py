@@ -13,6 +13,8 @@ from typing import Any
 import psycopg
 
 TELEMETRY_APP = "pglab-telemetry"
+OBSERVER_APP = "pglab"  # `pglab observe` sessions on a server pglab did not start
+OWN_APPS = [TELEMETRY_APP, OBSERVER_APP]  # sessions the samplers leave out
 
 VIEWS = (
     "pg_stat_activity",

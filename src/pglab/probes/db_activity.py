@@ -9,7 +9,7 @@ import psycopg
 
 from pglab.events import Event
 from pglab.probes.base import ProbeContext, ProbeOutput, Sample
-from pglab.probes.capabilities import TELEMETRY_APP, Capabilities, canonical_wait
+from pglab.probes.capabilities import OWN_APPS, Capabilities, canonical_wait
 from pglab.probes.db_base import DbProbe, row_dict
 
 # Waiting for work is not a wait worth counting: a background process in its main loop
@@ -18,7 +18,7 @@ _WAITS_QUERY = """
 SELECT coalesce(backend_type, 'unknown'), wait_event_type, wait_event, count(*)
 FROM pg_stat_activity
 WHERE pid <> pg_backend_pid()
-  AND coalesce(application_name, '') <> %s
+  AND coalesce(application_name, '') <> ALL(%s)
   AND coalesce(state, '') <> 'idle'
   AND coalesce(wait_event_type, '') <> 'Activity'
 GROUP BY 1, 2, 3
@@ -35,7 +35,7 @@ class WaitSampler(DbProbe):
 
     def read(self, conn: psycopg.Connection[Any], caps: Capabilities, node: str,
              now: dt.datetime, out: ProbeOutput) -> None:
-        rows = conn.execute(_WAITS_QUERY, [TELEMETRY_APP]).fetchall()
+        rows = conn.execute(_WAITS_QUERY, [OWN_APPS]).fetchall()
         total = 0
         for backend_type, wait_type, wait_event, count in rows:
             total += int(count)
@@ -76,8 +76,8 @@ class BackendStates(DbProbe):
              now: dt.datetime, out: ProbeOutput) -> None:
         rows = conn.execute(
             "SELECT coalesce(backend_type, 'unknown'), coalesce(state, ''), count(*) "
-            "FROM pg_stat_activity WHERE coalesce(application_name, '') <> %s GROUP BY 1, 2",
-            [TELEMETRY_APP],
+            "FROM pg_stat_activity WHERE coalesce(application_name, '') <> ALL(%s) "
+            "GROUP BY 1, 2", [OWN_APPS],
         ).fetchall()
         clients = 0
         for backend_type, state, count in rows:

@@ -19,6 +19,7 @@ from pglab.report.model import ReportModel, build_model
 from pglab.results import files
 from pglab.results.analysis_doc import verdict_basis
 from pglab.results.files import write_text
+from pglab.results.manifest import Manifest
 from pglab.storage.describe import lines as storage_lines
 
 
@@ -271,7 +272,19 @@ def _environment(model: ReportModel) -> str:
         ("WAL segment", node.get("wal_segment_size")),
         ("data checksums", node.get("data_checksums")),
         ("pglab", model.run.manifest.pglab_version),
+        ("observer", _observer_cost(model.run.manifest)),
     ])
+
+
+def _observer_cost(manifest: Manifest) -> str | None:
+    """`pglab observe`: its queries and CPU on each observed server."""
+    per_node = (manifest.telemetry or {}).get("observer_per_node") or {}
+    parts = []
+    for node, cost in per_node.items():
+        cpu = cost.get("server_cpu_pct_of_core")
+        parts.append(f"{node}: {cost.get('queries_per_s')} queries/s, "
+                     + (f"{cpu}% of one core" if cpu is not None else "CPU not measurable"))
+    return "; ".join(parts) or None
 
 
 def _settings(model: ReportModel) -> str:

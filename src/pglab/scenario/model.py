@@ -152,7 +152,7 @@ class DeviceSpec(StrictModel):
     iops: int | None = Field(None, ge=0)  # both directions, unless one is given
     write_iops: int | None = Field(None, ge=0)
     read_iops: int | None = Field(None, ge=0)
-    latency: Duration | None = Field(None, ge=0)  # added to every read and write
+    latency: Duration | None = Field(None, ge=0)  # added to every read, write and flush
     # honest: durable when acknowledged; volatile: a cache that honours flushes;
     # volatile-ignores-flush: a cache that acknowledges flushes and keeps nothing.
     cache: Literal["honest", "volatile", "volatile-ignores-flush"] = "honest"

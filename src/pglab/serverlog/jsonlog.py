@@ -53,6 +53,11 @@ class JsonDecoder(RecordsToEvents):
             if not isinstance(obj, dict):
                 stats.skipped += 1
                 continue
+            if "logger" in obj and "msg" in obj:  # CloudNativePG's stdout envelope
+                if obj.get("logger") != "postgres" or not isinstance(obj["record"], dict):
+                    stats.other_loggers += 1  # the instance manager, pgaudit, ...
+                    continue
+                obj = _from_cloudnativepg(obj["record"])
             severity = obj.get("error_severity")
             message = obj.get("message")
             stamp = obj.get("timestamp")
@@ -84,3 +89,21 @@ class JsonDecoder(RecordsToEvents):
             )
         stats.records += len(out)
         return out
+
+
+# CloudNativePG puts PostgreSQL's csvlog columns under `record`, every value a string
+# (https://cloudnative-pg.io/documentation/current/logging): to jsonlog's names.
+_CNPG_NAMES = {"log_time": "timestamp", "error_severity": "error_severity",
+               "message": "message", "detail": "detail", "hint": "hint",
+               "context": "context", "query": "statement", "internal_query": "internal_query",
+               "backend_type": "backend_type", "sql_state_code": "state_code"}
+
+
+def _from_cloudnativepg(record: dict[str, object]) -> dict[str, object]:
+    obj = {name: record[key] for key, name in _CNPG_NAMES.items() if key in record}
+    pid = record.get("process_id")
+    if isinstance(pid, str) and pid.isdigit():
+        obj["pid"] = int(pid)
+    elif isinstance(pid, int):
+        obj["pid"] = pid
+    return obj

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import bz2
 import gc
 import gzip
+import lzma
+import shutil
+import subprocess
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from itertools import chain
@@ -46,13 +50,40 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def compression(head: bytes) -> str | None:
+    """The compression a file's first bytes announce: gzip, bzip2, xz, zstd, or None."""
+    if head.startswith(b"\x1f\x8b"):
+        return "gzip"
+    if head.startswith(b"BZh") and head[3:4].isdigit():
+        return "bzip2"
+    if head.startswith(b"\xfd7zXZ\x00"):
+        return "xz"
+    if head.startswith(_ZSTD_MAGIC):
+        return "zstd"
+    return None
+
+
 def _open(path: Path) -> BinaryIO:
-    raw = path.open("rb")
-    if raw.read(2) == b"\x1f\x8b":  # rotated logs are often gzipped
-        raw.close()
+    """The file's bytes, decompressed (rotated logs are often compressed). zstd has no
+    module in the standard library: the `zstd` program decompresses it, and without it
+    the file cannot be read (`pglab logs` says so before reading)."""
+    with path.open("rb") as raw:
+        kind = compression(raw.read(6))
+    if kind == "gzip":
         return gzip.open(path, "rb")  # type: ignore[return-value]
-    raw.seek(0)
-    return raw
+    if kind == "bzip2":
+        return bz2.open(path, "rb")  # type: ignore[return-value]
+    if kind == "xz":
+        return lzma.open(path, "rb")  # type: ignore[return-value]
+    if kind == "zstd" and shutil.which("zstd"):
+        proc = subprocess.Popen(["zstd", "-dcq", str(path)], stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL)
+        assert proc.stdout is not None
+        return proc.stdout  # type: ignore[return-value]
+    return path.open("rb")
 
 
 def _text_chunks(stream: BinaryIO, first: bytes) -> Iterator[str]:

@@ -43,12 +43,14 @@ class ParseStats:
     skipped: int = 0
     format: str = "stderr"  # "stderr" | "csvlog" | "jsonlog"
     unknown_zones: int = 0  # timestamps whose zone name was unknown (taken as UTC)
+    other_loggers: int = 0  # CloudNativePG lines of other loggers than PostgreSQL's
 
     def add(self, other: ParseStats) -> None:
         self.lines += other.lines
         self.records += other.records
         self.skipped += other.skipped
         self.unknown_zones += other.unknown_zones
+        self.other_loggers += other.other_loggers
 
 
 # Abbreviations PostgreSQL's tz database prints for common zones. Ambiguous ones are

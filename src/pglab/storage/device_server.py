@@ -9,8 +9,9 @@ hold here where cgroup v1's blkio throttle misses buffered writeback.
 
 What a request goes through, in order: the power state (off: EIO), a pause (waits), the
 error switch (EIO), the IOPS and bandwidth buckets of its direction (waits), the fixed
-latency (waits, concurrently with other requests), then the I/O. The write cache:
-- honest: a write is in the image file when acknowledged; a flush is fdatasync'd.
+latency (waits, concurrently with other requests), then the I/O. A flush waits the
+latency too (a disk's cache flush is a request like the others). The write cache:
+- honest: a write is in the image file when acknowledged; a flush has nothing to do.
 - volatile: writes wait in memory until a flush or FUA write (a drive's cache that
   honours flushes); a power loss drops them.
 - volatile-ignores-flush: flushes are acknowledged at once and do nothing (the lying
@@ -19,8 +20,11 @@ latency (waits, concurrently with other requests), then the I/O. The write cache
 
 Durability is the image file's content: the host machine never loses power, so the
 image file (in the host's page cache or on its disk) is the medium, and only what this
-process holds in memory can be lost. The NBD protocol is the fixed-newstyle handshake
-with NBD_OPT_GO and simple replies, the part nbdfuse (libnbd) needs.
+process holds in memory can be lost. So a flush never waits for the host's disk: the
+device's timing is what its behaviour says (bandwidth, IOPS, latency), not the host's
+noise; a plain loop device (storage/devices.py) is the way to measure the host's disk.
+The NBD protocol is the fixed-newstyle handshake with NBD_OPT_GO and simple replies,
+the part nbdfuse (libnbd) needs.
 """
 
 from __future__ import annotations
@@ -70,7 +74,7 @@ class Behaviour:
     read_bps: float = 0
     write_iops: float = 0
     read_iops: float = 0
-    latency_s: float = 0  # added to every read and write
+    latency_s: float = 0  # added to every read, write and flush
     cache: str = "honest"
     paused: bool = False
     failing: bool = False  # every read and write fails with EIO
@@ -118,9 +122,13 @@ class Bucket:
             self.stamp = now
             self.tokens -= amount
             if self.tokens < 0:
-                await asyncio.sleep(-self.tokens / self.rate)
+                # Paid off at `due`; a sleep that wakes late (a busy machine: often by
+                # milliseconds) is credited to the next request, not lost, or the device
+                # would run 10-20% under its rate.
+                due = now - self.tokens / self.rate
+                await asyncio.sleep(due - now)
                 self.tokens = 0.0
-                self.stamp = time.monotonic()
+                self.stamp = due
 
 
 @dataclass
@@ -221,11 +229,10 @@ class Device:
         self.counters.cached_bytes -= len(blocks) * BLOCK
         return len(blocks) * BLOCK
 
-    async def flush(self) -> None:
+    def flush(self) -> None:
         if self.behaviour.cache == "volatile-ignores-flush":
             return
         self.write_back()
-        await asyncio.get_running_loop().run_in_executor(None, os.fdatasync, self.fd)
 
     def power_loss(self) -> dict[str, int]:
         lost = {"lost_blocks": len(self.dirty), "lost_bytes": len(self.dirty) * BLOCK}
@@ -312,7 +319,9 @@ async def _serve(device: Device, reader: asyncio.StreamReader,
                 await reply(handle, EIO)
                 return
             await device.unpaused.wait()
-            await device.flush()
+            if device.behaviour.latency_s > 0:
+                await asyncio.sleep(device.behaviour.latency_s)
+            device.flush()
             c.flushes += 1
             await reply(handle, 0)
             return
@@ -331,8 +340,6 @@ async def _serve(device: Device, reader: asyncio.StreamReader,
         if kind == CMD_WRITE_ZEROES:
             payload = bytes(length)
         device.write(offset, payload, bool(flags & CMD_FLAG_FUA))
-        if flags & CMD_FLAG_FUA and device.behaviour.cache == "honest":
-            await asyncio.get_running_loop().run_in_executor(None, os.fdatasync, device.fd)
         c.writes += 1
         c.written_bytes += length
         await reply(handle, 0)

@@ -48,7 +48,7 @@ DEVICE_BEHAVIOURS: tuple[DeviceBehaviour, ...] = (
     DeviceBehaviour("iops", "requests per second, each direction"),
     DeviceBehaviour("write_iops", "write requests per second (overrides iops)"),
     DeviceBehaviour("read_iops", "read requests per second (overrides iops)"),
-    DeviceBehaviour("latency", "time added to every read and write, like '1ms'"),
+    DeviceBehaviour("latency", "time added to every read, write and flush, like '1ms'"),
     DeviceBehaviour("cache", "honest (durable when acknowledged) | volatile (a write cache "
                     "that honours flushes) | volatile-ignores-flush (a cache that lies)"),
     DeviceBehaviour("kind", "auto (emulated when any of the above is set or a device fault "
@@ -107,7 +107,9 @@ def make_image(path: Path, size: int) -> None:
 
 
 def attach_loop(backing: Path, direct_io: bool) -> Path:
-    argv = ["losetup", "-f", "--show", "--sector-size", "4096"]
+    # 512-byte logical sectors, as most disks present (512e): pg_test_fsync and other
+    # O_DIRECT users write 512-byte-aligned pieces, which a 4Kn device refuses (EINVAL).
+    argv = ["losetup", "-f", "--show"]
     if direct_io:
         argv.append("--direct-io=on")
     device = Path(run_tool([*argv, str(backing)], "losetup").strip())

@@ -5,8 +5,8 @@ zfs-fuse is userspace ZFS at pool version 23: recordsize up to 128K, compression
 on/lzjb/gzip/zle, no `sync` property, no lz4 or zstd. Its absolute timings do not carry
 over to kernel OpenZFS; what it is for is A/B directions (recordsize 8K vs 16K, logbias,
 compression). Its daemon is machine-wide: pglab starts one when none answers, records
-it in PGLAB_HOME/zfs-fuse.json, and stops it when the last pglab using it is done (or
-the next pglab does, after a kill).
+it in /run/pglab/zfs-fuse.json, and stops it when the last pglab using it is done (or
+the next pglab does, after a kill). A daemon pglab did not start is never stopped.
 
 Names carry pglab's pid (`pglab-<pid>-<node>-<role>`), so the reaper can tell the pools
 and datasets of a dead pglab from everyone else's without a state file.
@@ -27,7 +27,6 @@ from typing import Any
 import psutil
 
 from pglab.errors import EnvironmentProblem, PglabError
-from pglab.paths import pglab_home
 from pglab.storage.filesystems import MB, Filesystem, FsOption, run_tool
 
 _ON_OFF = ("on", "off")
@@ -152,12 +151,16 @@ def _wait_mounted(mountpoint: Path, timeout: float = 10) -> None:
         time.sleep(0.05)
 
 
+# Machine-wide, like the daemon itself: pglabs with different PGLAB_HOMEs share it.
+STATE_DIR = Path("/run/pglab")
+
+
 def _daemon_file() -> Path:
-    return pglab_home() / "zfs-fuse.json"
+    return STATE_DIR / "zfs-fuse.json"
 
 
 def _users_dir() -> Path:
-    return pglab_home() / "zfs-fuse-users"
+    return STATE_DIR / "zfs-fuse-users"
 
 
 def ensure_daemon_if_fuse() -> None:
@@ -195,12 +198,18 @@ def destroy(name: str) -> None:
     if not _zfs_ok():
         return
     argv = ["zfs", "destroy", "-r", "-f", name] if "/" in name else ["zpool", "destroy", "-f", name]
-    for _attempt in range(3):
+    message = ""
+    deadline = time.monotonic() + 20
+    while True:
         result = subprocess.run(argv, capture_output=True, text=True, timeout=60)
-        if result.returncode == 0 or "no such" in result.stderr or "does not exist" in (
-                result.stderr):
+        message = (result.stderr or result.stdout).strip()
+        if result.returncode == 0 or "no such" in message or "does not exist" in message:
             return
-        time.sleep(0.5)  # a mount still busy for a moment after the server stopped
+        if time.monotonic() > deadline:
+            raise PglabError(f"could not destroy ZFS {name}: {message}")
+        # zfs-fuse releases a dataset's FUSE mount a moment after its last user is gone
+        subprocess.run(["zfs", "unmount", "-f", name], capture_output=True, timeout=60)
+        time.sleep(0.5)
 
 
 def release_daemon() -> None:

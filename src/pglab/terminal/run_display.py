@@ -110,7 +110,8 @@ def print_summary(console: Console, run: StoredRun) -> None:
         if isinstance(clients, list) and len(clients) == 1:
             clients = clients[0]
         console.print(f"  PostgreSQL {node.get('server_version')} "
-                      f"({node.get('bin_source', node.get('target'))}), {clients} clients")
+                      f"({node.get('bin_source', node.get('target'))})"
+                      + (f", {clients} clients" if clients is not None else ""))
     for line in storage_lines(manifest):
         console.print(f"  storage {line}", highlight=False)
     if measured:

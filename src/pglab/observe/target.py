@@ -1,0 +1,286 @@
+"""The observed servers: DSNs, read-only connections, privileges.
+
+Every session pglab opens on an observed server is read-only
+(`default_transaction_read_only`), bounded (`statement_timeout`, `lock_timeout`), named
+(`application_name = pglab`) and ends each statement's transaction with ROLLBACK, so the
+server's commit counters stay the application's alone. One connection per node, shared by
+the node's sampling threads (see ObserverSessions).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from pglab.errors import BadInput, EnvironmentProblem
+from pglab.lab.lab import redact_dsn
+from pglab.probes.base import NodeHandle
+from pglab.probes.capabilities import OBSERVER_APP, Capabilities
+from pglab.probes.dbsessions import DbSessions, process_cpu_s
+
+STATEMENT_TIMEOUT = "2s"
+LOCK_TIMEOUT = "500ms"
+CONNECT_TIMEOUT_S = 5
+
+
+class ObserverConnection(psycopg.Connection[Any]):
+    """A connection whose every statement runs in a transaction that is rolled back.
+
+    An autocommit connection sending BEGIN and ROLLBACK itself: psycopg's own transaction
+    handling forgets its prepared statements at each rollback, which cost the server four
+    times the CPU per sample. The statement's result stays readable (psycopg keeps it
+    client-side); a lock keeps the threads that share the connection from interleaving
+    inside one transaction."""
+
+    statements = 0
+    guard: threading.RLock | None = None
+
+    def execute(self, *args: Any, **kwargs: Any) -> Any:
+        assert self.guard is not None
+        with self.guard:
+            self.statements += 1
+            # Never prepared: a Parse outside a transaction block is a transaction of
+            # its own, which PostgreSQL counts as a commit.
+            super().execute("BEGIN", prepare=False)
+            try:
+                return super().execute(*args, **kwargs)
+            finally:
+                with contextlib.suppress(psycopg.Error):
+                    super().execute("ROLLBACK", prepare=False)
+
+
+def _options(params: dict[str, Any]) -> str:
+    ours = (f"-c default_transaction_read_only=on -c statement_timeout={STATEMENT_TIMEOUT} "
+            f"-c lock_timeout={LOCK_TIMEOUT}")
+    given = str(params.get("options") or "").strip()
+    return f"{given} {ours}".strip()
+
+
+def parse_dsn(dsn: str, what: str) -> dict[str, Any]:
+    try:
+        params = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as exc:
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else "unparseable"
+        raise BadInput(f"{what} {redact_dsn(dsn)}: not a connection string ({message})") from None
+    return dict(params)
+
+
+def observer_conninfo(dsn: str, what: str) -> str:
+    params = parse_dsn(dsn, what)
+    params["options"] = _options(params)
+    params["application_name"] = OBSERVER_APP
+    params.setdefault("connect_timeout", str(CONNECT_TIMEOUT_S))
+    return make_conninfo(**{k: str(v) for k, v in params.items()})
+
+
+def connector(dsn: str, what: str) -> Callable[[], ObserverConnection]:
+    conninfo = observer_conninfo(dsn, what)
+
+    def connect() -> ObserverConnection:
+        conn = ObserverConnection.connect(conninfo, autocommit=True)
+        conn.guard = threading.RLock()
+        return conn
+
+    return connect
+
+
+def is_local(conn: psycopg.Connection[Any]) -> bool:
+    """Is the server on this machine (a Unix socket or a loopback address)?"""
+    host = conn.info.host or ""
+    if host.startswith("/"):
+        return True
+    try:
+        return ipaddress.ip_address(conn.info.hostaddr or host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+@dataclass
+class ObservedNode:
+    name: str  # primary, standby1, ...
+    dsn: str  # as given: never written anywhere
+    connect: Callable[[], ObserverConnection]
+    facts: dict[str, Any] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)  # privileges it lacks, each said once
+
+    @property
+    def redacted(self) -> str:
+        return redact_dsn(self.dsn)
+
+    opened: ObserverConnection | None = None  # the connection open_node made, kept
+
+    def reuse_or_connect(self) -> ObserverConnection:
+        """The connection open_node checked, then new ones: PostgreSQL counts each
+        session's start as a committed transaction, so pglab opens as few as it can."""
+        conn, self.opened = self.opened, None
+        if conn is not None and not conn.closed:
+            return conn
+        return self.connect()
+
+    def handle(self) -> NodeHandle:
+        return NodeHandle(self.name, self.reuse_or_connect, None, lambda: None)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0].strip() if text else type(exc).__name__
+
+
+def open_node(name: str, dsn: str) -> ObservedNode:
+    """Connect once: a node that cannot be reached is one line, naming it."""
+    node = ObservedNode(name, dsn, connector(dsn, f"{name}:"))
+    try:
+        conn = node.connect()
+    except psycopg.OperationalError as exc:
+        message = _first_line(exc)
+        password = parse_dsn(dsn, name).get("password")
+        if password:
+            message = message.replace(str(password), "********")
+        kind = BadInput if "authentication" in message or "role" in message else \
+            EnvironmentProblem
+        raise kind(f"{name} ({node.redacted}): cannot connect: {message}") from None
+    try:
+        node.facts, node.missing = _facts(conn)
+    except BaseException:
+        conn.close()
+        raise
+    node.opened = conn
+    return node
+
+
+_PRIVILEGES = """
+SELECT current_user, r.rolsuper,
+       pg_has_role(current_user, 'pg_monitor', 'USAGE') AS monitor,
+       pg_has_role(current_user, 'pg_read_all_stats', 'USAGE') AS all_stats,
+       pg_has_role(current_user, 'pg_read_all_settings', 'USAGE') AS all_settings,
+       has_function_privilege('pg_read_binary_file(text,bigint,bigint,boolean)', 'EXECUTE')
+         AS read_file,
+       has_function_privilege('pg_ls_logdir()', 'EXECUTE') AS ls_logdir,
+       current_setting('server_version') AS server_version,
+       current_setting('server_version_num')::int AS version_num,
+       pg_is_in_recovery() AS in_recovery,
+       current_database() AS dbname,
+       (SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
+        WHERE e.extname = 'pg_stat_statements') AS pgss_schema
+FROM pg_roles r WHERE r.rolname = current_user
+"""
+
+
+def _facts(conn: psycopg.Connection[Any]) -> tuple[dict[str, Any], list[str]]:
+    cur = conn.execute(_PRIVILEGES)
+    row = cur.fetchone()
+    names = [d.name for d in cur.description or []]
+    facts = dict(zip(names, row, strict=True)) if row else {}
+    facts["local"] = is_local(conn)
+    # Non-default settings, as a lab run records them: compare lists what changed.
+    rows = conn.execute("SELECT name, setting, unit, source FROM pg_settings WHERE source "
+                        "NOT IN ('default', 'override', 'client') ORDER BY name").fetchall()
+    facts["settings"] = {str(name): {"setting": setting, "unit": unit, "source": source}
+                         for name, setting, unit, source in rows}
+    missing = []
+    role = facts.get("current_user")
+    if not facts.get("rolsuper"):
+        if not facts.get("all_stats"):
+            missing.append(f"role {role} is not a member of pg_read_all_stats (or pg_monitor): "
+                           "other users' waits, queries and replication positions are hidden")
+        if not facts.get("all_settings"):
+            missing.append(f"role {role} is not a member of pg_read_all_settings (or "
+                           "pg_monitor): some settings read as hidden")
+    return facts, missing
+
+
+def sql_log_privileges(node: ObservedNode) -> str | None:
+    """Why the log cannot be read over SQL, or None."""
+    if node.facts.get("rolsuper"):
+        return None
+    role = node.facts.get("current_user")
+    if not node.facts.get("ls_logdir"):
+        return f"role {role} may not run pg_ls_logdir() (grant pg_monitor)"
+    if not node.facts.get("read_file"):
+        return (f"role {role} may not run pg_read_binary_file(text,bigint,bigint,boolean): "
+                "GRANT EXECUTE on it (and pg_read_server_files when log_directory is outside "
+                "the data directory)")
+    return None
+
+
+class ObserverSessions(DbSessions):
+    """One connection per node, shared by the node's sampling threads (psycopg connections
+    are thread-safe; ObserverConnection keeps each statement's transaction whole)."""
+
+    def __init__(self, nodes: list[NodeHandle]) -> None:
+        super().__init__(nodes)
+        self._shared: dict[str, tuple[psycopg.Connection[Any], Capabilities]] = {}
+        self._open_lock = threading.Lock()
+        self.statements_closed: dict[str, int] = {}
+        self.node_cpu_s: dict[str, float] = {}  # CPU of each node's backend (local only)
+        self._node_of: dict[int, str] = {}
+
+    def _mine(self) -> dict[str, tuple[psycopg.Connection[Any], Capabilities]]:
+        return self._shared
+
+    def get(self, node: str) -> tuple[psycopg.Connection[Any], Capabilities]:
+        with self._open_lock:
+            entry = self._shared.get(node)
+            if entry is not None and not entry[0].closed:
+                return entry
+            connect = self._handles[node].connect
+            assert connect is not None
+            conn = connect()
+            caps = Capabilities.detect(conn)
+            self._shared[node] = (conn, caps)
+            with self._lock:
+                self._all.append(conn)
+                self._node_of[id(conn)] = node
+                if is_local(conn) and _is_postgres(conn.info.backend_pid):
+                    self._backends[id(conn)] = conn.info.backend_pid
+            return conn, caps
+
+    def _close(self, conn: psycopg.Connection[Any]) -> None:
+        backend = self._backends.get(id(conn))
+        node = self._node_of.pop(id(conn), None)
+        if backend is not None and node is not None:
+            self.node_cpu_s[node] = self.node_cpu_s.get(node, 0.0) + process_cpu_s(backend)
+        super()._close(conn)
+
+    def drop(self, node: str) -> None:
+        with self._open_lock:
+            entry = self._shared.pop(node, None)
+        if entry is not None:
+            self._count(node, entry[0])
+            self._close(entry[0])
+
+    def close_all(self) -> None:
+        with self._open_lock:
+            for node, (conn, _caps) in self._shared.items():
+                self._count(node, conn)
+            self._shared.clear()
+        super().close_all()
+
+    def _count(self, node: str, conn: psycopg.Connection[Any]) -> None:
+        self.statements_closed[node] = (self.statements_closed.get(node, 0)
+                                        + getattr(conn, "statements", 0))
+
+    def statements(self, node: str) -> int:
+        """Statements pglab ran on `node` so far."""
+        entry = self._shared.get(node)
+        now = getattr(entry[0], "statements", 0) if entry is not None else 0
+        return self.statements_closed.get(node, 0) + now
+
+
+def _is_postgres(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip() in ("postgres", "postmaster")
+    except OSError:
+        return False
+
+
+__all__ = ["ObservedNode", "ObserverSessions", "open_node", "process_cpu_s",
+           "sql_log_privileges"]

@@ -1,0 +1,174 @@
+"""Names, not just classes: what sessions queue on, and who holds it.
+
+`db.lockqueue` reads, every interval while some lock is not granted, each waiting
+session's wanted lock, the row it queues for (the tuple lock a row-lock waiter holds or
+wants: relation, page and tuple), and the sessions blocking it (pg_blocking_pids) with
+their application, user, state, transaction age and query, normalised (literals -> ?).
+One `lock-queue` event per (node, relation/row or lock, holder) from the first interval it
+is seen to the last, with the most waiters seen; gauges `queued` per relation.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from typing import Any
+
+import psycopg
+
+from pglab.events import Event
+from pglab.probes.base import ProbeContext, ProbeOutput, Sample
+from pglab.probes.capabilities import Capabilities
+from pglab.probes.db_base import DbProbe
+
+MAX_WAITERS = 50  # pg_blocking_pids takes the lock manager's locks: bounded per interval
+
+_QUERY = f"""
+WITH waiting AS (
+    SELECT pid, locktype, mode, relation, page, tuple, transactionid, classid, objid
+    FROM pg_locks WHERE NOT granted AND pid IS NOT NULL LIMIT {MAX_WAITERS}
+)
+SELECT w.pid, w.locktype, w.mode,
+       coalesce(w.relation, t.relation)::regclass::text AS relation,
+       coalesce(t.page, w.page) AS page, coalesce(t.tuple, w.tuple) AS tuple,
+       w.transactionid::text AS xid,
+       h.pid AS holder, a.application_name, a.usename, a.state, a.query,
+       extract(epoch FROM now() - a.xact_start) AS xact_s, a.backend_type
+FROM waiting w
+LEFT JOIN pg_locks t ON t.pid = w.pid AND t.locktype = 'tuple'
+CROSS JOIN LATERAL unnest(pg_blocking_pids(w.pid)) AS h(pid)
+LEFT JOIN pg_stat_activity a ON a.pid = h.pid
+"""
+
+_STRING = re.compile(r"'(?:[^']|'')*'")
+_NUMBER = re.compile(r"(?<![\w$])-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?\b")
+_SPACE = re.compile(r"\s+")
+_IN_LIST = re.compile(r"\(\s*\?(?:\s*,\s*\?)+\s*\)")
+
+
+def normalise_query(query: str | None, limit: int = 300) -> str:
+    """Literals replaced by ?, whitespace collapsed: what the statement is, not its data."""
+    if not query:
+        return ""
+    text = _NUMBER.sub("?", _STRING.sub("?", query))
+    text = _IN_LIST.sub("(?, ...)", _SPACE.sub(" ", text).strip())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_RANK = {"row": 3, "relation": 2, "transaction": 1}
+
+
+def _roots(pid: int, blocked_by: dict[int, set[int]]) -> set[int]:
+    """The blockers at the head of `pid`'s queue: those not waiting themselves."""
+    roots: set[int] = set()
+    stack, seen = [pid], {pid}
+    while stack:
+        for holder in blocked_by.get(stack.pop(), ()):
+            if holder in seen:
+                continue
+            seen.add(holder)
+            if holder in blocked_by:
+                stack.append(holder)
+            else:
+                roots.add(holder)
+    return roots
+
+
+def _object(locktype: str, relation: str | None, page: Any, tuple_: Any,
+            xid: str | None) -> str:
+    if relation and tuple_ is not None:
+        return f"row ({page},{tuple_}) of {relation}"
+    if relation:
+        return f"relation {relation}"
+    if xid:
+        return f"transaction {xid}"
+    return str(locktype)
+
+
+class LockQueue(DbProbe):
+    name = "db.lockqueue"
+    help = ("what sessions queue on (relation, row) and who holds it: the holder's "
+            "application, state, transaction age, normalised query; lock-queue events")
+
+    def start(self, ctx: ProbeContext) -> None:
+        super().start(ctx)
+        self._open: dict[tuple[str, str, int], dict[str, Any]] = {}
+
+    def read(self, conn: psycopg.Connection[Any], caps: Capabilities, node: str,
+             now: dt.datetime, out: ProbeOutput) -> None:
+        rows = conn.execute(_QUERY).fetchall()
+        # A session queued behind another waiter (the first in line holds the row's tuple
+        # lock while it waits) is attributed to the root: a blocker that is not waiting.
+        blocked_by: dict[int, set[int]] = {}
+        info: dict[int, dict[str, Any]] = {}
+        wants: dict[int, tuple[str, str | None, set[str]]] = {}
+        for (pid, locktype, mode, relation, page, tuple_, xid, holder, app, user, state,
+             query, xact_s, backend_type) in rows:
+            blocked_by.setdefault(int(pid), set()).add(int(holder))
+            what = _object(str(locktype), relation, page, tuple_, xid)
+            previous = wants.get(int(pid))
+            if previous is None or (previous[0].startswith("transaction")
+                                    and what.startswith("row")):
+                wants[int(pid)] = (what, relation, previous[2] if previous else set())
+            wants[int(pid)][2].add(f"{locktype}:{mode}")
+            info[int(holder)] = {
+                "pid": int(holder), "application": app or "", "user": user or "",
+                "state": state or "", "backend_type": backend_type or "",
+                "query": normalise_query(query),
+                "xact_s": round(float(xact_s), 3) if xact_s is not None else None}
+        # One queue per root holder, named by the most specific thing its waiters want:
+        # a row (the first waiter holds the row's tuple lock and waits for the holder's
+        # transaction), else a relation, else the transaction.
+        by_root: dict[int, dict[str, Any]] = {}
+        queued: dict[str, set[int]] = {}
+        for pid, (what, relation, modes) in wants.items():
+            for root in _roots(pid, blocked_by):
+                if root not in info:
+                    continue
+                entry = by_root.setdefault(root, {"waiters": set(), "modes": set(),
+                                                  "objects": {}, "holder": info[root]})
+                entry["waiters"].add(pid)
+                entry["modes"] |= modes
+                entry["objects"][what] = (entry["objects"].get(what, (0, relation))[0] + 1,
+                                          relation)
+            queued.setdefault(relation or what, set()).add(pid)
+        seen: dict[tuple[str, str, int], dict[str, Any]] = {}
+        for root, entry in by_root.items():
+            what, (_count, relation) = max(entry["objects"].items(),
+                                           key=lambda item: (_RANK.get(item[0].split(" ")[0], 0),
+                                                             item[1][0]))
+            entry.update(locktype=what.split(" ", 1)[0], relation=relation)
+            seen[(node, what, root)] = entry
+        for label, pids in queued.items():
+            out.samples.append(Sample(now, node, self.name, "queued", label, float(len(pids))))
+        for key, entry in seen.items():
+            episode = self._open.setdefault(key, {"start": now, "waiters": 0, "xact_s": 0.0,
+                                                  "modes": set()})
+            episode["end"] = now
+            episode["waiters"] = max(episode["waiters"], len(entry["waiters"]))
+            episode["modes"] |= entry["modes"]
+            episode["holder"] = entry["holder"]
+            episode["locktype"] = entry["locktype"]
+            episode["relation"] = entry["relation"]
+            xact = entry["holder"]["xact_s"]
+            if xact is not None:
+                episode["xact_s"] = max(episode["xact_s"], xact)
+        for key in [k for k in self._open if k[0] == node and k not in seen]:
+            out.events.append(self._event(key, self._open.pop(key), now))
+
+    def _event(self, key: tuple[str, str, int], episode: dict[str, Any],
+               now: dt.datetime) -> Event:
+        node, what, _holder = key
+        holder = dict(episode["holder"])
+        holder["xact_s"] = episode["xact_s"]
+        return Event(episode["start"], "lock-queue", node, t_end=max(now, episode["end"]),
+                     attrs={"object": what, "relation": episode["relation"],
+                            "locktype": episode["locktype"],
+                            "modes": sorted(episode["modes"]), "waiters": episode["waiters"],
+                            "holder": holder})
+
+    def stop(self) -> ProbeOutput:
+        now = dt.datetime.now(dt.timezone.utc)
+        events = [self._event(key, episode, now) for key, episode in self._open.items()]
+        self._open.clear()
+        return ProbeOutput(events=events)

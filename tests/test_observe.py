@@ -1,0 +1,416 @@
+"""`pglab observe` on servers this test started (not pglab), over TCP, as a pg_monitor role.
+
+Real parts only: PostgreSQL 18 from the embedded wheel, real pgbench, a real
+node_exporter (Debian's prometheus-node-exporter) on localhost. Incidents are made by
+the test beside pglab, which only watches.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from conftest import run_cli
+from pglab.lab.binaries import find_binaries, runnable_by
+from pglab.lab.local import LocalServer, free_port
+from pglab.lab.osuser import server_user
+
+pytest_plugins = ("observe_fixtures",)  # node_exporter_url
+
+PASSWORD = "w4tch-Zq81-secret"
+ROLE = "watcher"
+# Every client takes a share lock on branch 1 (compatible with each other: no contention
+# of their own); a session that updates that row stops them all until it ends.
+SHARED_ROW = """\\set aid random(1, 100000)
+BEGIN;
+UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid = :aid;
+SELECT bbalance FROM pgbench_branches WHERE bid = 1 FOR SHARE;
+END;
+"""
+
+
+@dataclass
+class Observed:
+    srv: LocalServer
+
+    def dsn(self, dbname: str = "app", password: str = PASSWORD) -> str:
+        return (f"host=127.0.0.1 port={self.srv.port} user={ROLE} dbname={dbname} "
+                f"password={password}")
+
+    def pgbench(self, *args: str) -> list[str]:
+        return [str(self.srv.bins.tool("pgbench")), "-h", str(self.srv.socket_dir), "-p",
+                str(self.srv.port), "-U", "postgres", *args]
+
+
+def _server(root: Path, name: str, settings: dict[str, str]) -> LocalServer:
+    user = server_user()
+    srv = LocalServer(name, runnable_by(find_binaries(), user), root / "labs" / name, user)
+    srv.initdb(None, None, "C", "UTF8", sync=False)
+    srv.extra_conf.update(settings)
+    hba = srv.data_dir / "pg_hba.conf"
+    hba.write_text(f"host all {ROLE} 127.0.0.1/32 scram-sha-256\n" + hba.read_text())
+    srv.start()
+    with srv.connect("postgres") as conn:
+        conn.execute(f"CREATE ROLE {ROLE} LOGIN PASSWORD '{PASSWORD}' IN ROLE pg_monitor")
+        conn.execute("CREATE DATABASE app")
+        conn.execute("CREATE DATABASE untouched")
+    return srv
+
+
+@pytest.fixture(scope="module")
+def observed(pglab_home: Path) -> Iterator[Observed]:
+    """A busy-able server: pgbench data in `app`, pg_stat_statements installed."""
+    srv = _server(pglab_home, "observed", {
+        "shared_preload_libraries": "'pg_stat_statements'", "deadlock_timeout": "'200ms'"})
+    with srv.connect("app") as conn:
+        conn.execute("CREATE EXTENSION pg_stat_statements")
+    env = {**os.environ, "LC_ALL": "C"}
+    subprocess.run(Observed(srv).pgbench("-i", "-s", "1", "-q", "app"), check=True,
+                   capture_output=True, env=env)
+    yield Observed(srv)
+    srv.stop(discard=True)
+    shutil.rmtree(srv.node_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def idle(pglab_home: Path) -> Iterator[Observed]:
+    """A server nobody uses, which logs every statement."""
+    srv = _server(pglab_home, "idle", {"log_statement": "'all'", "autovacuum": "off",
+                                       # no standby snapshots in the WAL every 15 s
+                                       "wal_level": "minimal", "max_wal_senders": "0"})
+    # Reading a page whose hint bits are not yet set writes it to the WAL (a full-page
+    # image: data checksums are on in PostgreSQL 18): set them all before measuring.
+    for db in ("app", "untouched", "postgres"):
+        with srv.connect(db) as conn:
+            conn.execute("VACUUM FREEZE")
+    with srv.connect("postgres") as conn:
+        conn.execute("CHECKPOINT")
+    yield Observed(srv)
+    srv.stop(discard=True)
+    shutil.rmtree(srv.node_dir, ignore_errors=True)
+
+
+def _only_run(results: Path, name: str = "observe") -> Path:
+    runs = [p for p in (results / name).iterdir() if p.is_dir()]
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def _files_text(folder: Path) -> str:
+    return "".join(p.read_bytes().decode("latin-1") for p in folder.rglob("*") if p.is_file())
+
+
+def _stats(srv: LocalServer) -> dict[str, object]:
+    with srv.connect("postgres") as conn:
+        rows = conn.execute("SELECT datname, xact_commit, tup_inserted, tup_updated, "
+                            "tup_deleted FROM pg_stat_database WHERE datname IS NOT NULL"
+                            ).fetchall()
+        lsn = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
+    return {"dbs": {str(r[0]): tuple(r[1:]) for r in rows}, "lsn": lsn[0] if lsn else None}
+
+
+def _observe(*args: str, results: Path) -> subprocess.Popen[str]:
+    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200"}
+    return subprocess.Popen([sys.executable, "-m", "pglab", "observe", *args, "--results",
+                             str(results)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+
+
+def _wait_for_samples(results: Path, timeout: float = 60) -> Path:
+    """The observation's folder, once its first throughput samples are written."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for csv in (results / "observe").glob("*/telemetry/samples.csv"):
+            if "db.throughput" in csv.read_text():
+                return csv.parent.parent
+        time.sleep(0.2)
+    raise AssertionError("observe wrote no throughput sample")
+
+
+def test_a_row_lock_held_outside_is_named_by_the_analysis(observed: Observed,
+                                                           tmp_path: Path) -> None:
+    script = tmp_path / "shared-row.sql"
+    script.write_text(SHARED_ROW)
+    log = observed.srv.log_dir / "postgresql.json"
+    results = tmp_path / "results"
+    proc = _observe(observed.dsn(), "--duration", "16s", "--log", str(log), results=results)
+    folder = _wait_for_samples(results)
+    env = {**os.environ, "LC_ALL": "C"}
+    load = subprocess.Popen(observed.pgbench("-n", "-c", "4", "-T", "11", "-f", str(script),
+                                             "app"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    time.sleep(4)
+    with observed.srv.connect("app", autocommit=False) as holder:  # outside pglab
+        holder.execute("SET application_name = 'nightly-batch'")
+        holder.execute("UPDATE pgbench_branches SET bbalance = bbalance WHERE bid = 1")
+        time.sleep(4)
+        holder.rollback()
+    _out, load_err = load.communicate(timeout=60)
+    assert load.returncode == 0, load_err
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["source"]["kind"] == "observe"
+    assert manifest["status"] == "completed"
+    client = pl.read_parquet(folder / "client.parquet")
+    measured = client.filter(~pl.col("partial"))
+    assert measured.filter(pl.col("tps") == 0).height >= 2, measured  # the held seconds
+    assert float(measured["tps"].max()) > 50  # type: ignore[arg-type] # the load around them
+    analysis = json.loads((folder / "analysis.json").read_text())
+    zero = [w for w in analysis["stalls"] if w["kind"] == "drop-to-zero"]
+    assert zero, analysis["stalls"]
+    lock = zero[0]["causes"][0]
+    assert lock["cause"] == "lock-contention", zero[0]["causes"]
+    # Named: the row, the holder's application, its state and its statement
+    named = [line for line in lock["evidence"] if "queued on row" in line]
+    assert named, lock["evidence"]
+    assert "of pgbench_branches behind pid" in named[0] and "(nightly-batch" in named[0]
+    assert "idle in transaction" in named[0]
+    assert "UPDATE pgbench_branches SET bbalance = bbalance WHERE bid = ?" in named[0]
+    events = pl.read_parquet(folder / "events.parquet")
+    assert events.filter(pl.col("kind") == "lock-wait").height >= 1  # from the log file
+    assert "lock-contention" in stdout
+    assert PASSWORD not in _files_text(folder)
+    cost = manifest["telemetry"]["observer_per_node"]["primary"]
+    assert cost["queries_per_s"] > 0 and cost["server_cpu_s"] is not None
+
+
+def test_nothing_is_written_and_the_password_stays_out(idle: Observed, tmp_path: Path,
+                                                        node_exporter_url: str) -> None:
+    before = _stats(idle.srv)
+    results = tmp_path / "results"
+    result = run_cli("observe", idle.dsn("app"), "--duration", "4s", "--node-exporter",
+                     node_exporter_url, "--log", "sql", "--results", str(results))
+    assert result.returncode == 0, result.stderr
+    after = _stats(idle.srv)
+    assert after["lsn"] == before["lsn"]  # no WAL at all
+    dbs_before, dbs_after = before["dbs"], after["dbs"]
+    assert isinstance(dbs_before, dict) and isinstance(dbs_after, dict)
+    # commits, inserts, updates, deletes: a database pglab never touched did not move
+    assert dbs_after["untouched"] == dbs_before["untouched"]
+    # pglab's database: one commit, its session's start (PostgreSQL counts it as one);
+    # every statement it ran ended in ROLLBACK
+    commits, *writes = dbs_after["app"]
+    assert (commits - dbs_before["app"][0], writes) == (1, list(dbs_before["app"][1:]))
+    # A pg_monitor role may not read files: said once, on one line, and the rest runs.
+    warnings = [ln for ln in result.stderr.splitlines() if "warning" in ln]
+    assert len(warnings) == 1 and "pg_read_binary_file" in warnings[0], result.stderr
+    folder = _only_run(results)
+    assert PASSWORD not in _files_text(folder)
+    series = pl.read_parquet(folder / "timeseries.parquet")
+    sources = set(series["source"].unique().to_list())
+    assert {"db.throughput", "db.waits", "os.cpu", "os.disk", "os.memory"} <= sources
+    assert series.filter(pl.col("source") == "os.cpu")["node"].unique().to_list() == ["host"]
+    client = pl.read_parquet(folder / "client.parquet")
+    assert client["tps"].sum() == 0  # pglab's own statements are no commits
+    # The server logged every statement (log_statement = all): pglab's are reads.
+    logged = [json.loads(line) for line in
+              (idle.srv.log_dir / "postgresql.json").read_text().splitlines()]
+    ours = [r["message"].split(":", 1)[1] for r in logged
+            if r.get("application_name") == "pglab"
+            and r.get("message", "").startswith(("statement:", "execute"))]
+    assert ours
+    verbs = {m.split()[0].upper() for m in ours}
+    assert verbs <= {"SELECT", "WITH", "BEGIN", "ROLLBACK"}, verbs
+    for statement in ours:  # a WITH that is a read
+        assert not any(w in statement.upper() for w in ("INSERT ", "UPDATE ", "DELETE ")), \
+            statement
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["host"]["cpu_cores"] == os.cpu_count()  # from node_exporter
+    assert manifest["nodes"]["primary"]["settings"]["log_statement"]["setting"] == "all"
+    for command in ("show", "analyze", "report"):
+        shown = run_cli(command, str(folder))
+        assert shown.returncode == 0, (command, shown.stderr)
+    assert "queries/s" in (folder / "report.html").read_text()  # the observer's cost
+    compared = run_cli("compare", str(folder), str(folder))
+    assert compared.returncode == 0, compared.stderr
+
+
+@pytest.mark.parametrize("case", ["unreachable", "password", "exporter", "log"])
+def test_bad_input_is_one_line(idle: Observed, tmp_path: Path, case: str) -> None:
+    args: list[str] = []
+    if case == "unreachable":
+        args = [f"host=127.0.0.1 port={free_port()} user={ROLE} password={PASSWORD}"]
+    elif case == "password":
+        args = [idle.dsn(password="not-the-Pw-1234")]
+    elif case == "exporter":
+        args = [idle.dsn(), "--node-exporter", f"http://127.0.0.1:{free_port()}/metrics",
+                "--duration", "2s"]
+    else:
+        args = [idle.dsn(), "--log", str(tmp_path / "no-such.log")]
+    result = run_cli("observe", *args, "--results", str(tmp_path / "r"))
+    assert "Traceback" not in result.stderr
+    lines = [ln for ln in result.stderr.splitlines() if ln.startswith("pglab:")]
+    assert len(lines) == 1, result.stderr
+    assert PASSWORD not in result.stderr and "not-the-Pw-1234" not in result.stderr
+    if case == "exporter":  # a warning; the observation goes on without it
+        assert result.returncode == 0 and "warning" in lines[0] and "refused" in lines[0]
+    else:
+        assert result.returncode in (2, 3), result.stderr
+        assert not (tmp_path / "r").exists()  # nothing made for a bad start
+
+
+@pytest.mark.parametrize("source", ["sql", "command"])
+def test_the_log_over_sql_or_from_a_command(observed: Observed, tmp_path: Path,
+                                            source: str) -> None:
+    """A checkpoint made outside pglab arrives as an event, read through SQL (a role
+    granted pg_read_binary_file) or from `tail -F` of the log file."""
+    with observed.srv.connect("postgres") as conn:
+        conn.execute("DO $$BEGIN CREATE ROLE reader LOGIN PASSWORD 'r3ad-Pw-77' IN ROLE "
+                     "pg_monitor; EXCEPTION WHEN duplicate_object THEN NULL; END$$")
+    with observed.srv.connect("app") as conn:  # in the database pglab connects to
+        conn.execute("GRANT EXECUTE ON FUNCTION pg_read_binary_file(text,bigint,bigint,"
+                     "boolean) TO reader")
+    hba = observed.srv.data_dir / "pg_hba.conf"
+    if "reader" not in hba.read_text():
+        hba.write_text("host all reader 127.0.0.1/32 scram-sha-256\n" + hba.read_text())
+        observed.srv.reload()
+    dsn = observed.dsn().replace(f"user={ROLE}", "user=reader").replace(PASSWORD,
+                                                                         "r3ad-Pw-77")
+    log = observed.srv.log_dir / "postgresql.json"
+    spec = "sql" if source == "sql" else f"command:tail -n0 -F {log}"
+    results = tmp_path / "results"
+    proc = _observe(dsn, "--duration", "6s", "--log", spec, results=results)
+    _wait_for_samples(results)
+    time.sleep(1.5)  # tail has started
+    with observed.srv.connect("postgres") as conn:
+        conn.execute("CHECKPOINT")
+    _out, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    assert "warning" not in stderr, stderr
+    folder = _only_run(results)
+    events = pl.read_parquet(folder / "events.parquet")
+    checkpoints = events.filter(pl.col("kind") == "checkpoint")
+    assert checkpoints.height >= 1, events
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["source"]["log_stats"]["format"] == "jsonlog"
+    assert "r3ad-Pw-77" not in _files_text(folder)
+
+
+@pytest.fixture(scope="module")
+def replicated(pglab_home: Path) -> Iterator[tuple[Observed, Observed]]:
+    """A primary and its synchronous hot standby, made by this test with pg_basebackup."""
+    primary = _server(pglab_home, "syncprimary", {})
+    subprocess.run(Observed(primary).pgbench("-i", "-s", "1", "-q", "app"), check=True,
+                   capture_output=True, env={**os.environ, "LC_ALL": "C"})
+    standby = LocalServer("standby1", primary.bins, pglab_home / "labs" / "standby1",
+                          primary.user)
+    standby.prepare_dirs()
+    subprocess.run([str(primary.bins.tool("pg_basebackup")), "-D", str(standby.data_dir),
+                    "-h", str(primary.socket_dir), "-p", str(primary.port), "-U", "postgres",
+                    "-X", "stream", "-c", "fast"], check=True, capture_output=True,
+                   cwd=standby.node_dir, **primary.user.popen_kwargs())
+    shutil.rmtree(standby.log_dir, ignore_errors=True)
+    (standby.data_dir / "standby.signal").touch()
+    primary.user.chown(standby.data_dir / "standby.signal")
+    standby.extra_conf.update(primary_conninfo=(
+        f"'host={primary.socket_dir} port={primary.port} user=postgres "
+        "application_name=standby1'"), hot_standby="on")
+    standby.start()
+    with primary.connect("postgres") as conn:
+        conn.execute("ALTER SYSTEM SET synchronous_standby_names = 'standby1'")
+        conn.execute("SELECT pg_reload_conf()")
+        deadline = time.monotonic() + 30
+        while conn.execute("SELECT 1 FROM pg_stat_replication WHERE application_name = "
+                           "'standby1' AND sync_state = 'sync' AND state = 'streaming'"
+                           ).fetchone() is None:
+            assert time.monotonic() < deadline, "the standby did not become synchronous"
+            time.sleep(0.2)
+    yield Observed(primary), Observed(standby)
+    for srv in (standby, primary):
+        srv.stop(discard=True)
+        shutil.rmtree(srv.node_dir, ignore_errors=True)
+
+
+def test_a_paused_synchronous_standby_is_named(replicated: tuple[Observed, Observed],
+                                               tmp_path: Path) -> None:
+    import psutil
+
+    primary, standby = replicated
+    script = tmp_path / "shared-row.sql"
+    script.write_text(SHARED_ROW)
+    results = tmp_path / "results"
+    proc = _observe(primary.dsn(), "--standby", standby.dsn(), "--duration", "15s",
+                    results=results)
+    folder = _wait_for_samples(results)
+    load = subprocess.Popen(primary.pgbench("-n", "-c", "2", "-T", "11", "-f", str(script),
+                                            "app"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "LC_ALL": "C"})
+    time.sleep(4)
+    assert standby.srv.process is not None
+    postmaster = psutil.Process(standby.srv.process.pid)
+    paused = [postmaster, *postmaster.children(recursive=True)]
+    for p in paused:  # made outside pglab: the whole standby stops answering
+        p.suspend()
+    try:
+        time.sleep(4)
+    finally:
+        for p in paused:
+            p.resume()
+    _out, load_err = load.communicate(timeout=60)
+    assert load.returncode == 0, load_err
+    _stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert set(manifest["nodes"]) == {"primary", "standby1"}
+    assert manifest["nodes"]["standby1"]["in_recovery"] is True
+    series = pl.read_parquet(folder / "timeseries.parquet")
+    assert series.filter(pl.col("node") == "standby1")["source"].n_unique() > 3
+    analysis = json.loads((folder / "analysis.json").read_text())
+    zero = [w for w in analysis["stalls"] if w["kind"] == "drop-to-zero"
+            and w["causes"][0]["cause"] == "sync-replication"]
+    assert zero, analysis["stalls"]
+    assert any("standby1" in line for line in zero[0]["causes"][0]["evidence"])
+    assert PASSWORD not in _files_text(folder)
+
+
+def test_ctrl_c_ends_an_open_ended_observation(idle: Observed, tmp_path: Path) -> None:
+    import signal
+
+    results = tmp_path / "results"
+    proc = _observe(idle.dsn(), results=results)  # no --duration: until Ctrl-C
+    folder = _wait_for_samples(results)
+    time.sleep(2)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr
+    assert "Traceback" not in stderr
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["status"] == "completed"
+    assert manifest["source"]["ended_by"] == "SIGINT"
+    assert (folder / "timeseries.parquet").is_file() and "results:" in stdout
+
+
+def test_a_role_without_pg_monitor_is_told_once_and_observes(idle: Observed,
+                                                              tmp_path: Path) -> None:
+    with idle.srv.connect("postgres") as conn:
+        conn.execute("DO $$BEGIN CREATE ROLE plain LOGIN PASSWORD 'pl4in-Pw-5'; "
+                     "EXCEPTION WHEN duplicate_object THEN NULL; END$$")
+    hba = idle.srv.data_dir / "pg_hba.conf"
+    if "plain" not in hba.read_text():
+        hba.write_text("host all plain 127.0.0.1/32 scram-sha-256\n" + hba.read_text())
+        idle.srv.reload()
+    dsn = idle.dsn().replace(f"user={ROLE}", "user=plain").replace(PASSWORD, "pl4in-Pw-5")
+    result = run_cli("observe", dsn, "--duration", "3s", "--log", "sql", "--results",
+                     str(tmp_path / "r"))
+    assert result.returncode == 0, result.stderr
+    warnings = [ln for ln in result.stderr.splitlines() if "warning" in ln]
+    assert len(warnings) == 3, result.stderr  # stats, settings, the log: once each
+    assert sum("pg_read_all_stats" in w for w in warnings) == 1
+    assert sum("pg_read_all_settings" in w for w in warnings) == 1
+    assert sum("pg_ls_logdir" in w for w in warnings) == 1
+    folder = _only_run(tmp_path / "r")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert len(manifest["nodes"]["primary"]["missing_privileges"]) == 2
+    assert pl.read_parquet(folder / "timeseries.parquet").height > 0
