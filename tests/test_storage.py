@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -138,10 +139,14 @@ def leftovers(home: Path) -> list[str]:
         cmd = " ".join(proc.info["cmdline"] or [])
         if labs in cmd and ("device_server" in cmd or "nbdfuse" in cmd):
             found.append(f"process {proc.pid} {cmd[:80]}")
-    if Path("/run/pglab/zfs-fuse.json").exists() and subprocess.run(
-            ["zpool", "list", "-H", "-o", "name"], capture_output=True,
-            text=True).stdout.strip().startswith("pglab-"):
-        found.append("pglab ZFS pool")
+    # ZFS names are machine-wide and carry their pglab's pid: another session's live
+    # pglab may have one; a pool of a dead pglab is a leftover.
+    pools = subprocess.run(["zpool", "list", "-H", "-o", "name"], capture_output=True,
+                           text=True).stdout.split()
+    for pool in pools:
+        match = re.match(r"pglab-(\d+)-", pool)
+        if match and not psutil.pid_exists(int(match.group(1))):
+            found.append(f"ZFS pool {pool} of a dead pglab")
     return found
 
 
@@ -447,6 +452,9 @@ def test_the_users_own_storage_pool_path_and_device(storage_packages: None, pgla
                    check=True, capture_output=True)
     own = tmp_path / "own-dir"
     own.mkdir()
+    for parent in [own, *own.parents]:  # the server's user must reach it, as a user's would
+        if parent != Path("/"):
+            parent.chmod(parent.stat().st_mode | 0o011)
     device_image = tmp_path / "device.img"
     device_image.write_bytes(b"")
     os.truncate(device_image, 512 * 2**20)

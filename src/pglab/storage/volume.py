@@ -95,6 +95,11 @@ def _check_volume(spec: VolumeSpec, key: str) -> None:
         path = Path(spec.path)
         if not path.is_dir():
             raise BadInput(f"{key}.path = '{spec.path}' is not an existing directory")
+        if closed := _closed_to_others(path):
+            raise BadInput(f"{key}.path = '{spec.path}': the server runs as an unprivileged "
+                           f"user, who cannot enter {closed} (mode "
+                           f"{closed.stat().st_mode & 0o777:o}); give it o+x or use another "
+                           "directory")
         if spec.filesystem != "host" or spec.options:
             raise BadInput(f"{key}.path uses an existing mount as it is: leave filesystem "
                            "and options out")
@@ -136,6 +141,17 @@ def _check_volume(spec: VolumeSpec, key: str) -> None:
     if (spec.pool or spec.path) and (not limits.is_plain() or spec.device.kind == "emulated"):
         raise BadInput(f"{key}.device: a pool or path is the user's own storage; device "
                        "limits apply to volumes pglab makes")
+
+
+def _closed_to_others(path: Path) -> Path | None:
+    """As root the server runs as another user (lab/osuser.py): the first directory on
+    the way to `path` that others may not enter, if any."""
+    if os.geteuid() != 0:
+        return None
+    for directory in [*reversed(path.resolve().parents), path.resolve()]:
+        if not directory.stat().st_mode & 0o001:
+            return directory
+    return None
 
 
 def _check_block_device(spec: VolumeSpec, key: str) -> None:
