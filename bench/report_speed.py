@@ -29,9 +29,9 @@ from pathlib import Path
 
 import polars as pl
 
-from pglab.report.html import build_model
+from pglab.report.model import build_model
 from pglab.report.page import render
-from pglab.store import write_text
+from pglab.results.files import write_text
 
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                  "--no-first-run", "--disable-background-networking",

@@ -44,7 +44,7 @@ import polars as pl
 import psycopg
 
 from pglab.lab.lab import Lab
-from pglab.probes.catalog import TELEMETRY_APP, canonical_wait
+from pglab.probes.capabilities import TELEMETRY_APP, canonical_wait
 from pglab.runner import RunOptions, run_scenario
 from pglab.scenario import load_text
 from pglab.workload.pgbench_output import ProgressLine
@@ -198,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
             ui.conn.close()
         stored = runs[0]
         if stored.status != "completed" or ui.started is None or ui.ended is None:
-            print(f"run {stored.status}: {stored.manifest.get('reason')}")
+            print(f"run {stored.status}: {stored.manifest.reason}")
             return 1
         ours = pglab_profile(stored.path, ui.started, ui.ended)
         theirs, dropped = sampling_profile(ui)
@@ -211,7 +211,7 @@ def run(args: argparse.Namespace) -> int:
     if not cpu_sampled:
         ours.pop("CPU", None)
     p, q = shares(ours), shares(theirs)
-    tps = stored.manifest.get("results", {}).get("pgbench", {}).get("tps")
+    tps = stored.manifest.pgbench.get("tps")
     print(
         f"\nload: tpcb-like, scale {args.scale}, {args.clients} clients, {args.duration} s, "
         f"{tps} tps; pglab sampled at {args.hz} Hz"

@@ -22,12 +22,13 @@ import pytest
 from conftest import ROOT, SAMPLES, run_cli
 from pglab.analysis.analyze import analyze_run, build_analysis
 from pglab.analysis.causes import CAUSE_IDS, CAUSES
-from pglab.analysis.loading import load_run_data
+from pglab.analysis.loading import load_run_frames
 from pglab.analysis.recommendations import RULES, Facts, recommend
 from pglab.analysis.stalls import detect_stalls
 from pglab.events import Event
 from pglab.probes.base import ProbeOutput, Sample
 from pglab.probes.sink import TelemetrySink
+from pglab.results.manifest import Manifest
 from pglab.scenario import load
 
 RUNS = SAMPLES / "runs"
@@ -38,7 +39,7 @@ DESIGN_CAUSES = ("checkpoint-io", "wal-segment-init", "wal-write", "lock-content
 
 
 def _analysis(name: str) -> dict[str, Any]:
-    return build_analysis(load_run_data(RUNS / name))
+    return build_analysis(load_run_frames(RUNS / name)).to_json()
 
 
 def _worst(analysis: dict[str, Any]) -> dict[str, Any]:
@@ -147,13 +148,13 @@ def test_a_connection_per_transaction_is_too_many_connections() -> None:
 def test_lock_queue_behind_slow_commits_is_not_its_own_cause() -> None:
     """A lock queue whose head waits on WAL flush is a symptom: the same run with the
     backends that held the locks waiting on WalSync instead of running on CPU."""
-    data = load_run_data(RUNS / "hot-row")
-    own = build_analysis(data)["steady_state"]["causes"][0]["confidence"]
+    data = load_run_frames(RUNS / "hot-row")
+    own = build_analysis(data).steady_causes[0]["confidence"]
     slow = data.timeseries.with_columns(
         pl.when((pl.col("source") == "db.waits") & pl.col("metric").is_in(
             ["CPU", "Client:ClientRead"]))
         .then(pl.lit("IO:WalSync")).otherwise(pl.col("metric")).alias("metric"))
-    causes = build_analysis(replace(data, timeseries=slow))["steady_state"]["causes"]
+    causes = build_analysis(replace(data, timeseries=slow)).steady_causes
     lock = [c for c in causes if c["cause"] == "lock-contention"]
     assert not lock or lock[0]["confidence"] <= own / 3 + 0.01, causes
 
@@ -179,7 +180,7 @@ def test_a_run_stalled_for_most_of_its_seconds_keeps_its_working_reference() -> 
     # its 200 MB of writeback, and the pile-up was not told apart from the checkpoint.
     analysis = _analysis("dirty-storm")
     assert analysis["summary"]["tps_median"] < 10
-    data = load_run_data(RUNS / "dirty-storm")
+    data = load_run_frames(RUNS / "dirty-storm")
     stalled = detect_stalls(data.client).seconds.filter(pl.col("tps") < 100)
     assert stalled.height >= 8 and stalled["kind"].null_count() == 0
     worst = _worst(analysis)
@@ -194,7 +195,7 @@ def test_the_second_before_a_stall_is_not_a_healthy_one() -> None:
     # The same storm again: the checkpoint's fsync put 257 MB under writeback within the
     # second before TPS fell, a second that still ran 1,395 transactions. Counted as
     # healthy, it made the 233 MB inside the stall look usual (4 x a mean of 64 MB).
-    client = load_run_data(RUNS / "dirty-storm-2").client
+    client = load_run_frames(RUNS / "dirty-storm-2").client
     worst = _worst(_analysis("dirty-storm-2"))
     start = dt.datetime.fromisoformat(worst["start"].replace("Z", "+00:00"))
     before = client.filter(pl.col("t") == start - dt.timedelta(seconds=1))["tps"][0]
@@ -260,7 +261,7 @@ def lock_copy(tmp_path: Path) -> Path:
 def test_missing_telemetry_is_named_and_stalls_still_found(lock_copy: Path) -> None:
     (lock_copy / "timeseries.parquet").unlink()
     (lock_copy / "events.parquet").unlink()
-    analysis = analyze_run(lock_copy).document
+    analysis = analyze_run(lock_copy).document.to_json()
     assert analysis["partial"] is True
     assert any(m.startswith("timeseries.parquet missing") for m in analysis["missing"])
     assert any(m.startswith("events.parquet missing") for m in analysis["missing"])
@@ -288,7 +289,7 @@ def test_interrupted_run_reads_the_incremental_telemetry(lock_copy: Path) -> Non
     manifest = json.loads((lock_copy / "manifest.json").read_text())
     manifest.update(status="running", pid=2**22 + 12345)  # above pid_max: never alive
     (lock_copy / "manifest.json").write_text(json.dumps(manifest))
-    analysis = analyze_run(lock_copy).document
+    analysis = analyze_run(lock_copy).document.to_json()
     assert analysis["status"] == "interrupted"
     assert any(m.startswith("run interrupted") for m in analysis["missing"])
     assert any("telemetry/samples.csv" in m for m in analysis["missing"])
@@ -297,29 +298,29 @@ def test_interrupted_run_reads_the_incremental_telemetry(lock_copy: Path) -> Non
 
 def test_corrupt_and_empty_client_series(lock_copy: Path) -> None:
     (lock_copy / "client.parquet").write_bytes(b"PAR1 torn by a crash")
-    analysis = analyze_run(lock_copy).document
+    analysis = analyze_run(lock_copy).document.to_json()
     assert analysis["stalls"] == [] and analysis["summary"]["measured_seconds"] == 0
     assert any(m.startswith("client.parquet unreadable") for m in analysis["missing"])
 
     empty = pl.read_parquet(RUNS / "lock" / "client.parquet").head(0)
     empty.write_parquet(lock_copy / "client.parquet")
-    analysis = analyze_run(lock_copy).document
+    analysis = analyze_run(lock_copy).document.to_json()
     assert any(m.startswith("client.parquet has no rows") for m in analysis["missing"])
 
     client = pl.read_parquet(RUNS / "lock" / "client.parquet")
     client.head(4).with_columns(pl.lit(True).alias("warmup")).write_parquet(
         lock_copy / "client.parquet")  # a run interrupted during its warmup
-    analysis = analyze_run(lock_copy).document
+    analysis = analyze_run(lock_copy).document.to_json()
     assert any("no measured second" in m for m in analysis["missing"])
 
     (lock_copy / "client.parquet").unlink()
-    analysis = analyze_run(lock_copy).document
+    analysis = analyze_run(lock_copy).document.to_json()
     assert any(m.startswith("client.parquet missing") for m in analysis["missing"])
 
 
 def test_telemetry_file_with_foreign_columns(lock_copy: Path) -> None:
     pl.DataFrame({"x": [1]}).write_parquet(lock_copy / "timeseries.parquet")
-    analysis = analyze_run(lock_copy).document
+    analysis = analyze_run(lock_copy).document.to_json()
     assert any(m.startswith("timeseries.parquet lacks columns") for m in analysis["missing"])
     assert _worst(analysis)["kind"] == "drop-to-zero"
 
@@ -376,7 +377,7 @@ def test_rules_cover_the_settings_a_dba_reaches_for() -> None:
     zfs["scenario"]["workload"]["clients"] = 200
     every_cause = dict.fromkeys(CAUSE_IDS, 0.9)
     flags = frozenset({"time", "wal", "immediate"})
-    fired = recommend(Facts(every_cause, zfs, True, None, flags))
+    fired = recommend(Facts(every_cause, Manifest.from_json(zfs), True, None, flags))
     keys = {k for rec in fired for k in rec["change"]}
     for key in ("server.settings.max_wal_size", "server.settings.checkpoint_timeout",
                 "server.settings.checkpoint_completion_target",
@@ -396,7 +397,7 @@ def test_rules_cover_the_settings_a_dba_reaches_for() -> None:
     fpw = next(r for r in fired if r["rule"] == "full-page-writes-off")
     assert "UNSAFE" in fpw["risk"] and "ZFS" in fpw["risk"]
     # full_page_writes off is never offered on a filesystem that can tear pages
-    ext4 = recommend(Facts(every_cause, manifest, True, None, flags))
+    ext4 = recommend(Facts(every_cause, Manifest.from_json(manifest), True, None, flags))
     assert "full-page-writes-off" not in {r["rule"] for r in ext4}
 
 
@@ -416,7 +417,7 @@ def test_recurring_stalls_are_reported_as_periodic() -> None:
 
 def test_a_folder_with_only_a_manifest(tmp_path: Path) -> None:
     shutil.copy(RUNS / "lock" / "manifest.json", tmp_path / "manifest.json")
-    analysis = analyze_run(tmp_path).document
+    analysis = analyze_run(tmp_path).document.to_json()
     assert analysis["partial"] and analysis["stalls"] == []
     assert analysis["recommendations"] == []
     named = " ".join(analysis["missing"])
@@ -429,7 +430,7 @@ def test_recommended_test_commands_are_valid_runs(name: str, tmp_path: Path) -> 
     """Each `test` line is a `pglab run` that pglab accepts (kernel.* keys excepted:
     the [kernel] table is another branch's work)."""
     folder = shutil.copytree(RUNS / name, tmp_path / name)
-    analysis = analyze_run(folder).document
+    analysis = analyze_run(folder).document.to_json()
     lines = [r["test"] for r in analysis["recommendations"]
              if r["test"].startswith("pglab run ") and not any(
                  k.startswith("kernel.") for k in r["change"])]
@@ -449,12 +450,12 @@ def test_recommended_test_commands_are_valid_runs(name: str, tmp_path: Path) -> 
 
 def test_runner_records_an_analysis_failure_instead_of_failing(lock_copy: Path) -> None:
     """The hook at the end of a run: whatever goes wrong is kept in the manifest."""
+    from pglab.results.folder import RunFolder
+    from pglab.results.manifest import read_manifest
     from pglab.runner import _analyze
-    from pglab.store import RunFolder
 
     (lock_copy / "analysis.json").mkdir()  # cannot be replaced by a file
-    manifest = json.loads((lock_copy / "manifest.json").read_text())
-    _analyze(RunFolder(lock_copy), manifest)
+    _analyze(RunFolder(lock_copy), read_manifest(lock_copy))
     recorded = json.loads((lock_copy / "manifest.json").read_text())
     assert "cannot write" in recorded["analysis"]["error"]
     assert recorded["status"] == "completed"
@@ -465,7 +466,7 @@ def test_wal_compression_proposes_a_method_the_server_was_built_with() -> None:
         primary: dict[str, Any] = {"settings": {}}
         if choices is not None:
             primary["setting_choices"] = choices
-        facts = Facts({"wal-write": 0.9}, {"nodes": {"primary": primary}}, fpi_surge=True)
+        facts = Facts({"wal-write": 0.9}, Manifest(nodes={"primary": primary}), fpi_surge=True)
         (rule,) = [r for r in recommend(facts) if r["rule"] == "wal-compression"]
         return rule["change"]["server.settings.wal_compression"]
 

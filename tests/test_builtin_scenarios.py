@@ -15,7 +15,8 @@ import polars as pl
 
 from conftest import run_cli
 from pglab.analysis.recommendations import Facts, _wal_compression
-from pglab.scenarios import builtin_names, load_builtin
+from pglab.results.manifest import Manifest
+from pglab.scenario.builtin import builtin_names, load_builtin
 
 
 def _run(tmp_path: Path, name: str, *sets: str) -> list[Path]:
@@ -119,7 +120,7 @@ def test_hot_row_contention_is_dominated_by_lock_waits(tmp_path: Path) -> None:
     manifest = json.loads((run / "manifest.json").read_text())
     accepted = manifest["nodes"]["primary"]["setting_choices"]["wal_compression"]
     assert "pglz" in accepted and "off" in accepted
-    proposed = _wal_compression(Facts({}, manifest, fpi_surge=True))
+    proposed = _wal_compression(Facts({}, Manifest.from_json(manifest), fpi_surge=True))
     assert proposed in accepted and proposed != "on"
 
 

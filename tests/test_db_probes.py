@@ -21,7 +21,7 @@ from pglab.lab.local import LocalServer
 from pglab.lab.osuser import server_user
 from pglab.probes import make_probes
 from pglab.probes.base import NodeHandle, Probe, ProbeContext, ProbeOutput, Sample
-from pglab.probes.catalog import canonical_wait
+from pglab.probes.capabilities import canonical_wait
 from pglab.probes.dbsessions import DbSessions
 from pglab.probes.serverlog_probe import ServerLogEvents
 from pglab.probes.sink import FLUSH_EVERY_S, TelemetrySink, consolidate

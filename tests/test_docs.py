@@ -59,7 +59,7 @@ def test_every_fault_action_is_documented_and_listed() -> None:
 
 
 def test_every_builtin_scenario_is_in_the_readme() -> None:
-    from pglab.scenarios import builtin_names
+    from pglab.scenario.builtin import builtin_names
 
     readme = (ROOT / "README.md").read_text()
     assert [n for n in builtin_names() if n != "demo" and f"`{n}`" not in readme] == []

@@ -25,20 +25,13 @@ from pglab.lab.cgroups import (
     pglab_cgroups,
     reap_stale_cgroups,
 )
-from pglab.lab.envelope import (
-    MB,
-    EnvelopeLimits,
-    applied_envelope,
-    block_device_for,
-    cpu_list,
-    resolve_envelope,
-    verify_cpu,
-    verify_disk,
-)
+from pglab.lab.envelope import applied_envelope, block_device_for, verify_cpu, verify_disk
 from pglab.lab.osuser import server_user
-from pglab.lab.processes import spawn
+from pglab.processes import spawn
 from pglab.scenario import load_text
-from pglab.storage.profiles import DISK_PROFILES, profile_figures
+from pglab.scenario.disk_profiles import DISK_PROFILES, profile_figures
+from pglab.scenario.envelope_limits import MB, EnvelopeLimits, cpu_list
+from pglab.scenario.model import resolve_envelope
 
 SUPPORT = detect_cgroups()
 HIERARCHIES = len(set(SUPPORT.mounts.values()))
@@ -103,9 +96,10 @@ _AS_NOBODY = """
 import os, sys
 from pathlib import Path
 from pglab.errors import PglabError
-from pglab.lab.envelope import EnvelopeLimits, applied_envelope
+from pglab.lab.envelope import applied_envelope
+from pglab.scenario.envelope_limits import EnvelopeLimits
 from pglab.lab.kernel import kernel_knobs
-import pglab.lab.processes, pglab.store
+import pglab.processes, pglab.results.files
 os.setgid(65534); os.setuid(65534)
 for what in ("envelope", "kernel"):
     try:
@@ -361,8 +355,9 @@ _HOLDER = """
 import sys, time
 from pathlib import Path
 from pglab.errors import Interrupted
-from pglab.lab.envelope import EnvelopeLimits, applied_envelope
-from pglab.lab.processes import signals_as_exceptions, spawn
+from pglab.lab.envelope import applied_envelope
+from pglab.scenario.envelope_limits import EnvelopeLimits
+from pglab.processes import signals_as_exceptions, spawn
 try:
     with signals_as_exceptions(), applied_envelope(
             "held", EnvelopeLimits(cpus=1.0, memory=256 << 20), Path(sys.argv[1])) as env:

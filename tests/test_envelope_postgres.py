@@ -19,10 +19,11 @@ import pytest
 
 from pglab.lab.binaries import find_binaries, runnable_by
 from pglab.lab.cgroups import detect_cgroups
-from pglab.lab.envelope import MB, EnvelopeLimits, applied_envelope
+from pglab.lab.envelope import applied_envelope
 from pglab.lab.local import LocalServer
 from pglab.lab.osuser import server_user
-from pglab.lab.processes import spawn, wait_until
+from pglab.processes import spawn, wait_until
+from pglab.scenario.envelope_limits import MB, EnvelopeLimits
 
 SUPPORT = detect_cgroups()
 WRITE_MBPS = 4

@@ -75,7 +75,7 @@ def test_warmup_is_left_out(tmp_path: Path) -> None:
     series = pl.read_parquet(run.path / "client.parquet").filter(pl.col("job").is_null())
     flags = series["warmup"].to_list()
     assert flags[:2] == [True, True] and not any(flags[3:])
-    measured = run.manifest["results"]["measured"]
+    measured = run.manifest.measured
     window = series.filter(~pl.col("warmup") & ~pl.col("partial"))
     assert measured["seconds"] == window.height and measured["transactions"] == window[
         "tps"].sum()

@@ -18,6 +18,7 @@ import pytest
 
 from conftest import TINY, processes_under, write_scenario
 from pglab.lab.lab import reap_stale_labs
+from pglab.workload.pgbench import reap_stale_spools
 
 _started: list[subprocess.Popen[str]] = []
 
@@ -161,6 +162,7 @@ def test_kill_9_of_pglab_takes_the_server_down(tmp_path: Path, pglab_home: Path)
               if (p / "owner.pid").read_text() == str(proc.pid)]
     assert reap_stale_labs() == lab_dirs
     assert not any(s.exists() for s in socket_dirs) and not lab_dirs[0].exists()
+    assert set(spools) <= set(reap_stale_spools())  # as the next run's spool is made
     assert not any(s.exists() for s in spools)
 
 
@@ -209,7 +211,7 @@ def test_a_signal_during_a_shielded_setup_step_is_raised_after_it() -> None:
     """A Ctrl-C while a set-up step is shielded (a cgroup being created) must stop the
     run once that step's cleanup is armed, not be held until the whole run has ended."""
     from pglab.errors import Interrupted
-    from pglab.lab.processes import deliver_pending, shielded, signals_as_exceptions
+    from pglab.processes import deliver_pending, shielded, signals_as_exceptions
 
     with signals_as_exceptions():
         with shielded():
@@ -238,7 +240,7 @@ def test_a_signal_handled_in_an_at_fork_hook_is_not_lost() -> None:
     Python printed the exception and dropped it, and the run went on for its full
     load. spawn() holds a signal back during the fork, stops the child and raises it."""
     from pglab.errors import Interrupted
-    from pglab.lab.processes import signals_as_exceptions, spawn
+    from pglab.processes import signals_as_exceptions, spawn
 
     with signals_as_exceptions():
         _signal_in_the_next_fork.append(signal.SIGTERM)
@@ -258,7 +260,7 @@ class _RaisesInDel:
 
 def test_a_signal_python_dropped_is_raised_at_the_next_check() -> None:
     from pglab.errors import Interrupted
-    from pglab.lab.processes import deliver_pending, signals_as_exceptions
+    from pglab.processes import deliver_pending, signals_as_exceptions
 
     with signals_as_exceptions():
         obj = _RaisesInDel()
@@ -272,7 +274,7 @@ def test_a_thread_shielding_its_own_step_does_not_shield_the_main_thread() -> No
     """shielded() in another thread used to set the process-wide flag: a Ctrl-C in the
     main thread meanwhile was held back, or for good when the two interleaved."""
     from pglab.errors import Interrupted
-    from pglab.lab.processes import shielded, signals_as_exceptions
+    from pglab.processes import shielded, signals_as_exceptions
 
     inside, leave = threading.Event(), threading.Event()
 
@@ -299,7 +301,7 @@ def test_a_signal_held_back_at_the_end_of_a_load_stops_the_sweep(tmp_path: Path,
     """A Ctrl-C while the end of a load is cleaned up (shielded) is recorded, and the
     sweep stops there: it used to mark the run interrupted and go on to the next point."""
     from pglab.errors import Interrupted
-    from pglab.lab.processes import shielded, signals_as_exceptions
+    from pglab.processes import shielded, signals_as_exceptions
     from pglab.runner import QuietUI, RunOptions, run_scenario
     from pglab.scenario import load_text
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from pglab.errors import EnvironmentProblem
-from pglab.lab.kernel import KNOB_NAMES, check_knobs, kernel_knobs, read_knobs, restore_stale_knobs
+from pglab.lab.kernel import kernel_knobs, read_knobs, restore_stale_knobs
+from pglab.scenario.kernel_knobs import KNOB_NAMES, check_knobs
 
 ROOT = Path(__file__).resolve().parent.parent
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="setting kernel knobs needs root")
@@ -106,7 +107,7 @@ _HOLDER = """
 import sys, time
 from pglab.errors import Interrupted
 from pglab.lab.kernel import kernel_knobs
-from pglab.lab.processes import signals_as_exceptions
+from pglab.processes import signals_as_exceptions
 try:
     with signals_as_exceptions(), kernel_knobs({sys.argv[1]: int(sys.argv[2])}):
         print("ready", flush=True)

@@ -13,11 +13,10 @@ from typing import Any
 
 import pytest
 
+from pglab.lab.pgbench_init import InitTimings, parse_init_output
 from pglab.workload.pgbench_output import (
-    InitTimings,
     PgbenchSummary,
     ProgressLine,
-    parse_init_output,
     parse_progress_line,
     parse_summary,
     summary_to_dict,

@@ -24,7 +24,7 @@ import pytest
 from playwright.sync_api import ConsoleMessage, Error, FloatRect, Locator, Page, Request
 
 from conftest import TINY, run_cli, write_scenario
-from pglab.report.html import build_model
+from pglab.report.model import build_model
 
 CHROMIUM = Path("/usr/bin/chromium")
 # Headless as root, and never trying the (closed) network; a fresh profile every time.
@@ -195,15 +195,15 @@ def test_a_failed_run_still_gets_a_report(tmp_path: Path) -> None:
 
 
 def test_a_report_failure_is_recorded_not_fatal(run_dir: Path, tmp_path: Path) -> None:
+    from pglab.results.folder import RunFolder
+    from pglab.results.manifest import read_manifest
     from pglab.runner import _write_report
-    from pglab.store import RunFolder
 
     copy = tmp_path / run_dir.name
     shutil.copytree(run_dir, copy)
     (copy / "report.html").unlink()
     (copy / "client.parquet").write_bytes(b"not parquet")  # a damaged file, as after a crash
-    manifest = json.loads((copy / "manifest.json").read_text())
-    _write_report(RunFolder(copy), manifest)
+    _write_report(RunFolder(copy), read_manifest(copy))
     recorded = json.loads((copy / "manifest.json").read_text())
     assert recorded["status"] == "completed" and recorded["report_error"]
     assert not (copy / "report.html").exists()

@@ -8,7 +8,7 @@ import pytest
 
 from pglab.errors import BadInput
 from pglab.scenario import load, load_text
-from pglab.scenarios import builtin_names, load_builtin
+from pglab.scenario.builtin import builtin_names, load_builtin
 
 BASE = 'name = "t"\n'
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import pglab.serverlog.reader as reader_module
-import pglab.serverlog.stderr_shaped as stderr_shaped_module
+import pglab.serverlog.stderr_fast as stderr_fast_module
 from pglab.events import Event
 from pglab.serverlog import (
     LogTail,
@@ -464,7 +464,7 @@ def test_general_stderr_scanner_agrees(version: str, monkeypatch: pytest.MonkeyP
     """The general scanner (any prefix) and the fast one (`%m [%p] `) read alike."""
     expected = comparable(parse_sample(version, "stderr")[0])
     records_fast = list(read_records(SAMPLES / version / FILES["stderr"])[0])
-    monkeypatch.setattr(stderr_shaped_module, "looks_shaped", lambda buf: False)
+    monkeypatch.setattr(stderr_fast_module, "looks_shaped", lambda buf: False)
     assert comparable(parse_sample(version, "stderr")[0]) == expected
     assert list(read_records(SAMPLES / version / FILES["stderr"])[0]) == records_fast
 

@@ -25,6 +25,7 @@ import pytest
 
 from conftest import SAMPLES, run_cli
 from pglab.errors import BadInput, EnvironmentProblem
+from pglab.results.manifest import Manifest
 from pglab.scenario import load_text
 from pglab.storage.describe import lines as storage_lines
 from pglab.storage.doctor import findings, parse_pg_test_fsync
@@ -213,7 +214,7 @@ def test_wal_on_its_own_volume_and_a_standby_volume(storage_packages: None, pgla
     assert standby["device"]["kind"] == "emulated"
     assert standby["device"]["write_mbps"] == 40
     assert nodes["standby1"]["replication_state"] == "streaming"
-    text = "\n".join(storage_lines(manifest))
+    text = "\n".join(storage_lines(Manifest.from_json(manifest)))
     assert "primary wal: ext4 256 MB" in text and "standby1 data: ext4 512 MB" in text
     # WAL went to its own volume's device: os.disk follows both of the primary's devices,
     # and the commits' WAL flushes wrote to the WAL one

@@ -20,8 +20,9 @@ from conftest import processes_under, run_cli, write_scenario
 from pglab.lab.lab import Lab
 from pglab.probes.base import ProbeContext
 from pglab.probes.os_probes import TcpProbe
+from pglab.results.files import utc_now
+from pglab.runner import probe_nodes
 from pglab.scenario import load_text
-from pglab.store import utc_now
 
 SYNC_LAB = """
 name = "sync"
@@ -92,7 +93,7 @@ def test_standbys_stream_and_first_is_synchronous(sync_lab: Lab) -> None:
 def test_tcp_probe_follows_each_replication_connection_from_both_ends(sync_lab: Lab) -> None:
     """Found from the walsenders' and walreceivers' own fds, without `ss -p`."""
     probe = TcpProbe()
-    probe.start(ProbeContext(sync_lab.probe_nodes(), lambda: None, time.time))
+    probe.start(ProbeContext(probe_nodes(sync_lab), lambda: None, time.time))
     assert probe.children_listed and probe.replication_processes() is not None
     probe.sample(utc_now())
     assert sync_lab.primary is not None

@@ -14,9 +14,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from pglab.results.schemas import CLIENT_SCHEMA
 from pglab.workload.pgbench_output import PgbenchSummary, parse_summary
 from pglab.workload.txlog import (
-    SERIES_SCHEMA,
     TX_SCHEMA,
     TxLogSpec,
     WindowStats,
@@ -165,7 +165,7 @@ def test_empty_and_missing_files(tmp_path: Path) -> None:
     assert tx.height == 0 and dict(tx.schema) == TX_SCHEMA
     assert read_txlogs({}, PLAIN).height == 0
     series = per_second_series(tx, 5)
-    assert series.height == 0 and dict(series.schema) == SERIES_SCHEMA
+    assert series.height == 0 and dict(series.schema) == CLIENT_SCHEMA
     assert measured_window_stats(tx, series) == WindowStats(
         0, 0, 0.0, 0, 0, 0, None, None, None, None, None, None
     )
@@ -238,7 +238,7 @@ def test_spec_mismatch_does_not_crash() -> None:
 def test_series_of_samples(version: str, name: str) -> None:
     tx, summary, spec = load(version, name)
     series = per_second_series(tx, 1, spec.sampling_rate)
-    assert dict(series.schema) == SERIES_SCHEMA
+    assert dict(series.schema) == CLIENT_SCHEMA
     everything = series.filter(pl.col("job").is_null())
     jobs = series.filter(pl.col("job").is_not_null())
     # one row per second and job plus one for all jobs, every second present

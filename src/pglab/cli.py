@@ -21,7 +21,8 @@ import click
 from pglab import __version__
 from pglab.compare.metrics import METRICS
 from pglab.errors import ExitCode, Interrupted, PglabError
-from pglab.lab.processes import signals_as_exceptions
+from pglab.processes import signals_as_exceptions
+from pglab.results.manifest import RUN_STATUSES
 
 results_option = click.option(
     "--results", "results", type=click.Path(path_type=Path), default=Path("results"),
@@ -96,7 +97,7 @@ def show(run_dir: Path, as_json: bool) -> int:
 @click.option("--scenario", "scenario_glob", default=None, metavar="NAME",
               help="Only runs of this scenario (shell-style wildcards allowed).")
 @click.option("--status", "statuses", multiple=True,
-              type=click.Choice(["running", "completed", "failed", "interrupted"]),
+              type=click.Choice(RUN_STATUSES),
               help="Only runs with this status (repeatable).")
 @click.option("--since", default=None, help="Only runs started at or after this UTC date/time.")
 @click.option("--until", default=None, help="Only runs started before this UTC date/time.")

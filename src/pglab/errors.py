@@ -6,6 +6,7 @@ on one line and exits with its code, never a traceback.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import IntEnum
 
 
@@ -49,3 +50,11 @@ class Interrupted(BaseException):
     def __init__(self, signal_name: str) -> None:
         super().__init__(f"interrupted by {signal_name}")
         self.signal_name = signal_name
+
+
+def did_you_mean(word: str, choices: Iterable[str], prefix: str = "") -> str:
+    """' (did you mean 'x'?)' for the closest of `choices`, or '' when none is close."""
+    import difflib
+
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean '{prefix}{close[0]}'?)" if close else ""

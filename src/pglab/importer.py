@@ -32,22 +32,15 @@ from typing import Any
 
 import polars as pl
 
-from pglab import __version__
 from pglab.errors import BadInput
 from pglab.hostfacts import host_facts
-from pglab.store import (
-    MANIFEST_FORMAT,
-    RunFolder,
-    StoredRun,
-    create_run_folder,
-    iso,
-    load_run,
-    utc_now,
-    write_parquet,
-)
+from pglab.results import files
+from pglab.results.files import iso, utc_now, write_parquet
+from pglab.results.folder import RunFolder, StoredRun, create_run_folder, load_run
+from pglab.results.manifest import Manifest
+from pglab.results.schemas import CLIENT_SCHEMA
 from pglab.workload.pgbench_output import PgbenchSummary, parse_summary, summary_to_dict
 from pglab.workload.txlog import (
-    SERIES_SCHEMA,
     US,
     TxLogSpec,
     measured_window_stats,
@@ -137,7 +130,7 @@ def aggregate_series(logs: pl.DataFrame, interval_s: int, warmup_s: int) -> pl.D
         pl.lit(None, dtype=pl.Float64()).alias("lat_p99_ms"),
         (pl.col("start") * US).cast(pl.Datetime("us")).dt.replace_time_zone("UTC").alias("t"),
     )
-    return (series.select(list(SERIES_SCHEMA)).cast(SERIES_SCHEMA)  # type: ignore[arg-type]
+    return (series.select(list(CLIENT_SCHEMA)).cast(CLIENT_SCHEMA)  # type: ignore[arg-type]
             .sort(["t", "job"], nulls_last=False))
 
 
@@ -234,30 +227,27 @@ def import_run(summary_path: Path, logs: list[Path], results_root: Path, name: s
         shutil.copyfile(path, folder.raw / f"{'aggregate' if kind == 'aggregate' else 'txlog'}"
                                            f".{job}")
     if series is not None:
-        write_parquet(folder.path / "client.parquet", series)
+        write_parquet(folder.file(files.CLIENT), series)
     version = _VERSION.match(summary.server_version or summary.pgbench_version or "")
     manifest = _manifest(folder, name, summary, measured, started, warmup_s, sampling_rate)
-    manifest["nodes"]["primary"]["server_version"] = version.group(1) if version else None
-    manifest["source"] = {"kind": "import", "from": kind, "imported_at": iso(utc_now()),
+    manifest.nodes["primary"]["server_version"] = version.group(1) if version else None
+    manifest.source = {"kind": "import", "from": kind, "imported_at": iso(utc_now()),
                           "summary": str(summary_path.absolute()),
                           "logs": [str(p.absolute()) for p in logs]}
     if this_host:
-        manifest["host"] = host_facts(None)
+        manifest.host = host_facts(None)
     folder.write_manifest(manifest)
     return load_run(folder.path)
 
 
 def _manifest(folder: RunFolder, name: str, summary: PgbenchSummary, measured: dict[str, Any],
-              started: dt.datetime, warmup_s: int, sampling_rate: float) -> dict[str, Any]:
+              started: dt.datetime, warmup_s: int, sampling_rate: float) -> Manifest:
     ended = started + dt.timedelta(seconds=summary.duration_s or 0)
-    return {
-        "format": MANIFEST_FORMAT, "pglab_version": __version__, "run_id": folder.path.name,
-        "scenario_name": name, "status": "completed", "reason": None,
-        "started_at": iso(started), "ended_at": iso(ended),
-        "scenario_source": "import", "overrides": {}, "variant": {}, "study_id": None,
-        "scenario": _scenario(name, summary, warmup_s, sampling_rate),
-        "envelope": {}, "host": {},
-        "nodes": {"primary": {"name": "primary", "target": "imported"}},
-        "workload": {"jobs": summary.threads, "log_sampling": sampling_rate},
-        "results": {"pgbench": summary_to_dict(summary), "measured": measured},
-    }
+    return Manifest(
+        run_id=folder.path.name, scenario_name=name, status="completed",
+        started_at=iso(started), ended_at=iso(ended), scenario_source="import",
+        scenario=_scenario(name, summary, warmup_s, sampling_rate),
+        nodes={"primary": {"name": "primary", "target": "imported"}},
+        workload={"jobs": summary.threads, "log_sampling": sampling_rate},
+        results={"pgbench": summary_to_dict(summary), "measured": measured},
+    )

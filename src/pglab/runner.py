@@ -11,36 +11,30 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from pglab import __version__
 from pglab.errors import Interrupted, PglabError
 from pglab.hostfacts import host_facts
 from pglab.lab.faults import FaultTimeline
 from pglab.lab.lab import Lab, check_supported, redact_dsn, redact_text
-from pglab.lab.processes import pending_signal, shielded
+from pglab.lab.local import LocalServer
 from pglab.probes import make_probes
-from pglab.probes.base import ProbeContext, ProbeOutput
+from pglab.probes.base import NodeHandle, ProbeContext, ProbeOutput
 from pglab.probes.dbsessions import DbSessions
-from pglab.probes.sink import TelemetrySink, consolidate, event_record
+from pglab.probes.sink import TelemetrySink, consolidate
+from pglab.processes import pending_signal, shielded
+from pglab.results import files
+from pglab.results.files import iso, new_run_id, utc_now, write_parquet, write_text
+from pglab.results.folder import RunFolder, StoredRun, create_run_folder, load_run
+from pglab.results.manifest import Manifest
+from pglab.results.spool import event_record
+from pglab.results.study import StudyDocument, study_entry, study_path
+from pglab.results.study import write_study as write_study_file
 from pglab.scenario import LoadedScenario, Scenario, Variant, Workload
-from pglab.store import (
-    MANIFEST_FORMAT,
-    RunFolder,
-    StoredRun,
-    create_run_folder,
-    iso,
-    load_run,
-    utc_now,
-    write_json,
-    write_parquet,
-    write_text,
-)
 from pglab.telemetry import TelemetryRunner, monotonic_wall_clock
 from pglab.workload import pgbench
 from pglab.workload.pgbench_output import ProgressLine, parse_summary, summary_to_dict
@@ -78,43 +72,37 @@ class RunOptions:
 
 
 def _base_manifest(loaded: LoadedScenario, variant: Variant, folder: RunFolder,
-                   study_id: str | None) -> dict[str, Any]:
+                   study_id: str | None) -> Manifest:
     scenario = variant.scenario.model_dump(mode="json")
     if scenario["server"].get("dsn"):
         scenario["server"]["dsn"] = redact_dsn(scenario["server"]["dsn"])
-    return {
-        "format": MANIFEST_FORMAT,
-        "pglab_version": __version__,
-        "run_id": folder.path.name,
-        "scenario_name": variant.scenario.name,
-        "status": "running",
-        "reason": None,
-        "pid": os.getpid(),
-        "started_at": iso(utc_now()),
-        "ended_at": None,
-        "scenario_source": str(loaded.path) if loaded.path else f"builtin:{loaded.scenario.name}",
-        "overrides": {k: redact_text(v, variant.scenario.server.dsn) if isinstance(v, str)
-                      else v for k, v in loaded.overrides},
-        "variant": variant.overrides,
-        "study_id": study_id,
-        "scenario": scenario,
-        "envelope": scenario["envelope"],
-        "host": host_facts(None),
-        "nodes": {},
-        "workload": {},
-        "results": {},
-    }
+    return Manifest(
+        run_id=folder.path.name,
+        scenario_name=variant.scenario.name,
+        status="running",
+        pid=os.getpid(),
+        started_at=iso(utc_now()),
+        scenario_source=(str(loaded.path) if loaded.path
+                         else f"builtin:{loaded.scenario.name}"),
+        overrides={k: redact_text(v, variant.scenario.server.dsn) if isinstance(v, str)
+                   else v for k, v in loaded.overrides},
+        variant=dict(variant.overrides),
+        study_id=study_id,
+        scenario=scenario,
+        envelope=scenario["envelope"],
+        host=host_facts(None),
+    )
 
 
 def _process_client_data(folder: RunFolder, cmd: pgbench.PgbenchCommand, warmup_s: int,
                          duration_s: int) -> dict[str, Any]:
     """Per-second series from the per-transaction logs; the measured-window statistics."""
-    files = pgbench.txlog_files(folder.raw)
-    if not files:
+    logs = pgbench.txlog_files(folder.raw)
+    if not logs:
         return {}
-    tx = read_txlogs(files, cmd.txlog_spec)
+    tx = read_txlogs(logs, cmd.txlog_spec)
     series = per_second_series(tx, warmup_s, cmd.txlog_spec.sampling_rate)
-    write_parquet(folder.path / "client.parquet", series)
+    write_parquet(folder.file(files.CLIENT), series)
     stats = measured_window_stats(tx, series, cmd.txlog_spec.sampling_rate, duration_s)
     return dataclasses.asdict(stats)
 
@@ -126,7 +114,7 @@ def run_variant(loaded: LoadedScenario, variant: Variant, options: RunOptions, u
     folder = create_run_folder(options.results_root, scenario.name)
     manifest = _base_manifest(loaded, variant, folder, study_id)
     folder.write_manifest(manifest)
-    write_text(folder.path / "scenario.toml",
+    write_text(folder.file(files.SCENARIO),
                redact_text(loaded.source_text, scenario.server.dsn))
     cmd: pgbench.PgbenchCommand | None = None
     error: BaseException | None = None
@@ -139,21 +127,21 @@ def run_variant(loaded: LoadedScenario, variant: Variant, options: RunOptions, u
                                         folder.raw, loaded.base_dir,
                                         pgbench.txlog_spool_dir())
             data_dir = lab.primary.data_dir if lab.primary else None
-            manifest["host"] = host_facts(data_dir)
-            manifest["nodes"] = lab.nodes_facts()
+            manifest.host = host_facts(data_dir)
+            manifest.nodes = lab.nodes_facts()
             resources = lab.resources.manifest()
-            manifest["kernel"] = resources["kernel"]
+            manifest.kernel = resources["kernel"]
             for node, envelope in resources["envelopes"].items():
-                manifest["nodes"].setdefault(node, {})["envelope"] = envelope
+                manifest.nodes.setdefault(node, {})["envelope"] = envelope
             for node, volumes in lab.storage.manifest().items():
-                manifest["nodes"].setdefault(node, {})["storage"] = volumes
+                manifest.nodes.setdefault(node, {})["storage"] = volumes
             if lab.template is not None:
-                manifest["nodes"]["primary"]["template"] = {
+                manifest.nodes["primary"]["template"] = {
                     "key": lab.template.key, "reused": lab.template.reused,
                     "created_at": lab.template.meta.get("created_at"),
                     "init": lab.template.meta.get("init"),
                 }
-            manifest["workload"] = {"argv": cmd.argv, "jobs": cmd.jobs,
+            manifest.workload = {"argv": cmd.argv, "jobs": cmd.jobs,
                                     "log_sampling": cmd.txlog_spec.sampling_rate}
             folder.write_manifest(manifest)
             client_pids: list[int] = []
@@ -179,18 +167,18 @@ def run_variant(loaded: LoadedScenario, variant: Variant, options: RunOptions, u
                 ui.load_finished()
                 with shielded():
                     timeline.stop()  # undo what is still active before anything stops
-                    manifest["faults"] = [event_record(e) for e in timeline.recorded]
+                    manifest.faults = [event_record(e) for e in timeline.recorded]
                     if telemetry is not None:
                         telemetry.stop()
-                        manifest["telemetry"] = telemetry.summary()
+                        manifest.telemetry = telemetry.summary()
                     if sink is not None:
                         sink.close()
-        manifest["workload"].update(
+        manifest.workload.update(
             started_at=iso(result.started_at), ended_at=iso(result.ended_at),
             returncode=result.returncode,
         )
         summary = parse_summary(result.stdout)
-        manifest["results"]["pgbench"] = summary_to_dict(summary)
+        manifest.results["pgbench"] = summary_to_dict(summary)
         if result.timed_out:
             raise PglabError(f"pgbench did not finish within {pgbench.FINISH_GRACE_S:.0f}s "
                              "after its duration (stuck transactions?)")
@@ -199,7 +187,7 @@ def run_variant(loaded: LoadedScenario, variant: Variant, options: RunOptions, u
             if any(e.attrs.get("action") == "crash" for e in timeline.recorded):
                 # A crash fault cuts every client's connection and pgbench does not
                 # reconnect: the seconds after it are the point of the run, not a failure.
-                manifest["results"]["clients_aborted_by_crash"] = last
+                manifest.results["clients_aborted_by_crash"] = last
             else:
                 raise PglabError(f"pgbench exited with code {result.returncode}: {last}")
     except BaseException as exc:
@@ -217,15 +205,32 @@ def run_variant(loaded: LoadedScenario, variant: Variant, options: RunOptions, u
     return load_run(folder.path)
 
 
-def _analyze(folder: RunFolder, manifest: dict[str, Any]) -> None:
+def _analyze(folder: RunFolder, manifest: Manifest) -> None:
     """analysis.json for a finished run; a failure is recorded, never fails the run."""
     from pglab.analysis.analyze import analyze_run
 
     try:
         analyze_run(folder.path)
     except Exception as exc:
-        manifest["analysis"] = {"error": f"{type(exc).__name__}: {exc}"}
+        manifest.analysis = {"error": f"{type(exc).__name__}: {exc}"}
         folder.write_manifest(manifest)
+
+
+def probe_nodes(lab: Lab) -> list[NodeHandle]:
+    """What telemetry may know about each node of the lab (the lab knows nothing of
+    probes: the runner hands one to the other)."""
+    if lab.primary is None:
+        return [NodeHandle("primary", lab.connect, None, lambda: None)]
+
+    def handle(server: LocalServer) -> NodeHandle:
+        def postmaster_pid() -> int | None:
+            proc = server.process
+            return proc.pid if proc is not None and proc.poll() is None else None
+
+        return NodeHandle(server.name, server.connect, server.data_dir, postmaster_pid,
+                          server.log_dir, lab.storage.storage_paths(server.name))
+
+    return [handle(server) for server in lab.servers]
 
 
 def _telemetry_for(scenario: Scenario, lab: Lab, folder: RunFolder,
@@ -233,7 +238,7 @@ def _telemetry_for(scenario: Scenario, lab: Lab, folder: RunFolder,
     """The probes of a run, not started yet."""
     if not scenario.telemetry.enabled:
         return None
-    nodes = lab.probe_nodes()
+    nodes = probe_nodes(lab)
     ctx = ProbeContext(nodes, lambda: client_pids[-1] if client_pids else None,
                        monotonic_wall_clock(), DbSessions(nodes),
                        lab.pooler.admin_connect if lab.pooler is not None else None)
@@ -243,7 +248,7 @@ def _telemetry_for(scenario: Scenario, lab: Lab, folder: RunFolder,
     return runner
 
 
-def _finish(folder: RunFolder, manifest: dict[str, Any], cmd: pgbench.PgbenchCommand | None,
+def _finish(folder: RunFolder, manifest: Manifest, cmd: pgbench.PgbenchCommand | None,
             workload: Workload, error: BaseException | None) -> str | None:
     """Whatever happened: keep the client data that exists, and say how the run ended.
     Returns the name of a signal that was held back meanwhile, if any."""
@@ -253,51 +258,59 @@ def _finish(folder: RunFolder, manifest: dict[str, Any], cmd: pgbench.PgbenchCom
             measured = _process_client_data(folder, cmd, int(workload.warmup),
                                             int(workload.duration))
             if measured:
-                manifest["results"]["measured"] = measured
+                manifest.results["measured"] = measured
         except Exception as exc:  # keep the run's outcome even if its logs are unreadable
-            manifest["results"]["client_data_error"] = f"{type(exc).__name__}: {exc}"
-    if (folder.path / "telemetry").is_dir():
+            manifest.results["client_data_error"] = f"{type(exc).__name__}: {exc}"
+    if folder.file(files.SPOOL).is_dir():
+        manifest.telemetry = manifest.telemetry or {}
         try:
             samples, events = consolidate(folder.path)
-            manifest.setdefault("telemetry", {}).update(samples=samples, events=events)
+            manifest.telemetry.update(samples=samples, events=events)
         except Exception as exc:
-            manifest.setdefault("telemetry", {})["error"] = f"{type(exc).__name__}: {exc}"
+            manifest.telemetry["error"] = f"{type(exc).__name__}: {exc}"
     late = pending_signal()
     if error is None and late is None:
-        manifest["status"], manifest["reason"] = "completed", None
+        manifest.status, manifest.reason = "completed", None
     elif isinstance(error, Interrupted | KeyboardInterrupt) or late:
         name = error.signal_name if isinstance(error, Interrupted) else late or "SIGINT"
-        manifest["status"], manifest["reason"] = "interrupted", f"{name} received"
+        manifest.status, manifest.reason = "interrupted", f"{name} received"
     else:
-        manifest["status"] = "failed"
-        manifest["reason"] = str(error) if isinstance(error, PglabError) else (
+        manifest.status = "failed"
+        manifest.reason = str(error) if isinstance(error, PglabError) else (
             f"internal error: {type(error).__name__}: {error}")
-    manifest["ended_at"] = iso(utc_now())
-    manifest.pop("pid", None)
+    manifest.ended_at = iso(utc_now())
+    manifest.pid = None
     folder.write_manifest(manifest)
     return late
 
 
-def _write_report(folder: RunFolder, manifest: dict[str, Any]) -> None:
+def _write_report(folder: RunFolder, manifest: Manifest) -> None:
     """report.html for the run; a report that cannot be made is noted, never fatal."""
     try:
         from pglab.report.page import write_report
 
         write_report(folder.path)
     except Exception as exc:
-        manifest["report_error"] = f"{type(exc).__name__}: {exc}"
+        manifest.report_error = f"{type(exc).__name__}: {exc}"
         folder.write_manifest(manifest)
+
+
+def check_variants(loaded: LoadedScenario) -> None:
+    """Refuse what this machine cannot run, for every point of a sweep before the first
+    one starts (each Lab checks its own scenario again as it starts: a Lab can be used
+    alone)."""
+    for variant in loaded.variants:
+        check_supported(variant.scenario, loaded.where)
 
 
 def run_scenario(loaded: LoadedScenario, options: RunOptions, ui: RunUI,
                  on_run: Callable[[StoredRun], None] | None = None) -> list[StoredRun]:
-    """All variants of a scenario, in order; a study file when there is more than one."""
+    """All variants of a scenario, in order; a study file when there is more than one.
+    The caller checks the variants first (check_variants), before it prints anything."""
     variants = loaded.variants
-    for variant in variants:  # every point of a sweep, before the first one starts
-        check_supported(variant.scenario, loaded.where)
     study_id = None
     if len(variants) > 1:
-        study_id = f"{utc_now():%Y%m%dT%H%M%SZ}-{secrets.token_hex(2)}"
+        study_id = new_run_id()
     runs: list[StoredRun] = []
     try:
         for index, variant in enumerate(variants, 1):
@@ -325,27 +338,8 @@ def _write_study_report(study: Path) -> None:
 def write_study(results_root: Path, loaded: LoadedScenario, study_id: str,
                 variants: list[Variant], runs: list[StoredRun]) -> Path:
     axes = sorted({k for v in variants for k in v.overrides})
-    entries = []
-    for stored in runs:
-        measured = stored.manifest.get("results", {}).get("measured", {})
-        entries.append({
-            "run_id": stored.path.name,
-            "path": stored.path.name,
-            "variant": stored.manifest.get("variant"),
-            "status": stored.status,
-            "tps": measured.get("tps"),
-            "lat_avg_ms": measured.get("lat_avg_ms"),
-            "lat_p95_ms": measured.get("lat_p95_ms"),
-            "lat_p99_ms": measured.get("lat_p99_ms"),
-        })
-    study = {
-        "format": 1,
-        "study_id": study_id,
-        "scenario_name": loaded.scenario.name,
-        "axes": axes,
-        "planned": len(variants),
-        "runs": entries,
-    }
-    path = results_root / loaded.scenario.name / f"{study_id}.study.json"
-    write_json(path, study)
+    document = StudyDocument(study_id, loaded.scenario.name, axes, len(variants),
+                             [study_entry(stored) for stored in runs])
+    path = study_path(results_root, loaded.scenario.name, study_id)
+    write_study_file(path, document)
     return path

@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import json
-import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,11 +22,12 @@ from pglab.compare.comparison import MetricResult, compare
 from pglab.compare.groups import Group
 from pglab.compare.rundata import RunData
 from pglab.errors import BadInput, PglabError
+from pglab.results.files import TUNE_SUFFIX, new_run_id, write_json
+from pglab.results.folder import StoredRun
 from pglab.runner import RunOptions, RunUI, run_scenario
 from pglab.scenario import LoadedScenario
-from pglab.store import StoredRun, utc_now, write_json
 
-METRICS = ["stall_seconds", "tps", "p99"]
+TUNE_METRICS = ["stall_seconds", "tps", "p99"]  # what a candidate is judged by
 
 
 @dataclass(frozen=True)
@@ -68,12 +68,11 @@ class TuneResult:
 
 def candidates_from(run: StoredRun, top: int) -> list[Candidate]:
     """The first `top` distinct recommendations of the run's analysis that pglab can test."""
-    path = run.path / "analysis.json"
-    if not path.is_file():
+    analysis = run.analysis()
+    if analysis is None:
         return []
-    analysis = json.loads(path.read_text())
     found: list[Candidate] = []
-    for rec in analysis.get("recommendations", []):
+    for rec in analysis.recommendations:
         change = rec.get("change") or {}
         if not change or not str(rec.get("test", "")).startswith("pglab run"):
             continue  # filesystem or hardware advice: nothing pglab can run here
@@ -109,7 +108,7 @@ def tune(loaded_for: Callable[[list[str]], LoadedScenario], base_overrides: list
     if len(base.variants) != 1:
         raise BadInput(f"{base.where}: tune needs a single run (no client list, no "
                        f"[matrix]); this scenario makes {len(base.variants)}")
-    tune_id = f"{utc_now():%Y%m%dT%H%M%SZ}-{secrets.token_hex(2)}"
+    tune_id = new_run_id()
 
     def run(loaded: LoadedScenario) -> StoredRun:
         stored = run_scenario(loaded, options, ui, on_run=on_run)[0]
@@ -147,10 +146,10 @@ def tune(loaded_for: Callable[[list[str]], LoadedScenario], base_overrides: list
             if cand.not_applicable:
                 continue
             group = Group(cand.candidate.label, [RunData(r) for r in cand.runs])
-            comparison = compare(base_group, [group], noise, metric_names=METRICS)
+            comparison = compare(base_group, [group], noise, metric_names=TUNE_METRICS)
             cand.metrics = comparison.contenders[0].metrics
             _decide(cand)
-    write_tune_file(options.results_root / base.scenario.name / f"{tune_id}.tune.json",
+    write_tune_file(options.results_root / base.scenario.name / (tune_id + TUNE_SUFFIX),
                     result)
     return result
 

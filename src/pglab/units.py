@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
@@ -73,3 +74,16 @@ def format_duration(seconds: float) -> str:
     parts = [f"{hours}h" if hours else "", f"{minutes}m" if minutes else "",
              f"{secs}s" if secs else ""]
     return "".join(parts) or "0s"
+
+
+# A decimal number as tools print it (pgbench): sign, digits, point, exponent.
+NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
+
+
+def finite_float(text: str) -> float | None:
+    """A float, or None for NaN/inf (pgbench prints those for empty statistics)."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None

@@ -1,4 +1,4 @@
-"""`pglab analyze`: a results folder -> analysis.json (the contract in DESIGN.md).
+"""`pglab analyze`: a results folder -> analysis.json (docs/ANALYSIS.md).
 
 Pure over the folder's files: load (what is missing is named), detect stalls on the
 client series, gather each window's evidence from every node's telemetry, rank causes,
@@ -7,7 +7,6 @@ fire recommendation rules, write analysis.json atomically.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,27 +15,22 @@ import polars as pl
 
 from pglab.analysis.causes import WEAK_BELOW, ranked_causes, steady_causes
 from pglab.analysis.evidence import WindowEvidence, run_evidence
-from pglab.analysis.loading import RunData, load_run_data
+from pglab.analysis.loading import RunFrames, load_run_frames
 from pglab.analysis.recommendations import CAUSE_FLOOR, Facts, recommend
 from pglab.analysis.signals import Finding
 from pglab.analysis.stalls import PERIOD_TOLERANCE, StallReport, detect_stalls
 from pglab.errors import EnvironmentProblem
-from pglab.store import iso, write_text
-
-# analysis.json format history:
-#   1 (2026-11-21): first format (summary, stalls with ranked causes, recommendations).
-#   Later additions that format-1 readers can ignore: `steady_state` (causes that held
-#   the whole run back) and `summary.verdict` (the run's top cause).
-ANALYSIS_FORMAT = 1
+from pglab.results.analysis_doc import AnalysisDocument, write_analysis
+from pglab.results.files import ANALYSIS, iso
 
 
 @dataclass(frozen=True)
 class Analysis:
     path: Path  # the run folder
-    document: dict[str, Any]  # what analysis.json holds
+    document: AnalysisDocument  # what analysis.json holds
 
 
-def _checkpoint_spacing(data: RunData) -> float | None:
+def _checkpoint_spacing(data: RunFrames) -> float | None:
     """Median seconds between checkpoint starts on the primary, if there were three."""
     starts = (data.events.filter((pl.col("kind") == "checkpoint")
                                  & (pl.col("node") == "primary"))["t_start"].sort())
@@ -47,7 +41,7 @@ def _checkpoint_spacing(data: RunData) -> float | None:
     return float(median) if isinstance(median, (int, float)) else None
 
 
-def _summary(report: StallReport, data: RunData) -> dict[str, Any]:
+def _summary(report: StallReport, data: RunFrames) -> dict[str, Any]:
     steady = report.steady
     summary: dict[str, Any] = {
         "measured_seconds": steady.measured_seconds,
@@ -182,7 +176,7 @@ def _priority(stalls: list[dict[str, Any]], verdict: dict[str, Any] | None
     return tuple(dict.fromkeys(head + ranked))
 
 
-def build_analysis(data: RunData) -> dict[str, Any]:
+def build_analysis(data: RunFrames) -> AnalysisDocument:
     """The analysis document of loaded run data (pure)."""
     report = detect_stalls(data.client)
     evidence, whole_run = run_evidence(data, report)
@@ -195,28 +189,26 @@ def build_analysis(data: RunData) -> dict[str, Any]:
                   data.events.filter(pl.col("kind") == "checkpoint-too-frequent").height > 0,
                   priority=_priority(stalls, summary["verdict"]),
                   direct_reclaim=_direct_reclaim(evidence))
-    return {
-        "format": ANALYSIS_FORMAT,
-        "run_id": data.manifest.get("run_id"),
-        "status": data.run.status,
-        "partial": bool(data.missing),
-        "missing": list(data.missing),
-        "summary": summary,
-        "stalls": stalls,
-        "steady_state": {"causes": steady},
-        "recommendations": recommend(facts),
-    }
+    return AnalysisDocument(
+        run_id=data.manifest.run_id,
+        status=data.run.status,
+        partial=bool(data.missing),
+        missing=list(data.missing),
+        summary=summary,
+        stalls=stalls,
+        steady_state={"causes": steady},
+        recommendations=recommend(facts),
+    )
 
 
 def analyze_run(folder: Path, write: bool = True) -> Analysis:
     """Analyse one run folder; write analysis.json there unless `write` is False."""
-    data = load_run_data(folder)
+    data = load_run_frames(folder)
     document = build_analysis(data)
     if write:
         try:
-            # compact: json's pure-Python indenting encoder is slow on thousands of stalls
-            write_text(folder / "analysis.json", json.dumps(document, default=str) + "\n")
+            write_analysis(folder, document)
         except OSError as exc:
-            raise EnvironmentProblem(f"{folder / 'analysis.json'}: cannot write "
+            raise EnvironmentProblem(f"{folder / ANALYSIS}: cannot write "
                                      f"({exc.strerror}); use --json to print it") from None
     return Analysis(folder, document)

@@ -22,8 +22,9 @@ from typing import Any
 
 import polars as pl
 
-from pglab.analysis.loading import RunData
+from pglab.analysis.loading import RunFrames
 from pglab.analysis.stalls import StallReport, StallWindow
+from pglab.results.manifest import Manifest
 
 HEALTHY = -1
 EVENT_SLACK = dt.timedelta(seconds=2)  # log lines and 1 s samples straddle boundaries
@@ -118,12 +119,12 @@ class WindowEvidence:
     healthy: Segment
     events: list[EventView]  # overlapping the window (with EVENT_SLACK)
     nodes: list[str]  # database nodes, primary first
-    manifest: dict[str, Any]
+    manifest: Manifest
     missing: list[str]
 
     @property
     def cores(self) -> int:
-        return int((self.manifest.get("host") or {}).get("cpu_cores") or 1)
+        return self.manifest.cpu_cores
 
     def events_of(self, *kinds: str) -> list[EventView]:
         return [e for e in self.events if e.kind in kinds]
@@ -170,7 +171,7 @@ def _segments_by_second(report: StallReport) -> pl.DataFrame:
     return matched.filter((pl.col("segment") != HEALTHY) | healthy).select("sec", "segment")
 
 
-def aggregate(data: RunData, report: StallReport) -> dict[int, Segment]:
+def aggregate(data: RunFrames, report: StallReport) -> dict[int, Segment]:
     """Segments for HEALTHY and every window, from one group-by over the samples."""
     by_second = _segments_by_second(report)
     counts = by_second.group_by("segment").len()
@@ -198,7 +199,7 @@ def aggregate(data: RunData, report: StallReport) -> dict[int, Segment]:
     return segments
 
 
-def _nodes(data: RunData) -> list[str]:
+def _nodes(data: RunFrames) -> list[str]:
     found = set(data.timeseries["node"].unique().to_list()) | set(
         data.events["node"].unique().to_list())
     found -= {"host", "client", None}
@@ -214,7 +215,7 @@ def _event_view(row: dict[str, Any]) -> EventView:
                      attrs if isinstance(attrs, dict) else {})
 
 
-def overlapping_events(data: RunData, spans: list[tuple[dt.datetime, dt.datetime]]
+def overlapping_events(data: RunFrames, spans: list[tuple[dt.datetime, dt.datetime]]
                        ) -> list[list[EventView]]:
     """Per span [start, end) (sorted, as stall windows are): the events touching it, with
     EVENT_SLACK either side. An unfinished checkpoint runs until the end of the run."""
@@ -245,7 +246,7 @@ def overlapping_events(data: RunData, spans: list[tuple[dt.datetime, dt.datetime
     return found
 
 
-def _whole_run(data: RunData, report: StallReport, healthy: Segment,
+def _whole_run(data: RunFrames, report: StallReport, healthy: Segment,
                nodes: list[str]) -> WindowEvidence | None:
     times = report.seconds["t"]
     if healthy.seconds == 0 or times.is_empty():
@@ -261,7 +262,7 @@ def _whole_run(data: RunData, report: StallReport, healthy: Segment,
                           data.manifest, data.missing)
 
 
-def run_evidence(data: RunData, report: StallReport) -> tuple[list[WindowEvidence],
+def run_evidence(data: RunFrames, report: StallReport) -> tuple[list[WindowEvidence],
                                                               WindowEvidence | None]:
     """Each stall window's evidence, and the whole run's: its healthy seconds (all of
     them when it never stalled; a stall's seconds are explained by the stall), with

@@ -14,15 +14,17 @@ from typing import Any
 
 import polars as pl
 
-from pglab.probes.sink import EVENTS_SCHEMA, TIMESERIES_SCHEMA, read_events_jsonl, read_samples_csv
-from pglab.store import StoredRun, load_run
-from pglab.workload.txlog import SERIES_SCHEMA
+from pglab.results import files
+from pglab.results.folder import StoredRun, load_run
+from pglab.results.manifest import Manifest
+from pglab.results.schemas import CLIENT_SCHEMA, EVENTS_SCHEMA, TIMESERIES_SCHEMA
+from pglab.results.spool import read_events_jsonl, read_samples_csv
 
 CLIENT_COLUMNS = ("t", "warmup", "partial", "tps", "lat_p99_ms", "lat_max_ms", "failures")
 
 
 @dataclass(frozen=True)
-class RunData:
+class RunFrames:
     """What one run folder holds, ready for analysis."""
 
     run: StoredRun
@@ -32,7 +34,7 @@ class RunData:
     missing: list[str] = field(default_factory=list)
 
     @property
-    def manifest(self) -> dict[str, Any]:
+    def manifest(self) -> Manifest:
         return self.run.manifest
 
 
@@ -53,15 +55,15 @@ def _read_parquet(path: Path, schema: dict[str, Any], missing: list[str],
 
 
 def _client(folder: Path, missing: list[str]) -> pl.DataFrame:
-    schema = {c: SERIES_SCHEMA[c] for c in ("job", *CLIENT_COLUMNS)}
-    frame = _read_parquet(folder / "client.parquet", schema, missing,
+    schema = {c: CLIENT_SCHEMA[c] for c in ("job", *CLIENT_COLUMNS)}
+    frame = _read_parquet(folder / files.CLIENT, schema, missing,
                           "no stall detection")
     if frame is None:
-        missing.append("client.parquet missing (the run ended before pgbench's logs were "
+        missing.append(f"{files.CLIENT} missing (the run ended before pgbench's logs were "
                        "processed); no stall detection")
         frame = pl.DataFrame(schema=schema)
     client = frame.filter(pl.col("job").is_null()).drop("job").sort("t")
-    if client.height == 0 and not any(m.startswith("client.parquet") for m in missing):
+    if client.height == 0 and not any(m.startswith(files.CLIENT) for m in missing):
         missing.append("client.parquet has no rows (no transaction completed); "
                        "no stall detection")
     elif client.height > 0 and client.filter(~pl.col("warmup") & ~pl.col("partial")).is_empty():
@@ -71,21 +73,21 @@ def _client(folder: Path, missing: list[str]) -> pl.DataFrame:
 
 
 def _telemetry(folder: Path, missing: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
-    spool = folder / "telemetry"
-    series = _read_parquet(folder / "timeseries.parquet", TIMESERIES_SCHEMA, missing,
+    spool = folder / files.SPOOL
+    series = _read_parquet(folder / files.TIMESERIES, TIMESERIES_SCHEMA, missing,
                            "no attribution from samples")
-    if series is None and (spool / "samples.csv").is_file():
-        series = read_samples_csv(spool / "samples.csv")
+    if series is None and (spool / files.SPOOL_SAMPLES).is_file():
+        series = read_samples_csv(spool / files.SPOOL_SAMPLES)
         missing.append("timeseries.parquet missing; read the incremental "
                        "telemetry/samples.csv (interrupted run)")
     if series is None:
         missing.append("timeseries.parquet missing (telemetry off or the run ended early); "
                        "no wait, resource or database evidence")
         series = pl.DataFrame(schema=TIMESERIES_SCHEMA)
-    events = _read_parquet(folder / "events.parquet", EVENTS_SCHEMA, missing,
+    events = _read_parquet(folder / files.EVENTS, EVENTS_SCHEMA, missing,
                            "no log events")
-    if events is None and (spool / "events.jsonl").is_file():
-        events = read_events_jsonl(spool / "events.jsonl")
+    if events is None and (spool / files.SPOOL_EVENTS).is_file():
+        events = read_events_jsonl(spool / files.SPOOL_EVENTS)
         missing.append("events.parquet missing; read the incremental "
                        "telemetry/events.jsonl (interrupted run)")
     if events is None:
@@ -94,15 +96,11 @@ def _telemetry(folder: Path, missing: list[str]) -> tuple[pl.DataFrame, pl.DataF
     return series, events
 
 
-def _cap_to_duration(client: pl.DataFrame, manifest: dict[str, Any]) -> pl.DataFrame:
+def _cap_to_duration(client: pl.DataFrame, manifest: Manifest) -> pl.DataFrame:
     """Measured seconds past the scenario's duration count as partial: pglab runs pgbench
     a second longer than asked (see README, client.parquet), and the analysis measures
     the duration asked for, as pglab's own summary does."""
-    workload = (manifest.get("scenario") or {}).get("workload") or {}
-    try:
-        duration = int(workload.get("duration") or 0)
-    except (TypeError, ValueError):
-        return client
+    duration = manifest.duration_s
     measured = ~pl.col("warmup") & ~pl.col("partial")
     kept = client.filter(measured)["t"].head(duration) if duration > 0 else None
     if kept is None or kept.len() < duration:
@@ -111,7 +109,7 @@ def _cap_to_duration(client: pl.DataFrame, manifest: dict[str, Any]) -> pl.DataF
         (pl.col("partial") | (measured & (pl.col("t") > kept.max()))).alias("partial"))
 
 
-def load_run_data(folder: Path) -> RunData:
+def load_run_frames(folder: Path) -> RunFrames:
     """The folder's frames. Raises BadInput only when `folder` is not a run folder."""
     run = load_run(folder)
     missing: list[str] = []
@@ -121,4 +119,4 @@ def load_run_data(folder: Path) -> RunData:
                        + "; the analysis covers what was recorded")
     client = _cap_to_duration(_client(folder, missing), run.manifest)
     series, events = _telemetry(folder, missing)
-    return RunData(run, client, series, events, missing)
+    return RunFrames(run, client, series, events, missing)

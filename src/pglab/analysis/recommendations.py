@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pglab.scenarios import builtin_names
+from pglab.results import files
+from pglab.results.manifest import Manifest
+from pglab.scenario.builtin import builtin_names
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -36,7 +38,7 @@ class Facts:
     """What rules condition on: causes found and the run's recorded facts."""
 
     causes: dict[str, float]  # cause id -> best confidence over the stalls
-    manifest: dict[str, Any]
+    manifest: Manifest
     fpi_surge: bool  # full-page images rose in a checkpoint window
     run_dir: Path | None = None  # for the scenario.toml copy a test command can use
     checkpoint_flags: frozenset[str] = frozenset()  # of checkpoints in the stall windows
@@ -45,9 +47,7 @@ class Facts:
     direct_reclaim: bool = False  # processes stalled reclaiming memory in a stall window
 
     def setting(self, name: str) -> dict[str, Any] | None:
-        nodes = self.manifest.get("nodes") or {}
-        settings = (nodes.get("primary") or {}).get("settings") or {}
-        value = settings.get(name)
+        value = self.manifest.node_settings().get(name)
         return value if isinstance(value, dict) else None
 
     def bytes_of(self, name: str, default: int) -> int:
@@ -64,36 +64,32 @@ class Facts:
 
     @property
     def fstype(self) -> str:
-        host = self.manifest.get("host") or {}
-        found = str((host.get("data_dir") or {}).get("fstype") or "")
+        found = str((self.manifest.host.get("data_dir") or {}).get("fstype") or "")
         return found.removeprefix("fuse.")  # zfs-fuse's datasets mount as fuse.zfs
 
     def data_volume(self) -> dict[str, Any]:
         """The primary's data volume as the run made it (storage/), or {}."""
-        volumes = ((self.manifest.get("nodes") or {}).get("primary") or {}).get("storage")
-        return next((v for v in volumes or [] if isinstance(v, dict)
-                     and v.get("role") == "data"), {})
+        return next((v for v in self.manifest.node_storage()
+                     if v.get("role") == "data"), {})
 
     @property
     def memory(self) -> int:
-        return int((self.manifest.get("host") or {}).get("memory_bytes") or 0)
+        return int(self.manifest.host.get("memory_bytes") or 0)
 
     @property
     def cores(self) -> int:
-        return int((self.manifest.get("host") or {}).get("cpu_cores") or 1)
+        return self.manifest.cpu_cores
 
     @property
     def wal_segment_mb(self) -> int:
-        text = str(((self.manifest.get("nodes") or {}).get("primary") or {})
-                   .get("wal_segment_size") or "16MB")
+        text = str(self.manifest.node().get("wal_segment_size") or "16MB")
         digits = "".join(c for c in text if c.isdigit())
         return int(digits or 16) * (1024 if text.endswith("GB") else 1)
 
     def choices(self, name: str) -> list[str] | None:
         """Values the primary accepts for an enum setting: None when the run folder did
         not record them, [] when the setting is not an enum there (a boolean)."""
-        recorded = ((self.manifest.get("nodes") or {}).get("primary") or {}).get(
-            "setting_choices")
+        recorded = self.manifest.node().get("setting_choices")
         if not isinstance(recorded, dict):
             return None
         found = recorded.get(name)
@@ -328,22 +324,21 @@ RULES: tuple[Rule, ...] = (
 
 
 def _clients(f: Facts) -> int:
-    clients = ((f.manifest.get("scenario") or {}).get("workload") or {}).get("clients")
+    clients = f.manifest.clients
     if isinstance(clients, list):
-        variant = f.manifest.get("variant") or {}
-        clients = variant.get("workload.clients", max(clients) if clients else 1)
+        clients = f.manifest.variant.get("workload.clients", max(clients) if clients else 1)
     return int(clients or 1)
 
 
 def _scenario_argument(f: Facts) -> str:
     """The original file if it is still there (its scripts resolve), a built-in's name,
     else the copy in the run folder."""
-    source = str(f.manifest.get("scenario_source") or "")
+    source = f.manifest.scenario_source
     if source.startswith("builtin:") and source[8:] in builtin_names():
         return source[8:]
     if source and not source.startswith("builtin:") and Path(source).is_file():
         return shlex.quote(source)
-    return shlex.quote(str(f.run_dir / "scenario.toml")) if f.run_dir else "SCENARIO"
+    return shlex.quote(str(f.run_dir / files.SCENARIO)) if f.run_dir else "SCENARIO"
 
 
 def _set_value(value: Any) -> str:
@@ -362,9 +357,8 @@ def _test_line(f: Facts, rule: Rule, change: dict[str, Any]) -> str:
     if not rule.testable or not change:
         return NOT_TESTABLE
     sets: dict[str, Any] = {}
-    for recorded in (f.manifest.get("overrides"), f.manifest.get("variant")):
-        if isinstance(recorded, dict):
-            sets.update(recorded)
+    for recorded in (f.manifest.overrides, f.manifest.variant):
+        sets.update(recorded)
     sets.update(change)
     flags = " ".join(f"--set {k}={_set_value(v)}" for k, v in sets.items())
     return f"pglab run {_scenario_argument(f)} {flags}"

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pglab.analysis.evidence import EventView, WindowEvidence
+from pglab.results.manifest import Manifest
 
 
 @dataclass(frozen=True)
@@ -67,28 +68,26 @@ def wait_signal(s: Score, ev: WindowEvidence, waits: tuple[str, ...] | None, wha
     return best
 
 
-def setting(manifest: dict[str, Any], name: str, node: str = "primary") -> str | None:
+def setting(manifest: Manifest, name: str, node: str = "primary") -> str | None:
     """A server setting as the manifest recorded it (non-default ones only; None when it
     was at its default or not recorded)."""
-    found = ((((manifest.get("nodes") or {}).get(node) or {}).get("settings") or {})
-             .get(name))
+    found = manifest.node_settings(node).get(name)
     return str(found["setting"]) if isinstance(found, dict) and "setting" in found else None
 
 
-def volume_devices(manifest: dict[str, Any], node: str) -> dict[str, dict[str, Any]]:
+def volume_devices(manifest: Manifest, node: str) -> dict[str, dict[str, Any]]:
     """The node's storage volume devices by name (loop0...) with their limits."""
-    volumes = ((manifest.get("nodes") or {}).get(node) or {}).get("storage") or []
-    return {str(v["device"]["name"]): dict(v["device"]) for v in volumes
-            if isinstance(v, dict) and (v.get("device") or {}).get("name")}
+    return {str(v["device"]["name"]): dict(v["device"]) for v in manifest.node_storage(node)
+            if (v.get("device") or {}).get("name")}
 
 
-def disk_limits(manifest: dict[str, Any], node: str) -> dict[str, Any]:
+def disk_limits(manifest: Manifest, node: str) -> dict[str, Any]:
     """The node's disk limits as applied (disk profile resolved), else as the scenario
     wrote them (older manifests)."""
-    applied = (((manifest.get("nodes") or {}).get(node) or {}).get("envelope") or {})
+    applied = manifest.node_envelope(node)
     if applied.get("limits"):
         return dict(applied["limits"])
-    return dict((manifest.get("envelope") or {}).get("disk") or {}) if node == "primary" else {}
+    return dict(manifest.envelope.get("disk") or {}) if node == "primary" else {}
 
 
 def disk_write(s: Score, ev: WindowEvidence, weight: float) -> None:

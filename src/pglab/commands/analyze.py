@@ -10,7 +10,8 @@ import click
 from pglab.analysis.analyze import analyze_run
 from pglab.commands.console import err, out
 from pglab.errors import ExitCode, PglabError
-from pglab.report.findings import print_findings
+from pglab.results import files
+from pglab.terminal.findings import print_findings
 
 
 def analyze(run_dir: Path, as_json: bool) -> int:
@@ -21,8 +22,8 @@ def analyze(run_dir: Path, as_json: bool) -> int:
     except Exception as exc:  # a folder this analysis did not foresee: one line, not a trace
         raise PglabError(f"{run_dir}: analysis failed: {type(exc).__name__}: {exc}") from None
     if as_json:
-        click.echo(json.dumps(analysis.document, indent=2))
+        click.echo(json.dumps(analysis.document.to_json(), indent=2, default=str))
     else:
         print_findings(out, analysis.document)
-        err.print(f"wrote {run_dir / 'analysis.json'}")
+        err.print(f"wrote {run_dir / files.ANALYSIS}")
     return ExitCode.OK

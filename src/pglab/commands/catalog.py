@@ -9,7 +9,7 @@ from pglab.errors import ExitCode
 
 
 def scenarios() -> int:
-    from pglab.scenarios import builtin_names, load_builtin
+    from pglab.scenario.builtin import builtin_names, load_builtin
 
     for name in builtin_names():
         loaded = load_builtin(name)

@@ -9,11 +9,11 @@ import click
 from pglab.commands.console import err, out
 from pglab.compare import comparison as cmp
 from pglab.compare import render_terminal
-from pglab.compare.cells import render_text
 from pglab.compare.groups import load_group
 from pglab.compare.metrics import BY_NAME
+from pglab.compare.render import render_text
 from pglab.errors import BadInput, ExitCode
-from pglab.store import write_text
+from pglab.results.files import write_text
 
 
 def compare(base: str, contenders: tuple[str, ...], fail_if: tuple[str, ...], fmt: str,

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 if TYPE_CHECKING:
+    from pglab.results.folder import StoredRun
     from pglab.scenario import LoadedScenario
-    from pglab.store import StoredRun
 
 out = Console()
 err = Console(stderr=True)
@@ -19,7 +18,7 @@ err = Console(stderr=True)
 def load_scenario(source: str, overrides: tuple[str, ...]) -> LoadedScenario:
     """A scenario file (a path or a name ending in .toml) or a built-in scenario's name."""
     from pglab.scenario import load
-    from pglab.scenarios import load_builtin
+    from pglab.scenario.builtin import load_builtin
 
     path = Path(source)
     if path.exists() or source.endswith(".toml") or "/" in source:
@@ -29,14 +28,17 @@ def load_scenario(source: str, overrides: tuple[str, ...]) -> LoadedScenario:
 
 def print_run_analysis(run: StoredRun) -> None:
     """The findings the runner wrote at the end of the run, if it could."""
-    from pglab.report.findings import print_findings
+    from pglab.errors import BadInput
+    from pglab.terminal.findings import print_findings
 
-    path = run.path / "analysis.json"
-    error = (run.manifest.get("analysis") or {}).get("error")
+    error = run.manifest.analysis_error
     if error:
         err.print(f"[yellow]analysis failed[/yellow]: {error}", highlight=False)
-    elif path.is_file():
-        try:
-            print_findings(out, json.loads(path.read_text()))
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            err.print(f"[yellow]analysis unreadable[/yellow]: {exc}", highlight=False)
+        return
+    try:
+        analysis = run.analysis()
+    except BadInput as exc:
+        err.print(f"[yellow]analysis unreadable[/yellow]: {exc}", highlight=False)
+        return
+    if analysis is not None:
+        print_findings(out, analysis)

@@ -10,30 +10,29 @@ import click
 
 from pglab.commands.console import err, out
 from pglab.errors import ExitCode, PglabError
-from pglab.store import RunFilter, StoredRun, find_runs, load_run
+from pglab.results.folder import RunFilter, StoredRun, find_runs, load_run
 
 
 def summary_json(run: StoredRun) -> dict[str, Any]:
     manifest = run.manifest
-    nodes = manifest.get("nodes") or {}
     return {
         "path": str(run.path),
-        "run_id": manifest.get("run_id"),
-        "scenario": manifest.get("scenario_name"),
+        "run_id": manifest.run_id,
+        "scenario": manifest.scenario_name,
         "status": run.status,
         "reason": run.reason,
-        "started_at": manifest.get("started_at"),
-        "ended_at": manifest.get("ended_at"),
-        "variant": manifest.get("variant"),
-        "clients": (manifest.get("scenario") or {}).get("workload", {}).get("clients"),
-        "server_version": (nodes.get("primary") or {}).get("server_version"),
-        "measured": (manifest.get("results") or {}).get("measured"),
-        "source": (manifest.get("source") or {}).get("kind", "pglab"),
+        "started_at": manifest.started_at,
+        "ended_at": manifest.ended_at,
+        "variant": manifest.variant,
+        "clients": manifest.clients,
+        "server_version": manifest.node().get("server_version"),
+        "measured": manifest.results.get("measured"),
+        "source": manifest.source_kind,
     }
 
 
 def _show_json(run: StoredRun) -> dict[str, Any]:
-    from pglab.report.telemetry_summary import summarize
+    from pglab.terminal.telemetry_summary import summarize
 
     info = summary_json(run)
     telemetry = summarize(run.path)
@@ -46,19 +45,18 @@ def show(run_dir: Path, as_json: bool) -> int:
     if as_json:
         click.echo(json.dumps(_show_json(run), indent=2))
     else:
-        from pglab.report.terminal import print_summary
+        from pglab.terminal.run_display import print_summary
 
         print_summary(out, run)
-        source = run.manifest.get("source") or {}
-        if source.get("kind") == "import":
+        source = run.manifest.source or {}
+        if run.manifest.source_kind == "import":
             out.print(f"  imported ({source.get('from')}) from {source.get('summary')}"
                       f" on {source.get('imported_at')}", highlight=False)
     return ExitCode.OK
 
 
 def _source(run: StoredRun) -> str:
-    source = run.manifest.get("source") or {}
-    return "imported" if source.get("kind") == "import" else "pglab"
+    return "imported" if run.manifest.source_kind == "import" else "pglab"
 
 
 def list_runs(root: Path, as_json: bool, scenario_glob: str | None, statuses: tuple[str, ...],

@@ -7,7 +7,7 @@ from pathlib import Path
 from pglab.commands.console import out
 from pglab.errors import BadInput, ExitCode
 from pglab.importer import import_run
-from pglab.report.terminal import print_summary
+from pglab.terminal.run_display import print_summary
 from pglab.units import parse_duration
 
 

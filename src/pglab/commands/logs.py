@@ -13,9 +13,9 @@ from rich.table import Table
 from pglab.commands.console import err, out
 from pglab.errors import ExitCode, PglabError
 from pglab.events import attrs_summary
+from pglab.results.files import iso
 from pglab.serverlog import parse_log_files
 from pglab.serverlog.reader import compression
-from pglab.store import iso
 
 # The attributes worth a glance, per event kind; others are in --json.
 _LOG_KEYS = {

@@ -12,13 +12,13 @@ from pglab.report.study import find_study, write_study_report
 def report(target: str, open_it: bool, png_dir: Path | None, results: Path) -> int:
     path = Path(target)
     if path.is_dir():
-        from pglab.report.html import build_model
+        from pglab.report.model import build_model
         from pglab.report.page import render
-        from pglab.store import write_text
+        from pglab.results import files
 
         model = build_model(path)
-        out_path = path / "report.html"
-        write_text(out_path, render(model))
+        out_path = path / files.REPORT
+        files.write_text(out_path, render(model))
         out.print(f"report: {out_path} ({out_path.stat().st_size / 1024:,.0f} kB)")
         if png_dir is not None:
             from pglab.report.png import write_pngs

@@ -6,18 +6,16 @@ from pathlib import Path
 
 from pglab.commands.console import err, load_scenario, out, print_run_analysis
 from pglab.errors import ExitCode
-from pglab.lab.lab import check_supported
-from pglab.report.terminal import TerminalUI, print_summary, print_sweep
-from pglab.runner import RunOptions, run_scenario
+from pglab.results.folder import StoredRun
+from pglab.runner import RunOptions, check_variants, run_scenario
 from pglab.scenario import LoadedScenario
-from pglab.scenarios import load_builtin
-from pglab.store import StoredRun
+from pglab.scenario.builtin import load_builtin
+from pglab.terminal.run_display import TerminalUI, print_summary, print_sweep
 
 
 def run_loaded(loaded: LoadedScenario, results: Path, keep: bool, pg_bin: str | None) -> int:
     ui = TerminalUI(err)
-    for variant in loaded.variants:  # every point, before anything starts or is printed
-        check_supported(variant.scenario, loaded.where)
+    check_variants(loaded)  # every point, before anything starts or is printed
     desc = loaded.scenario.description
     err.print(f"[bold]{loaded.scenario.name}[/bold]" + (f": {desc}" if desc else ""))
     if len(loaded.variants) > 1:
@@ -46,8 +44,7 @@ def demo(duration: str | None, overrides: tuple[str, ...], results: Path,
 
 def validate(scenario: str, overrides: tuple[str, ...]) -> int:
     loaded = load_scenario(scenario, overrides)
-    for variant in loaded.variants:
-        check_supported(variant.scenario, loaded.where)
+    check_variants(loaded)
     out.print(f"{loaded.where}: ok, {len(loaded.variants)} run(s)")
     for variant in loaded.variants:
         if variant.overrides:
@@ -58,12 +55,10 @@ def validate(scenario: str, overrides: tuple[str, ...]) -> int:
 
 def tune(scenario: str, overrides: tuple[str, ...], results: Path, pg_bin: str | None,
          repeats: int, top: int, noise: float) -> int:
-    from pglab.report.tune_terminal import print_tune
+    from pglab.terminal.tune_result import print_tune
     from pglab.tune import tune as run_tune
 
-    base = load_scenario(scenario, overrides)
-    for variant in base.variants:
-        check_supported(variant.scenario, base.where)
+    check_variants(load_scenario(scenario, overrides))
     result = run_tune(lambda extra: load_scenario(scenario, tuple(extra)), list(overrides),
                       RunOptions(results, False, pg_bin), TerminalUI(err), repeats, top,
                       noise / 100.0, on_run=lambda run: print_summary(out, run))

@@ -13,9 +13,9 @@ from pglab.errors import ExitCode
 
 
 def storage() -> int:
+    from pglab.scenario.disk_profiles import DISK_PROFILES
     from pglab.storage.devices import DEVICE_BEHAVIOURS
     from pglab.storage.filesystems import FILESYSTEMS
-    from pglab.storage.profiles import DISK_PROFILES
 
     table = Table(header_style="bold", box=None, title="filesystems (\\[storage] filesystem, "
                   "options)", title_justify="left")

@@ -1,12 +1,9 @@
 """The text of a comparison's cells, shared by the terminal, Markdown and HTML renderers,
-so that the three outputs always say the same thing; and the one switch between outputs."""
+so that the three outputs always say the same thing."""
 
 from __future__ import annotations
 
-import io
-import json
-
-from pglab.compare.comparison import Comparison, MetricResult, as_dict
+from pglab.compare.comparison import Comparison, MetricResult
 
 HEADERS = ("metric", "base", "contender", "delta", "95% CI of delta", "verdict")
 
@@ -58,20 +55,3 @@ def footer(comparison: Comparison) -> str:
             f"samples (resampling runs too when both sides have repeats); with a single run "
             f"on a side, widened by an assumed run-to-run noise of "
             f"+-{100 * comparison.noise:g}% (--noise).")
-
-
-def render_text(comparison: Comparison, fmt: str) -> str:
-    """The comparison as text in one of the formats of `pglab compare --format`."""
-    from pglab.compare import render_html, render_markdown, render_terminal
-
-    if fmt == "json":
-        return json.dumps(as_dict(comparison), indent=2) + "\n"
-    if fmt == "html":
-        return render_html.render(comparison)
-    if fmt == "markdown":
-        return render_markdown.render(comparison)
-    from rich.console import Console
-
-    console = Console(record=True, width=120, no_color=True, file=io.StringIO())
-    render_terminal.render(console, comparison)
-    return console.export_text()

@@ -40,10 +40,10 @@ def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
 def facts(run: RunData) -> dict[str, dict[str, str]]:
     """category -> key -> value, the facts a comparison checks."""
     m = run.manifest
-    host = m.get("host") or {}
-    primary = (m.get("nodes") or {}).get("primary") or {}
-    pgbench = (m.get("results") or {}).get("pgbench") or {}
-    scenario = m.get("scenario") or {}
+    host = m.host
+    primary = m.node()
+    pgbench = m.pgbench
+    scenario = m.scenario
     data_dir = host.get("data_dir") or {}
     out: dict[str, dict[str, str]] = {
         "host": {k: UNKNOWN if host.get(k) is None else str(host.get(k)) for k in _HOST_KEYS},
@@ -71,14 +71,14 @@ def facts(run: RunData) -> dict[str, dict[str, str]]:
         setting = info.get("setting") if isinstance(info, dict) else info
         unit = info.get("unit") if isinstance(info, dict) else None
         out["settings"][name] = f"{setting}{' ' + unit if unit else ''}"
-    _flatten("", m.get("envelope") or scenario.get("envelope") or {}, out["envelope"])
+    _flatten("", m.envelope or scenario.get("envelope") or {}, out["envelope"])
     shape: dict[str, Any] = {
         "workload": scenario.get("workload") or {},
         "initdb": (scenario.get("server") or {}).get("initdb") or {},
         "topology": scenario.get("topology") or {},
         "target": (scenario.get("server") or {}).get("target"),
-        "variant": m.get("variant") or {},
-        "source": (m.get("source") or {}).get("kind", "pglab run"),
+        "variant": m.variant,
+        "source": (m.source or {}).get("kind", "pglab run"),
     }
     _flatten("", shape, out["scenario"])
     return out

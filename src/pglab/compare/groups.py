@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pglab.compare.rundata import RunData
 from pglab.errors import BadInput, PglabError
-from pglab.store import find_runs, load_run
+from pglab.results.folder import find_runs, is_run_folder, load_run
 
 
 @dataclass
@@ -53,7 +53,7 @@ def load_group(spec: str) -> Group:
         for path in _paths(part):
             if not path.exists():
                 raise BadInput(f"{path}: no such run folder")
-            if (path / "manifest.json").is_file():
+            if is_run_folder(path):
                 found.append(path)
                 continue
             below = list(find_runs(path)) if path.is_dir() else []

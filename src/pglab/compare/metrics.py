@@ -60,7 +60,7 @@ def _stall_seconds(run: RunData) -> Measure:
     analysis = run.analysis
     if analysis is None:
         return Measure(None, None, "no analysis.json (run `pglab analyze`)")
-    value = (analysis.get("summary") or {}).get("stall_seconds")
+    value = analysis.summary.get("stall_seconds")
     if not isinstance(value, int | float):
         return Measure(None, None, "analysis.json has no summary.stall_seconds")
     return Measure(float(value))

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-import json
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from pglab.store import StoredRun
+from pglab.results import files
+from pglab.results.analysis_doc import AnalysisDocument
+from pglab.results.folder import StoredRun
+from pglab.results.manifest import Manifest
 
 
 class RunData:
@@ -23,7 +25,7 @@ class RunData:
     def __init__(self, run: StoredRun) -> None:
         self.run = run
         self.path: Path = run.path
-        self.manifest: dict[str, Any] = run.manifest
+        self.manifest: Manifest = run.manifest
 
     @property
     def label(self) -> str:
@@ -31,7 +33,7 @@ class RunData:
 
     @property
     def measured(self) -> dict[str, Any]:
-        return dict((self.manifest.get("results") or {}).get("measured") or {})
+        return self.manifest.measured
 
     @functools.cached_property
     def client_seconds(self) -> pl.DataFrame | None:
@@ -65,22 +67,16 @@ class RunData:
 
     @functools.cached_property
     def timeseries(self) -> pl.DataFrame | None:
-        path = self.path / "timeseries.parquet"
-        return pl.read_parquet(path) if path.is_file() else None
+        return self.run.parquet(files.TIMESERIES)
 
     @functools.cached_property
     def events(self) -> pl.DataFrame | None:
-        path = self.path / "events.parquet"
-        return pl.read_parquet(path) if path.is_file() else None
+        return self.run.parquet(files.EVENTS)
 
     @functools.cached_property
-    def analysis(self) -> dict[str, Any] | None:
-        path = self.path / "analysis.json"
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
-            return None
-        return data if isinstance(data, dict) else None
+    def analysis(self) -> AnalysisDocument | None:
+        """None when the run was not analysed; BadInput when analysis.json is unreadable."""
+        return self.run.analysis()
 
     def per_second(self, node: str, source: str, metric: str, label: str) -> dict[Any, float]:
         """Telemetry values by second (t -> sum over the second) inside the window."""

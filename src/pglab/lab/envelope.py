@@ -25,66 +25,11 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pglab.errors import BadInput, EnvironmentProblem
 from pglab.lab.cgroups import CgroupLimits, CgroupSupport, NodeCgroup, detect_cgroups
-from pglab.storage.profiles import (
-    DiskFigures,
-    profile_figures,
-)
-
-if TYPE_CHECKING:
-    from pglab.scenario import Envelope
-
-MB = 1024 * 1024
-
-
-@dataclass(frozen=True)
-class EnvelopeLimits:
-    """The limits of one node after profile and explicit values are merged (0 = none)."""
-
-    cpus: float | None = None
-    cpuset: str | None = None
-    memory: int | None = None  # bytes, page cache included
-    write_mbps: float = 0
-    read_mbps: float = 0
-    write_iops: int = 0
-    read_iops: int = 0
-    disk_profile: str | None = None
-
-    @property
-    def has_disk(self) -> bool:
-        return bool(self.write_mbps or self.read_mbps or self.write_iops or self.read_iops)
-
-    def is_unlimited(self) -> bool:
-        return self.cpus is None and self.cpuset is None and self.memory is None and (
-            not self.has_disk)
-
-
-def resolve_envelope(envelope: Envelope) -> EnvelopeLimits:
-    """Merge the profile's disk figures with explicit `disk` values (explicit wins)."""
-    base = profile_figures(envelope.disk_profile) if envelope.disk_profile else DiskFigures()
-    disk = envelope.disk
-    return EnvelopeLimits(
-        cpus=envelope.cpus, cpuset=envelope.cpuset, memory=envelope.memory,
-        write_mbps=base.write_mbps if disk.write_mbps is None else disk.write_mbps,
-        read_mbps=base.read_mbps if disk.read_mbps is None else disk.read_mbps,
-        write_iops=base.write_iops if disk.write_iops is None else disk.write_iops,
-        read_iops=base.read_iops if disk.read_iops is None else disk.read_iops,
-        disk_profile=envelope.disk_profile,
-    )
-
-
-def cpu_list(text: str) -> set[int]:
-    """'0-2,5' -> {0, 1, 2, 5}; ValueError when malformed."""
-    cpus: set[int] = set()
-    for part in text.split(","):
-        low, dash, high = part.strip().partition("-")
-        if not low.isdigit() or (dash and not high.isdigit()) or (dash and int(high) < int(low)):
-            raise ValueError("expected CPU numbers and ranges like '0', '0-1' or '0,2-3'")
-        cpus.update(range(int(low), int(high or low) + 1))
-    return cpus
+from pglab.scenario.envelope_limits import MB, EnvelopeLimits, cpu_list
 
 
 @dataclass(frozen=True)
@@ -185,7 +130,7 @@ _METHODS = {
 
 
 def _run_writer(cgroup: NodeCgroup, path: Path, mode: str, seconds: float) -> dict[str, float]:
-    from pglab.lab.processes import spawn
+    from pglab.processes import spawn
 
     target = path / f".pglab-disk-check-{os.getpid()}"
     proc = spawn([sys.executable, "-c", _WRITER, str(target), str(seconds), mode],
@@ -227,7 +172,7 @@ _SPINNER = "import time\nend = time.monotonic() + float(__import__('sys').argv[1
 
 def verify_cpu(cgroup: NodeCgroup, seconds: float = 1.0, workers: int | None = None) -> float:
     """CPUs used by busy processes inside the cgroup over `seconds` (quota check)."""
-    from pglab.lab.processes import spawn
+    from pglab.processes import spawn
 
     count = workers or (os.cpu_count() or 1)
     procs = [spawn([sys.executable, "-c", _SPINNER, str(seconds + 2)],
@@ -296,7 +241,7 @@ def applied_envelope(
     the node's processes with `cgroup_procs=applied.procs_files()`. With `always`, the
     cgroup is made even without limits (a throttle-disk fault will set some mid-run).
     """
-    from pglab.lab.processes import deliver_pending, shielded
+    from pglab.processes import deliver_pending, shielded
 
     if limits.is_unlimited() and not always:
         yield None

@@ -23,7 +23,7 @@ import psycopg
 from psycopg import sql
 
 from pglab.lab.local import LocalServer
-from pglab.lab.processes import kill_tree, spawn
+from pglab.processes import kill_tree, spawn
 
 ArgSpec = tuple[type, Any]  # (type, default)
 

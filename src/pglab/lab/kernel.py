@@ -13,93 +13,13 @@ import contextlib
 import json
 import os
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
 from pglab.errors import BadInput, EnvironmentProblem
 from pglab.paths import pglab_home
-from pglab.units import parse_size
-
-KnobValue = int | str
-THP_CHOICES = ("always", "madvise", "never")
-
-
-@dataclass(frozen=True)
-class Knob:
-    name: str  # the key in [kernel], sysctl style for /proc/sys knobs
-    path: Path
-    kind: str  # "int", "size" (bytes, accepts '64MB') or "thp"
-    low: int = 0
-    high: int | None = None
-    help: str = ""
-    # The kernel keeps only one of a ratio/bytes pair: writing one zeroes the other.
-    pair: str = ""
-
-    def parse(self, value: object) -> KnobValue:
-        """The value to write, or ValueError naming what is expected."""
-        if self.kind == "thp":
-            if value not in THP_CHOICES:
-                raise ValueError(f"expected one of {', '.join(THP_CHOICES)}")
-            return str(value)
-        if self.kind == "size" and isinstance(value, str):
-            try:
-                value = parse_size(value)
-            except ValueError:
-                raise ValueError("expected a number of bytes or a size like '64MB'") from None
-        top = f" to {self.high}" if self.high is not None else " or more"
-        if isinstance(value, bool) or not isinstance(value, int) or value < self.low or (
-            self.high is not None and value > self.high
-        ):
-            raise ValueError(f"expected a whole number from {self.low}{top}")
-        return value
-
-
-def _vm(name: str, kind: str = "int", low: int = 0, high: int | None = None, help: str = "",
-        pair: str = "") -> Knob:
-    return Knob(f"vm.{name}", Path("/proc/sys/vm") / name, kind, low, high, help, pair)
-
-
-# The one list: validation, reading, docs (README lists these names) and tests use it.
-KNOBS: tuple[Knob, ...] = (
-    _vm("dirty_ratio", high=100, help="% of memory dirty before writers block",
-        pair="vm.dirty_bytes"),
-    _vm("dirty_bytes", "size", low=8192, help="bytes dirty before writers block",
-        pair="vm.dirty_ratio"),
-    _vm("dirty_background_ratio", high=100, help="% of memory dirty before writeback starts",
-        pair="vm.dirty_background_bytes"),
-    _vm("dirty_background_bytes", "size", low=1, help="bytes dirty before writeback starts",
-        pair="vm.dirty_background_ratio"),
-    _vm("dirty_expire_centisecs", help="age at which dirty data is written back"),
-    _vm("dirty_writeback_centisecs", help="interval of the flusher threads' wake-ups"),
-    _vm("swappiness", high=200, help="preference for swapping over dropping page cache"),
-    Knob("transparent_hugepage", Path("/sys/kernel/mm/transparent_hugepage/enabled"), "thp",
-         help="transparent huge pages: always, madvise or never"),
-)
-KNOB_NAMES = tuple(k.name for k in KNOBS)
-_BY_NAME = {k.name: k for k in KNOBS}
-
-
-def check_knobs(wanted: Mapping[str, object]) -> dict[str, KnobValue]:
-    """Validated values; ValueError('key: message') for the first bad one."""
-    import difflib
-
-    out: dict[str, KnobValue] = {}
-    for name, value in wanted.items():
-        knob = _BY_NAME.get(name)
-        if knob is None:
-            close = difflib.get_close_matches(name, KNOB_NAMES, n=1, cutoff=0.6)
-            hint = f" (did you mean '{close[0]}'?)" if close else ""
-            raise ValueError(f"unknown kernel knob '{name}'{hint}; known: {', '.join(KNOB_NAMES)}")
-        try:
-            out[name] = knob.parse(value)
-        except ValueError as exc:
-            shown = str(value).lower() if isinstance(value, bool) else repr(value)
-            raise ValueError(f"'{name}' = {shown}: {exc}") from None
-        if knob.pair in wanted:
-            raise ValueError(f"set '{name}' or '{knob.pair}', not both: the kernel keeps only one")
-    return out
+from pglab.scenario.kernel_knobs import BY_NAME, KNOBS, Knob, KnobValue, check_knobs
 
 
 def _read(knob: Knob) -> KnobValue | None:
@@ -129,7 +49,7 @@ def _restore(originals: Mapping[str, KnobValue | None]) -> None:
     """Write back the originals; of a ratio/bytes pair only the one that was in effect."""
     problems = []
     for name, value in originals.items():
-        knob = _BY_NAME[name]
+        knob = BY_NAME[name]
         if value is None or (knob.pair and value == 0 and originals.get(knob.pair)):
             continue  # writing the active partner zeroes this one by itself
         try:
@@ -145,15 +65,15 @@ def _state_dir() -> Path:
 
 
 def _originals_for(wanted: Mapping[str, object]) -> dict[str, KnobValue | None]:
-    names = set(wanted) | {_BY_NAME[n].pair for n in wanted if _BY_NAME[n].pair}
-    return {name: _read(_BY_NAME[name]) for name in sorted(names)}
+    names = set(wanted) | {BY_NAME[n].pair for n in wanted if BY_NAME[n].pair}
+    return {name: _read(BY_NAME[name]) for name in sorted(names)}
 
 
 @contextlib.contextmanager
 def kernel_knobs(wanted: Mapping[str, object]) -> Iterator[dict[str, KnobValue | None]]:
     """Set the knobs for the body and restore them after; yields the values in effect."""
-    from pglab.lab.processes import deliver_pending, shielded
-    from pglab.store import write_json
+    from pglab.processes import deliver_pending, shielded
+    from pglab.results.files import write_json
 
     if not wanted:
         yield read_knobs()
@@ -179,7 +99,7 @@ def kernel_knobs(wanted: Mapping[str, object]) -> Iterator[dict[str, KnobValue |
     try:
         deliver_pending()
         for name, value in values.items():
-            _write(_BY_NAME[name], value)
+            _write(BY_NAME[name], value)
         yield read_knobs()
     finally:
         with shielded():
@@ -205,7 +125,7 @@ def restore_stale_knobs() -> list[str]:
         if os.geteuid() != 0:
             raise EnvironmentProblem(f"kernel: a killed pglab run (pid {pid}) left kernel knobs "
                                      f"changed; run pglab as root once to restore them")
-        _restore({k: v for k, v in originals.items() if k in _BY_NAME})
+        _restore({k: v for k, v in originals.items() if k in BY_NAME})
         restored += [f"{k}={v}" for k, v in originals.items()]
         state.unlink(missing_ok=True)
     return restored

@@ -24,13 +24,11 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pglab.errors import BadInput, EnvironmentProblem
 from pglab.lab.binaries import PgBinaries, find_binaries, runnable_by
-from pglab.lab.envelope import resolve_envelope
 from pglab.lab.fault_actions import DEVICE_FAULTS, FaultTarget
 from pglab.lab.faults import check_faults
 from pglab.lab.local import LocalServer, remove_socket_dir
 from pglab.lab.osuser import ServerUser, server_user
 from pglab.lab.pooler import PgBouncer, find_pgbouncer, pgbouncer_version
-from pglab.lab.processes import kill_tree, shielded
 from pglab.lab.resources import LabResources, check_resources, node_envelope
 from pglab.lab.settings import (
     apply_settings,
@@ -48,8 +46,9 @@ from pglab.lab.topology import (
     wait_for_replication,
 )
 from pglab.paths import ensure_dir, labs_dir
-from pglab.probes.base import NodeHandle
+from pglab.processes import kill_tree, shielded
 from pglab.scenario import Scenario
+from pglab.scenario.model import resolve_envelope
 from pglab.storage.volume import (
     LabStorage,
     check_storage,
@@ -254,21 +253,6 @@ class Lab:
             return self.primary.connect()
         return psycopg.connect(self.scenario.server.dsn, autocommit=True, connect_timeout=10)
 
-    def probe_nodes(self) -> list[NodeHandle]:
-        """What telemetry may know about each node."""
-        if self.primary is None:
-            return [NodeHandle("primary", self.connect, None, lambda: None)]
-
-        def handle(server: LocalServer) -> NodeHandle:
-            def postmaster_pid() -> int | None:
-                proc = server.process
-                return proc.pid if proc is not None and proc.poll() is None else None
-
-            return NodeHandle(server.name, server.connect, server.data_dir, postmaster_pid,
-                              server.log_dir, self.storage.storage_paths(server.name))
-
-        return [handle(server) for server in self.servers]
-
     def nodes_facts(self) -> dict[str, dict[str, Any]]:
         """What each node is: version, settings, where its data is; the topology's state."""
         if self.primary is None:
@@ -451,7 +435,7 @@ class Lab:
                     f"scale {scale}; pglab does not run pgbench -i on a server it did not "
                     "create unless server.allow_writes = true"
                 )
-            from pglab.workload.pgbench import init_data
+            from pglab.lab.pgbench_init import init_data
 
             self.on_status(f"pgbench -i -s {scale} (allowed by server.allow_writes)")
             init_data(self.bins, self._dsn_env, scale)
@@ -529,9 +513,6 @@ def reap_stale_labs() -> list[Path]:
     """Stop servers and remove dirs of labs whose pglab process no longer exists."""
     from pglab.lab.cgroups import reap_stale_cgroups
     from pglab.lab.kernel import restore_stale_knobs
-    from pglab.workload.pgbench import reap_stale_spools
-
-    reap_stale_spools()
     reap_stale_cgroups()
     restore_stale_knobs()
     root = labs_dir()

@@ -24,8 +24,8 @@ import psycopg
 from pglab.errors import BadInput, EnvironmentProblem, PglabError
 from pglab.lab.binaries import PgBinaries
 from pglab.lab.osuser import ServerUser
-from pglab.lab.processes import kill_tree, spawn, wait_until
 from pglab.paths import ensure_dir
+from pglab.processes import kill_tree, spawn, wait_until
 
 SUPERUSER = "postgres"
 REPLICATION_ROLE = "pglab_replication"  # standbys' login over TCP, with a password

@@ -21,7 +21,7 @@ import psycopg
 from pglab.errors import EnvironmentProblem, PglabError
 from pglab.lab.local import BENCH_DB, SOCKET_PARENT, SUPERUSER, LocalServer, free_port
 from pglab.lab.osuser import ServerUser
-from pglab.lab.processes import spawn, stop_child
+from pglab.processes import spawn, stop_child
 
 INSTALL_HINT = "install it with `apt-get install pgbouncer` (Debian/Ubuntu)"
 

@@ -14,16 +14,11 @@ from typing import Any
 
 from pglab.errors import BadInput, EnvironmentProblem
 from pglab.lab.cgroups import detect_cgroups
-from pglab.lab.envelope import (
-    AppliedEnvelope,
-    EnvelopeLimits,
-    applied_envelope,
-    cgroup_limits,
-    check_possible,
-    resolve_envelope,
-)
+from pglab.lab.envelope import AppliedEnvelope, applied_envelope, cgroup_limits, check_possible
 from pglab.lab.kernel import kernel_knobs, read_knobs
 from pglab.scenario import Envelope, Scenario
+from pglab.scenario.envelope_limits import EnvelopeLimits
+from pglab.scenario.model import resolve_envelope
 
 
 def node_envelope(scenario: Scenario, node: str) -> Envelope:

@@ -24,11 +24,11 @@ from pglab.errors import PglabError
 from pglab.lab.binaries import PgBinaries
 from pglab.lab.local import BENCH_DB, LocalServer
 from pglab.lab.osuser import ServerUser
-from pglab.lab.processes import deliver_pending, shielded
+from pglab.lab.pgbench_init import init_data
 from pglab.lab.settings import check_settings
 from pglab.paths import ensure_dir, pglab_home
+from pglab.processes import deliver_pending, shielded
 from pglab.scenario import InitdbOptions, SettingValue
-from pglab.workload.pgbench import init_data
 
 TEMPLATE_FORMAT = 1
 

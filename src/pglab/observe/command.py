@@ -23,7 +23,7 @@ def observe(dsn: str, standbys: tuple[str, ...], duration: str | None,
             interval: str, wait_hz: int) -> int:
     from pglab.commands.console import out, print_run_analysis
     from pglab.observe.run import ObserveOptions, observe
-    from pglab.report.terminal import print_summary
+    from pglab.terminal.run_display import print_summary
     from pglab.units import parse_duration
 
     def seconds(option: str, text: str) -> float:
@@ -41,8 +41,7 @@ def observe(dsn: str, standbys: tuple[str, ...], duration: str | None,
         raise BadInput(f"--interval {interval!r}: at least 0.1 s")
     run = observe(options, TerminalUI())
     print_summary(out, run)
-    for node, cost in (run.manifest.get("telemetry") or {}).get("observer_per_node",
-                                                                  {}).items():
+    for node, cost in (run.manifest.telemetry or {}).get("observer_per_node", {}).items():
         cpu = cost.get("server_cpu_pct_of_core")
         out.print(f"  observer on {node}: {cost.get('queries_per_s')} queries/s"
                   + (f", {cpu:.2f}% of one core" if cpu is not None else

@@ -25,8 +25,8 @@ import psycopg
 
 from pglab.errors import BadInput
 from pglab.events import Event
-from pglab.lab.processes import spawn
 from pglab.probes.base import Probe, ProbeContext, ProbeOutput
+from pglab.processes import spawn
 from pglab.serverlog import LogTail
 
 READ_LIMIT = 16 * 1024 * 1024  # per interval: a burst must not stall the host loop

@@ -14,13 +14,11 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import polars as pl
 
-from pglab import __version__
 from pglab.errors import BadInput, Interrupted
-from pglab.lab.processes import shielded
 from pglab.observe.exporter_probe import NodeExporterProbe, check_exporter
 from pglab.observe.logsource import ObservedLog, make_source
 from pglab.observe.nodeexporter import host_facts
@@ -31,16 +29,11 @@ from pglab.probes import make_probes
 from pglab.probes.base import Probe, ProbeContext
 from pglab.probes.db_base import DbProbe
 from pglab.probes.sink import TelemetrySink, consolidate
-from pglab.store import (
-    MANIFEST_FORMAT,
-    StoredRun,
-    create_run_folder,
-    iso,
-    load_run,
-    utc_now,
-    write_json,
-    write_parquet,
-)
+from pglab.processes import shielded
+from pglab.results import files
+from pglab.results.files import iso, utc_now, write_parquet
+from pglab.results.folder import RunFolder, StoredRun, create_run_folder, load_run
+from pglab.results.manifest import Manifest
 from pglab.telemetry import TelemetryRunner, monotonic_wall_clock
 
 _NODE = re.compile(r"^(primary|standby[1-9][0-9]*)=(.+)$")
@@ -114,7 +107,7 @@ def observe(options: ObserveOptions, ui: ObserveUI) -> StoredRun:
 
     folder = create_run_folder(options.results_root, options.name)
     manifest = _manifest(folder.path.name, options, nodes, exporters, warnings)
-    manifest["host"] = host  # the primary's machine, from its exporter; else unknown
+    manifest.host = host  # the primary's machine, from its exporter; else unknown
     folder.write_manifest(manifest)
     handles = [n.handle() for n in nodes]
     sessions = ObserverSessions(handles)
@@ -145,12 +138,12 @@ def observe(options: ObserveOptions, ui: ObserveUI) -> StoredRun:
             runner.sink.close()
     elapsed = time.monotonic() - started
     with shielded():
-        _finish(folder.path, manifest, runner, sessions, nodes, elapsed, ended_by, log_probe)
+        _finish(folder, manifest, runner, sessions, nodes, elapsed, ended_by, log_probe)
     return load_run(folder.path)
 
 
 def _manifest(run_id: str, options: ObserveOptions, nodes: list[ObservedNode],
-              exporters: list[tuple[str, str]], warnings: list[str]) -> dict[str, Any]:
+              exporters: list[tuple[str, str]], warnings: list[str]) -> Manifest:
     node_facts = {}
     for node in nodes:
         facts = node.facts
@@ -164,24 +157,22 @@ def _manifest(run_id: str, options: ObserveOptions, nodes: list[ObservedNode],
             "settings": facts.get("settings") or {},
         }
     duration = options.duration_s
-    return {
-        "format": MANIFEST_FORMAT, "pglab_version": __version__, "run_id": run_id,
-        "scenario_name": options.name, "status": "running", "reason": None,
-        "pid": os.getpid(), "started_at": iso(utc_now()), "ended_at": None,
-        "scenario_source": "observe", "overrides": {}, "variant": {}, "study_id": None,
-        "scenario": {"name": options.name,
-                     "server": {"target": "observe", "dsn": nodes[0].redacted},
-                     "workload": {"driver": "none", "duration": duration, "warmup": 0.0},
-                     "telemetry": {"interval": options.interval_s,
-                                   "wait_sampling_hz": options.wait_hz}},
-        "envelope": {}, "host": {}, "nodes": node_facts, "workload": {}, "results": {},
-        "source": {"kind": "observe", "standbys": [n.redacted for n in nodes[1:]],
-                   "node_exporters": [{"node": n, "url": u} for n, u in exporters],
-                   "log": options.log, "warnings": warnings},
-    }
+    return Manifest(
+        run_id=run_id, scenario_name=options.name, status="running", pid=os.getpid(),
+        started_at=iso(utc_now()), scenario_source="observe",
+        scenario={"name": options.name,
+                  "server": {"target": "observe", "dsn": nodes[0].redacted},
+                  "workload": {"driver": "none", "duration": duration, "warmup": 0.0},
+                  "telemetry": {"interval": options.interval_s,
+                                "wait_sampling_hz": options.wait_hz}},
+        nodes=node_facts,
+        source={"kind": "observe", "standbys": [n.redacted for n in nodes[1:]],
+                "node_exporters": [{"node": n, "url": u} for n, u in exporters],
+                "log": options.log, "warnings": warnings},
+    )
 
 
-def _finish(path: Path, manifest: dict[str, Any], runner: TelemetryRunner,
+def _finish(folder: RunFolder, manifest: Manifest, runner: TelemetryRunner,
             sessions: ObserverSessions, nodes: list[ObservedNode], elapsed: float,
             ended_by: str, log_probe: ObservedLog | None) -> None:
     summary = runner.summary()
@@ -196,39 +187,43 @@ def _finish(path: Path, manifest: dict[str, Any], runner: TelemetryRunner,
             if cpu is not None and elapsed > 0 else None,
         }
     summary["observer_per_node"] = cost
-    manifest["telemetry"] = summary
+    manifest.telemetry = summary
+    source = manifest.source if manifest.source is not None else {}
     if log_probe is not None:
-        manifest["source"]["log_stats"] = log_probe.summary()
+        source["log_stats"] = log_probe.summary()
     try:
-        samples, events = consolidate(path)
-        manifest["telemetry"].update(samples=samples, events=events)
-        series_path = path / "timeseries.parquet"
+        samples, events = consolidate(folder.path)
+        summary.update(samples=samples, events=events)
+        series_path = folder.file(files.TIMESERIES)
         if series_path.is_file():
             series = client_series(pl.read_parquet(series_path))
             if series.height:
-                write_parquet(path / "client.parquet", series)
-                manifest["results"]["measured"] = measured(series)
+                write_parquet(folder.file(files.CLIENT), series)
+                manifest.results["measured"] = measured(series)
     except Exception as exc:
-        manifest["telemetry"]["error"] = f"{type(exc).__name__}: {exc}"
-    manifest["scenario"]["workload"]["duration"] = round(elapsed)
-    manifest["status"] = "completed"
-    manifest["reason"] = None
-    manifest["source"]["ended_by"] = ended_by
-    manifest["ended_at"] = iso(utc_now())
-    manifest.pop("pid", None)
-    write_json(path / "manifest.json", manifest)
-    _analyze_and_report(path, manifest)
+        summary["error"] = f"{type(exc).__name__}: {exc}"
+    manifest.scenario["workload"]["duration"] = round(elapsed)
+    manifest.status, manifest.reason = "completed", None
+    source["ended_by"] = ended_by
+    manifest.source = source
+    manifest.ended_at = iso(utc_now())
+    manifest.pid = None
+    folder.write_manifest(manifest)
+    _analyze_and_report(folder, manifest)
 
 
-def _analyze_and_report(path: Path, manifest: dict[str, Any]) -> None:
+def _analyze_and_report(folder: RunFolder, manifest: Manifest) -> None:
     """analysis.json and report.html, as a run ends; a failure is recorded, never fatal."""
     from pglab.analysis.analyze import analyze_run
     from pglab.report.page import write_report
 
     for step, key in ((analyze_run, "analysis"), (write_report, "report_error")):
         try:
-            step(path)
+            step(folder.path)
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
-            manifest[key] = {"error": error} if key == "analysis" else error
-            write_json(path / "manifest.json", manifest)
+            if key == "analysis":
+                manifest.analysis = {"error": error}
+            else:
+                manifest.report_error = error
+            folder.write_manifest(manifest)

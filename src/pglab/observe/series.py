@@ -1,6 +1,6 @@
 """The client series of an observation, built from `db.throughput` samples.
 
-client.parquet has the schema of a pgbench run (workload/txlog.SERIES_SCHEMA), one row
+client.parquet has the schema of a pgbench run (results/schemas.CLIENT_SCHEMA), one row
 per second for "all jobs" (job null), so stall detection, the report and compare read it
 unchanged. What differs from a pgbench series (docs/OBSERVE.md):
 - `tps` is commits per second of every database of the observed node (all clients, all
@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import polars as pl
 
-from pglab.workload.txlog import SERIES_SCHEMA
+from pglab.results.schemas import CLIENT_SCHEMA
 
 
 def client_series(timeseries: pl.DataFrame, node: str = "primary") -> pl.DataFrame:
     mine = timeseries.filter((pl.col("source") == "db.throughput") & (pl.col("node") == node))
     if mine.is_empty():
-        return pl.DataFrame(schema=SERIES_SCHEMA)
+        return pl.DataFrame(schema=CLIENT_SCHEMA)
     wide = mine.group_by("t").agg(
         pl.col("value").filter(pl.col("metric") == "commits").sum().alias("tps"),
         pl.col("value").filter(pl.col("metric") == "rollbacks").sum().round(0)
@@ -58,7 +58,7 @@ def client_series(timeseries: pl.DataFrame, node: str = "primary") -> pl.DataFra
           for c in ("lat_p50_ms", "lat_p95_ms", "lat_p99_ms", "lat_max_ms", "lag_avg_ms",
                     "lag_max_ms")],
     )
-    return series.select(list(SERIES_SCHEMA)).cast(SERIES_SCHEMA)  # type: ignore[arg-type]
+    return series.select(list(CLIENT_SCHEMA)).cast(CLIENT_SCHEMA)  # type: ignore[arg-type]
 
 
 def measured(series: pl.DataFrame) -> dict[str, float | int | None]:

@@ -21,7 +21,7 @@ import psycopg
 from psycopg import sql
 
 from pglab.probes.base import ProbeContext, ProbeOutput, Sample
-from pglab.probes.catalog import Capabilities
+from pglab.probes.capabilities import Capabilities
 from pglab.probes.db_base import DbProbe
 
 

@@ -9,7 +9,7 @@ import psycopg
 
 from pglab.events import Event
 from pglab.probes.base import ProbeContext, ProbeOutput, Sample
-from pglab.probes.catalog import OWN_APPS, Capabilities, canonical_wait
+from pglab.probes.capabilities import OWN_APPS, Capabilities, canonical_wait
 from pglab.probes.db_base import DbProbe, row_dict
 
 # Waiting for work is not a wait worth counting: a background process in its main loop

@@ -11,7 +11,7 @@ import psycopg
 
 from pglab.events import Event
 from pglab.probes.base import Probe, ProbeContext, ProbeOutput, Sample
-from pglab.probes.catalog import Capabilities
+from pglab.probes.capabilities import Capabilities
 from pglab.probes.dbsessions import DbSessions
 
 

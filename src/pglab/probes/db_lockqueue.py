@@ -18,7 +18,7 @@ import psycopg
 
 from pglab.events import Event
 from pglab.probes.base import ProbeContext, ProbeOutput, Sample
-from pglab.probes.catalog import Capabilities
+from pglab.probes.capabilities import Capabilities
 from pglab.probes.db_base import DbProbe
 
 MAX_WAITERS = 50  # pg_blocking_pids takes the lock manager's locks: bounded per interval

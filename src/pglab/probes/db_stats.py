@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 
 from pglab.probes.base import ProbeOutput
-from pglab.probes.catalog import Capabilities
+from pglab.probes.capabilities import Capabilities
 from pglab.probes.db_base import DbProbe, row_dict, select_columns
 
 DATABASE_COUNTERS = (

@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 
 from pglab.probes.base import NodeHandle
-from pglab.probes.catalog import Capabilities, telemetry_connection
+from pglab.probes.capabilities import Capabilities, telemetry_connection
 from pglab.probes.os_probes.common import CLK_TCK, PROC, read_stat
 
 

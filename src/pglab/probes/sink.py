@@ -13,7 +13,6 @@ timeseries.parquet and events.parquet.
 from __future__ import annotations
 
 import csv
-import datetime as dt
 import json
 import shutil
 import threading
@@ -24,39 +23,25 @@ import polars as pl
 
 from pglab.events import Event
 from pglab.probes.base import ProbeOutput, Sample
-from pglab.store import write_parquet
-
-SchemaType = dict[str, pl.DataType | type[pl.DataType]]
-TIMESERIES_SCHEMA: SchemaType = {
-    "t": pl.Datetime("us", "UTC"),
-    "node": pl.Utf8,
-    "source": pl.Utf8,
-    "metric": pl.Utf8,
-    "label": pl.Utf8,
-    "value": pl.Float64,
-}
-EVENTS_SCHEMA: SchemaType = {
-    "t_start": pl.Datetime("us", "UTC"),
-    "t_end": pl.Datetime("us", "UTC"),
-    "node": pl.Utf8,
-    "kind": pl.Utf8,
-    "attrs": pl.Utf8,
-}
-
-
-def _iso(t: dt.datetime) -> str:
-    return t.astimezone(dt.timezone.utc).isoformat(timespec="microseconds")
-
+from pglab.results import files
+from pglab.results.files import write_parquet
+from pglab.results.spool import (
+    event_record,
+    events_frame,
+    iso_us,
+    read_events_jsonl,
+    read_samples_csv,
+)
 
 FLUSH_EVERY_S = 0.25
 
 
 class TelemetrySink:
     def __init__(self, run_dir: Path) -> None:
-        self.dir = run_dir / "telemetry"
+        self.dir = run_dir / files.SPOOL
         self.dir.mkdir(exist_ok=True)
-        self._samples = open(self.dir / "samples.csv", "a", newline="")  # noqa: SIM115
-        self._events = open(self.dir / "events.jsonl", "a")  # noqa: SIM115
+        self._samples = open(self.dir / files.SPOOL_SAMPLES, "a", newline="")  # noqa: SIM115
+        self._events = open(self.dir / files.SPOOL_EVENTS, "a")  # noqa: SIM115
         self._writer = csv.writer(self._samples)
         self.sample_count = 0
         self.event_count = 0
@@ -92,7 +77,7 @@ class TelemetrySink:
             for out in batches:
                 for s in out.samples:
                     if s.t is not last_t:  # a batch's samples mostly share one time
-                        last_t, stamp = s.t, _iso(s.t)
+                        last_t, stamp = s.t, iso_us(s.t)
                     rows.append((stamp, s.node, s.source, s.metric, s.label, repr(s.value)))
             self._writer.writerows(rows)
             self._events.writelines(json.dumps(event_record(e)) + "\n"
@@ -110,66 +95,16 @@ class TelemetrySink:
             self._events.close()
 
 
-def event_record(event: Event) -> dict[str, Any]:
-    return {
-        "t_start": _iso(event.t_start),
-        "t_end": _iso(event.t_end) if event.t_end else None,
-        "node": event.node,
-        "kind": event.kind,
-        "attrs": event.attrs_json(),
-    }
-
-
-def read_samples_csv(path: Path) -> pl.DataFrame:
-    if not path.is_file() or path.stat().st_size == 0:
-        return pl.DataFrame(schema=TIMESERIES_SCHEMA)
-    frame = pl.read_csv(
-        path, has_header=False, new_columns=list(TIMESERIES_SCHEMA),
-        schema_overrides={"t": pl.Utf8, "node": pl.Utf8, "source": pl.Utf8, "metric": pl.Utf8,
-                          "label": pl.Utf8, "value": pl.Float64},
-        truncate_ragged_lines=True, ignore_errors=True,  # a cut last line (kill -9)
-    )
-    return (
-        frame.with_columns(pl.col("t").str.to_datetime(time_zone="UTC", time_unit="us",
-                                                       strict=False),
-                           pl.col("label").fill_null(""))
-        .drop_nulls(["t", "value"])
-        .sort("t", "node", "source", "metric", "label")
-    )
-
-
-def read_events_jsonl(path: Path) -> pl.DataFrame:
-    rows = []
-    if path.is_file():
-        for line in path.read_text(errors="replace").splitlines():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # a cut last line
-    return events_frame(rows)
-
-
-def events_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
-    if not rows:
-        return pl.DataFrame(schema=EVENTS_SCHEMA)
-    text_schema: SchemaType = dict.fromkeys(EVENTS_SCHEMA, pl.Utf8)
-    frame = pl.DataFrame(rows, schema=text_schema)
-    return frame.with_columns(
-        pl.col("t_start").str.to_datetime(time_zone="UTC", time_unit="us", strict=False),
-        pl.col("t_end").str.to_datetime(time_zone="UTC", time_unit="us", strict=False),
-    ).sort("t_start", "node", "kind")
-
-
 def consolidate(run_dir: Path, extra_events: list[Event] | None = None) -> tuple[int, int]:
     """telemetry/*.csv|jsonl -> timeseries.parquet, events.parquet; returns row counts."""
-    tdir = run_dir / "telemetry"
-    samples = read_samples_csv(tdir / "samples.csv")
-    events = read_events_jsonl(tdir / "events.jsonl")
+    tdir = run_dir / files.SPOOL
+    samples = read_samples_csv(tdir / files.SPOOL_SAMPLES)
+    events = read_events_jsonl(tdir / files.SPOOL_EVENTS)
     if extra_events:
         events = pl.concat([events, events_frame([event_record(e) for e in extra_events])])
         events = events.sort("t_start", "node", "kind")
-    write_parquet(run_dir / "timeseries.parquet", samples)
-    write_parquet(run_dir / "events.parquet", events)
+    write_parquet(run_dir / files.TIMESERIES, samples)
+    write_parquet(run_dir / files.EVENTS, events)
     # The Parquet files now hold everything; the incremental files were only a safety net.
     shutil.rmtree(tdir, ignore_errors=True)
     return samples.height, events.height

@@ -15,6 +15,7 @@ import polars as pl
 
 from pglab.events import attrs_summary
 from pglab.report.html_series import seconds_since
+from pglab.results.manifest import Manifest
 
 # lane -> the event kinds drawn in it (docs/TELEMETRY.md, "Events"), and its colour.
 LANES: list[tuple[str, tuple[str, ...], str]] = [
@@ -55,8 +56,8 @@ def _text(kind: str, attrs: dict[str, Any]) -> str:
     return kind + (": " + summary if summary else "")
 
 
-def _segment_bytes(manifest: dict[str, Any]) -> int:
-    size = str(((manifest.get("nodes") or {}).get("primary") or {}).get("wal_segment_size", ""))
+def _segment_bytes(manifest: Manifest) -> int:
+    size = str(manifest.node().get("wal_segment_size", ""))
     match = _SEGMENT.match(size)
     if not match:
         return 16 * 1024 * 1024
@@ -64,7 +65,7 @@ def _segment_bytes(manifest: dict[str, Any]) -> int:
 
 
 def _wal_files_from_io(ts: pl.DataFrame | None, t0_us: int,
-                       manifest: dict[str, Any]) -> list[list[Any]]:
+                       manifest: Manifest) -> list[list[Any]]:
     """Seconds in which new WAL segments were written (pg_stat_io context init, PG18)."""
     if ts is None:
         return []
@@ -90,7 +91,7 @@ _LASTING = ("checkpoint", "lock-wait", "recovery")
 
 
 def event_lanes(events: pl.DataFrame | None, ts: pl.DataFrame | None, t0_us: int,
-                manifest: dict[str, Any], x_end: float) -> dict[str, Any]:
+                manifest: Manifest, x_end: float) -> dict[str, Any]:
     """{"names": [...], "colors": [...], "items": [[start, end, lane, colour, text], ...]}.
 
     `x_end` (seconds since t0) is where unfinished events are drawn to.

@@ -14,11 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from pglab import __version__
-from pglab.report.findings import verdict_basis
-from pglab.report.html import ReportModel, build_model
 from pglab.report.html_series import WAIT_CLASS_COLORS
+from pglab.report.model import ReportModel, build_model
+from pglab.results import files
+from pglab.results.analysis_doc import verdict_basis
+from pglab.results.files import write_text
+from pglab.results.manifest import Manifest
 from pglab.storage.describe import lines as storage_lines
-from pglab.store import write_text
 
 
 def asset(name: str) -> str:
@@ -55,23 +57,23 @@ def _kv(rows: list[tuple[str, Any]]) -> str:
 
 def _header(model: ReportModel) -> str:
     m = model.run.manifest
-    version = ((m.get("nodes") or {}).get("primary") or {}).get("server_version", "?")
-    variant = ", ".join(f"{k}={v}" for k, v in (m.get("variant") or {}).items())
+    version = m.node().get("server_version", "?")
+    variant = ", ".join(f"{k}={v}" for k, v in m.variant.items())
     status = model.run.status
     reason = f" — {escape(model.run.reason)}" if model.run.reason else ""
-    desc = (m.get("scenario") or {}).get("description") or ""
-    started = str(m.get("started_at")).replace("Z", "")
-    return (f'<header class="top"><h1>{escape(str(m.get("scenario_name")))}'
+    desc = m.scenario.get("description") or ""
+    started = str(m.started_at).replace("Z", "")
+    return (f'<header class="top"><h1>{escape(m.scenario_name)}'
             f'<span class="status {escape(status)}">{escape(status)}</span></h1>'
-            f'<div class="sub">run {escape(str(m.get("run_id")))} · PostgreSQL '
+            f'<div class="sub">run {escape(m.run_id)} · PostgreSQL '
             f'{escape(str(version))} · started {escape(started)} UTC'
             f'{" · " + escape(variant) if variant else ""}{reason}</div>'
             f'{"<div class=sub>" + escape(desc) + "</div>" if desc else ""}</header>')
 
 
 def _cards(model: ReportModel) -> str:
-    measured = (model.run.manifest.get("results") or {}).get("measured") or {}
-    summary = (model.analysis or {}).get("summary") or {}
+    measured = model.run.manifest.measured
+    summary = model.analysis.summary if model.analysis is not None else {}
     cards = [("TPS", _num(measured.get("tps"), 1)),
              ("latency avg", _num(measured.get("lat_avg_ms")) + " ms"),
              ("p50", _num(measured.get("lat_p50_ms")) + " ms"),
@@ -153,15 +155,14 @@ def _verdict(model: ReportModel) -> str:
     if model.analysis is None:
         return ('<h2>Verdict</h2><p class="empty">not analysed — run <code>pglab analyze '
                 f'{escape(str(model.run.path))}</code>, then report again.</p>')
-    stalls = model.analysis.get("stalls") or []
+    stalls = model.analysis.stalls
     html = ["<h2>Verdict</h2><div class='verdict'>"]
-    if model.analysis.get("partial"):
-        missing = ", ".join(map(str, model.analysis.get("missing") or []))
+    if model.analysis.partial:
+        missing = ", ".join(map(str, model.analysis.missing))
         html.append(f'<p class="empty">partial analysis: missing {escape(missing)}</p>')
-    steady = [c for c in (model.analysis.get("steady_state") or {}).get("causes") or []
-              if isinstance(c, dict)]
-    top = (model.analysis.get("summary") or {}).get("verdict")
-    if isinstance(top, dict):
+    steady = model.analysis.steady_causes
+    top = model.analysis.verdict
+    if top is not None:
         html.append(f"<p>Top cause: <b>{escape(str(top.get('cause')))}</b> "
                     f"({escape(verdict_basis(top))})</p>")
     if not stalls:
@@ -174,7 +175,7 @@ def _verdict(model: ReportModel) -> str:
         html.append(f"<p>{len(stalls)} stall(s); most likely causes first. "
                     "Click a time to zoom the timelines there.</p>")
         html += [_stall_html(s, model.timeline["t0"]) for s in stalls if isinstance(s, dict)]
-    recs = [r for r in model.analysis.get("recommendations") or [] if isinstance(r, dict)]
+    recs = [r for r in model.analysis.recommendations if isinstance(r, dict)]
     if recs:
         rows = []
         for rec in recs:
@@ -193,7 +194,7 @@ def _verdict(model: ReportModel) -> str:
 
 
 def _statements(model: ReportModel) -> str:
-    pgb = (model.run.manifest.get("results") or {}).get("pgbench") or {}
+    pgb = model.run.manifest.pgbench
     groups: list[tuple[str, list[dict[str, Any]]]] = []
     if pgb.get("statements"):
         groups.append(("", pgb["statements"]))
@@ -234,29 +235,29 @@ def _top_waits(model: ReportModel) -> str:
 
 
 def _scenario(model: ReportModel) -> str:
-    s = model.run.manifest.get("scenario") or {}
-    w = s.get("workload") or {}
+    s = model.run.manifest.scenario
+    w = model.run.manifest.scenario_workload
     rows: list[tuple[str, Any]] = [
         ("workload", " + ".join(w.get("mix") or []) + " ".join(w.get("scripts") or [])),
         ("scale", w.get("scale")), ("clients", w.get("clients")), ("jobs", w.get("jobs")),
         ("duration", f"{w.get('duration')} s (warmup {w.get('warmup')} s)"),
         ("rate limit", w.get("rate") or None), ("protocol", w.get("protocol")),
         ("topology", json.dumps(s.get("topology"))),
-        ("envelope", json.dumps(model.run.manifest.get("envelope"))),
+        ("envelope", json.dumps(model.run.manifest.envelope)),
         ("storage", "; ".join(storage_lines(model.run.manifest)) or "the host's directory"),
         ("faults", "; ".join(json.dumps(f) for f in s.get("faults") or [])),
         ("overrides", ", ".join(f"{k}={v}" for k, v in
-                                (model.run.manifest.get("overrides") or {}).items())),
+                                model.run.manifest.overrides.items())),
     ]
-    toml = model.run.path / "scenario.toml"
+    toml = model.run.file(files.SCENARIO)
     source = (f"<details><summary>scenario.toml</summary><pre>{escape(toml.read_text())}</pre>"
               "</details>") if toml.is_file() else ""
     return _kv(rows) + source
 
 
 def _environment(model: ReportModel) -> str:
-    h = model.run.manifest.get("host") or {}
-    node = (model.run.manifest.get("nodes") or {}).get("primary") or {}
+    h = model.run.manifest.host
+    node = model.run.manifest.node()
     data = h.get("data_dir") or {}
     vm = h.get("vm") or {}
     mem = h.get("memory_bytes")
@@ -270,14 +271,14 @@ def _environment(model: ReportModel) -> str:
         ("transparent hugepages", h.get("transparent_hugepages")),
         ("WAL segment", node.get("wal_segment_size")),
         ("data checksums", node.get("data_checksums")),
-        ("pglab", model.run.manifest.get("pglab_version")),
+        ("pglab", model.run.manifest.pglab_version),
         ("observer", _observer_cost(model.run.manifest)),
     ])
 
 
-def _observer_cost(manifest: dict[str, Any]) -> str | None:
+def _observer_cost(manifest: Manifest) -> str | None:
     """`pglab observe`: its queries and CPU on each observed server."""
-    per_node = (manifest.get("telemetry") or {}).get("observer_per_node") or {}
+    per_node = (manifest.telemetry or {}).get("observer_per_node") or {}
     parts = []
     for node, cost in per_node.items():
         cpu = cost.get("server_cpu_pct_of_core")
@@ -288,8 +289,8 @@ def _observer_cost(manifest: dict[str, Any]) -> str | None:
 
 def _settings(model: ReportModel) -> str:
     m = model.run.manifest
-    asked = set(((m.get("scenario") or {}).get("server") or {}).get("settings") or {})
-    settings = ((m.get("nodes") or {}).get("primary") or {}).get("settings") or {}
+    asked = set((m.scenario.get("server") or {}).get("settings") or {})
+    settings = m.node_settings()
     if not settings:
         return '<p class="empty">not recorded</p>'
 
@@ -315,7 +316,7 @@ def render(model: ReportModel) -> str:
     """The whole page as one string."""
     notes = "".join(f"<li>{escape(n)}</li>" for n in model.notes)
     generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-    title = f"pglab · {model.run.manifest.get('scenario_name')} · {model.run.path.name}"
+    title = f"pglab · {model.run.manifest.scenario_name} · {model.run.path.name}"
     body = f"""{_header(model)}
 <main>
 {_cards(model)}
@@ -354,6 +355,6 @@ all charts move together · red bands are stalls</span></h2>
 
 def write_report(run_dir: Path) -> Path:
     """Build and write RUN/report.html (atomically); BadInput if RUN is not a run folder."""
-    path = run_dir / "report.html"
+    path = run_dir / files.REPORT
     write_text(path, render(build_model(run_dir)))
     return path

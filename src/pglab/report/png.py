@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pglab.errors import EnvironmentProblem
-from pglab.report.html import ReportModel
+from pglab.report.model import ReportModel
 
 # The charts worth a picture, in report order.
 MAIN_CHARTS = ("tps", "latency", "waits", "cpu", "disk_mbps", "memory", "replication")

@@ -7,7 +7,7 @@ no JavaScript needed); the page is one self-contained file like report.html.
 
 from __future__ import annotations
 
-import json
+import contextlib
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
@@ -17,7 +17,10 @@ from pglab import __version__
 from pglab.errors import BadInput
 from pglab.report.html_series import PALETTE
 from pglab.report.page import asset
-from pglab.store import write_text
+from pglab.results.files import STUDY_REPORT_SUFFIX, STUDY_SUFFIX, write_text
+from pglab.results.folder import is_run_folder, load_run
+from pglab.results.manifest import Manifest
+from pglab.results.study import read_study
 
 CLIENTS_KEY = "workload.clients"
 
@@ -52,41 +55,33 @@ def find_study(target: str, results_root: Path) -> Path:
     if path.is_file():
         return path
     if not target.endswith(".json") and results_root.is_dir():
-        found = sorted(results_root.glob(f"*/{target}.study.json"))
+        found = sorted(results_root.glob(f"*/{target}{STUDY_SUFFIX}"))
         if found:
             return found[-1]
     raise BadInput(f"{target}: neither a run folder, a .study.json file nor a study id "
                    f"found under {results_root}")
 
 
-def _clients(entry: dict[str, Any], manifest: dict[str, Any]) -> int | None:
+def _clients(entry: dict[str, Any], manifest: Manifest | None) -> int | None:
     value = (entry.get("variant") or {}).get(CLIENTS_KEY)
-    if value is None:
-        value = ((manifest.get("scenario") or {}).get("workload") or {}).get("clients")
+    if value is None and manifest is not None:
+        value = manifest.clients
     if isinstance(value, list):
         value = value[0] if value else None
     return int(value) if isinstance(value, (int, float)) else None
 
 
 def load_study(path: Path) -> Study:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise BadInput(f"{path}: not a readable study file ({exc})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
-        raise BadInput(f"{path}: not a pglab study file (no 'runs' list)")
+    document = read_study(path)
+    data = document.to_json()
     lines: dict[str, Line] = {}
-    for entry in data["runs"]:
-        if not isinstance(entry, dict):
-            continue
-        manifest: dict[str, Any] = {}
+    for entry in document.runs:
+        manifest: Manifest | None = None
         run_dir = path.parent / str(entry.get("path", ""))
-        if (run_dir / "manifest.json").is_file():
-            try:
-                manifest = json.loads((run_dir / "manifest.json").read_text())
-            except (OSError, json.JSONDecodeError):
-                manifest = {}
-        measured = (manifest.get("results") or {}).get("measured") or entry
+        if is_run_folder(run_dir):
+            with contextlib.suppress(BadInput):  # the study file's own figures then
+                manifest = load_run(run_dir).manifest
+        measured = (manifest.measured if manifest is not None else {}) or entry
         clients = _clients(entry, manifest)
         if clients is None:
             continue
@@ -218,6 +213,6 @@ def write_study_report(study_path: Path) -> Path:
     study = load_study(study_path)
     if not study.lines:
         raise BadInput(f"{study_path}: the study lists no run with a client count")
-    out = study_path.with_name(study_path.name.replace(".study.json", "") + ".report.html")
+    out = study_path.with_name(study_path.name.removesuffix(STUDY_SUFFIX) + STUDY_REPORT_SUFFIX)
     write_text(out, render_study(study))
     return out

@@ -1,6 +1,6 @@
 """stderr logs: plain text written with a log_line_prefix that has a time escape.
 
-Two scanners: the fast one of stderr_shaped for the `%m [%p] ` / `%t [%p] ` prefix shape
+Two scanners: the fast one of stderr_fast for the `%m [%p] ` / `%t [%p] ` prefix shape
 (chosen when the first message lines of the log have it) and a general one here for any
 prefix with a time escape (found anywhere in the prefix; the pid as `[%p]`, `pid=%p` or
 the first free-standing number).
@@ -15,10 +15,10 @@ import re
 from datetime import datetime
 
 from pglab.events import Event
-from pglab.serverlog import stderr_shaped
+from pglab.serverlog import stderr_fast
 from pglab.serverlog.extractor import EventExtractor
 from pglab.serverlog.records import LogRecord, ParseStats, TimestampParser
-from pglab.serverlog.stderr_shaped import ATTACHED, SEVERITIES, last_message_start, scan_shaped
+from pglab.serverlog.stderr_fast import ATTACHED, SEVERITIES, last_message_start, scan_shaped
 from pglab.serverlog.triggers import LOG_TRIGGERS
 
 # ":  " follows the severity word. As the literal start of the pattern it lets the regex
@@ -59,7 +59,7 @@ class StderrDecoder:
         self._ts = timestamps
         self._all = not candidates_only
         self._heads = _ANY_SEVERITY_RE if self._all else _CANDIDATE_RE
-        self._shape_re = stderr_shaped.ANY_RE if self._all else stderr_shaped.CANDIDATE_RE
+        self._shape_re = stderr_fast.ANY_RE if self._all else stderr_fast.CANDIDATE_RE
         self._shaped: bool | None = None
         self._buf = "\n"
 
@@ -102,7 +102,7 @@ class StderrDecoder:
         """Records (and events, given an extractor) in buf; and where the text to keep
         for next time starts (the newline before the first line not consumed)."""
         if self._shaped is None:
-            self._shaped = stderr_shaped.looks_shaped(buf)
+            self._shaped = stderr_fast.looks_shaped(buf)
         # Only whole lines are looked at; a partial last line waits for more text.
         safe_end = len(buf) if final else buf.rfind("\n") + 1
         if self._shaped:

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from pglab.results.manifest import Manifest
 
-def volumes(manifest: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+
+def volumes(manifest: Manifest) -> list[tuple[str, str, dict[str, Any]]]:
     """(node, role, volume record) for every volume the run made, primary first."""
-    found = []
-    for node, facts in (manifest.get("nodes") or {}).items():
-        for volume in (facts or {}).get("storage") or []:
-            if isinstance(volume, dict):
-                found.append((str(node), str(volume.get("role", "data")), volume))
-    return found
+    return [(str(node), str(volume.get("role", "data")), volume)
+            for node in manifest.nodes for volume in manifest.node_storage(node)]
 
 
 def describe(volume: dict[str, Any]) -> str:
@@ -42,7 +40,7 @@ def describe(volume: dict[str, Any]) -> str:
     return text
 
 
-def lines(manifest: dict[str, Any]) -> list[str]:
+def lines(manifest: Manifest) -> list[str]:
     """One line per volume: 'primary data: xfs 1 GB ...'."""
     return [f"{node} {role}: {describe(volume)}" for node, role, volume in volumes(manifest)]
 

@@ -26,9 +26,9 @@ from typing import Any
 
 from pglab.errors import EnvironmentProblem, PglabError
 from pglab.scenario import DeviceSpec
+from pglab.scenario.disk_profiles import DiskFigures, profile_figures
 from pglab.storage.device_server import behaviour_from_limits, control
 from pglab.storage.filesystems import run_tool, unmount
-from pglab.storage.profiles import DiskFigures, profile_figures
 
 LOOP_MAX_REQUEST_KB = 128
 

@@ -21,14 +21,13 @@ from pathlib import Path
 
 import psutil
 
-from pglab.errors import BadInput, PglabError
+from pglab.errors import BadInput
 from pglab.lab.binaries import PgBinaries
-from pglab.lab.processes import deliver_pending, spawn, stop_child
+from pglab.lab.pgbench_init import pgbench_env
+from pglab.processes import deliver_pending, spawn, stop_child
 from pglab.scenario import Workload
 from pglab.workload.pgbench_output import (
-    InitTimings,
     ProgressLine,
-    parse_init_output,
     parse_progress_line,
 )
 from pglab.workload.txlog import TxLogSpec
@@ -41,34 +40,17 @@ EXTRA_SECONDS = 2
 FINISH_GRACE_S = 60.0
 
 
-def _env(conn_env: dict[str, str]) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
-    env.update(conn_env)
-    env["LC_ALL"] = "C"  # pgbench's decimal separators and messages as parsed
-    return env
-
-
-def init_data(bins: PgBinaries, conn_env: dict[str, str], scale: int) -> InitTimings | None:
-    """pgbench -i at `scale`; returns the phase timings pgbench printed."""
-    result = subprocess.run(
-        [str(bins.tool("pgbench")), "-i", "-s", str(scale)],
-        capture_output=True, text=True, env=_env(conn_env),
-    )
-    if result.returncode != 0:
-        last = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise PglabError(f"pgbench -i -s {scale} failed: {last}")
-    return parse_init_output(result.stderr + result.stdout)
-
-
 def txlog_spool_dir() -> Path | None:
     """A private dir in memory (tmpfs) for pgbench's transaction logs during the load.
 
     Appending them on the disk under test would entangle them with PostgreSQL's WAL
     fsyncs (ext4's ordered mode flushes other files' new blocks at each journal commit),
     which measurably lowers TPS; in memory they cost nothing. None where there is none.
+    The spools of pglab processes that died (kill -9) are removed first: memory is scarce.
     """
     if not (SPOOL_PARENT.is_dir() and os.access(SPOOL_PARENT, os.W_OK)):
         return None
+    reap_stale_spools()
     spool = Path(tempfile.mkdtemp(prefix="pglab-txlog-", dir=SPOOL_PARENT))
     (spool / "owner.pid").write_text(str(os.getpid()))  # for the reaper, after a kill -9
     return spool
@@ -199,7 +181,7 @@ def run(
     started = time.time()
     with open(stdout_path, "wb") as out:
         proc = spawn(cmd.argv, stdout=out, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                     cwd=raw_dir, env=_env(conn_env), cgroup_procs=cgroup_procs)
+                     cwd=raw_dir, env=pgbench_env(conn_env), cgroup_procs=cgroup_procs)
         assert proc.stderr is not None
         if on_started is not None:
             on_started(proc.pid)

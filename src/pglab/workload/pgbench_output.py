@@ -1,4 +1,4 @@
-"""Pure parsers for what pgbench prints: `-i` timings, `-P` progress lines, the summary.
+"""Pure parsers for what pgbench prints during a load: `-P` progress lines, the summary.
 
 Checked against real pgbench 15 and 18 output (tests/samples/pgbench/). The parsers never
 raise on odd input: lines they do not recognise are ignored and missing values are None.
@@ -18,57 +18,16 @@ Differences between versions that matter here:
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 from dataclasses import dataclass
 
-_NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
+from pglab.units import NUMBER, finite_float
+
+_NUM = NUMBER
 _NUM_OR_NAN = rf"(?:{_NUM}|[-+]?nan|[-+]?inf)"
 
 
-def _float(text: str) -> float | None:
-    """A float, or None for NaN/inf (pgbench prints those for empty statistics)."""
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if math.isfinite(value) else None
-
-
-# --- pgbench -i -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class InitTimings:
-    """`done in X s (phase Y s, ...)` of `pgbench -i`."""
-
-    total_s: float
-    phases: dict[str, float]  # e.g. {"drop tables": 0.0, "client-side generate": 1.2, ...}
-
-
-_INIT_DONE = re.compile(rf"^done in ({_NUM}) s(?:\s*\((.*?)(?:\)\.?)?)?\s*$")
-_INIT_PHASE = re.compile(rf"^(.*\S)\s+({_NUM}) s$")
-
-
-def parse_init_output(text: str) -> InitTimings | None:
-    """Timings from `pgbench -i` output (stderr); None if there is no `done in` line."""
-    found: InitTimings | None = None
-    for line in text.splitlines():
-        match = _INIT_DONE.match(line.strip())
-        if match is None:
-            continue
-        total = _float(match.group(1))
-        if total is None:
-            continue
-        phases: dict[str, float] = {}
-        for part in (match.group(2) or "").split(","):
-            phase = _INIT_PHASE.match(part.strip())
-            if phase is not None:
-                value = _float(phase.group(2))
-                if value is not None:
-                    phases[phase.group(1)] = value
-        found = InitTimings(total_s=total, phases=phases)  # the last one wins
-    return found
+_float = finite_float
 
 
 # --- progress (-P) ----------------------------------------------------------------------
@@ -441,12 +400,10 @@ def summary_to_dict(s: PgbenchSummary) -> dict[str, object]:
 
 
 __all__ = [
-    "InitTimings",
     "PgbenchSummary",
     "ProgressLine",
     "ScriptSummary",
     "StatementLatency",
-    "parse_init_output",
     "parse_progress_line",
     "parse_summary",
     "summary_to_dict",

@@ -24,8 +24,11 @@ from typing import Literal
 
 import polars as pl
 
+from pglab.results.schemas import CLIENT_SCHEMA
+
 US = 1_000_000
-STATUSES = ("ok", "skipped", "failed", "serialization", "deadlock")
+# The values of the per-transaction `status` column (TX_SCHEMA).
+TX_STATUSES = ("ok", "skipped", "failed", "serialization", "deadlock")
 FAILURE_STATUSES = ("failed", "serialization", "deadlock")
 _NAMED_STATUSES = ("skipped", "failed", "serialization", "deadlock")
 _QUANTILE_METHOD: Literal["linear"] = "linear"
@@ -41,23 +44,6 @@ TX_SCHEMA: dict[str, pl.DataType] = {
     "retries": pl.Int32(),
 }
 
-SERIES_SCHEMA: dict[str, pl.DataType] = {
-    "t": pl.Datetime("us", "UTC"),
-    "job": pl.Int16(),
-    "warmup": pl.Boolean(),
-    "partial": pl.Boolean(),
-    "tps": pl.Float64(),
-    "failures": pl.Int64(),
-    "skipped": pl.Int64(),
-    "retries": pl.Int64(),
-    "lat_avg_ms": pl.Float64(),
-    "lat_p50_ms": pl.Float64(),
-    "lat_p95_ms": pl.Float64(),
-    "lat_p99_ms": pl.Float64(),
-    "lat_max_ms": pl.Float64(),
-    "lag_avg_ms": pl.Float64(),
-    "lag_max_ms": pl.Float64(),
-}
 
 
 @dataclass(frozen=True)
@@ -225,7 +211,7 @@ def per_second_series(tx: pl.DataFrame, warmup_s: int, sampling_rate: float = 1.
     t, then job with the all-jobs row first.
     """
     if tx.height == 0:
-        return pl.DataFrame(schema=SERIES_SCHEMA)
+        return pl.DataFrame(schema=CLIENT_SCHEMA)
     load_start, load_end = _load_bounds(tx)
     first, last = load_start // US, load_end // US
     data = tx.with_columns((pl.col("end_us") // US).alias("sec"))
@@ -251,8 +237,8 @@ def per_second_series(tx: pl.DataFrame, warmup_s: int, sampling_rate: float = 1.
         start_us.cast(pl.Datetime("us")).dt.replace_time_zone("UTC").alias("t"),
     )
     return (
-        out.select(list(SERIES_SCHEMA))
-        .cast(SERIES_SCHEMA)  # type: ignore[arg-type]
+        out.select(list(CLIENT_SCHEMA))
+        .cast(CLIENT_SCHEMA)  # type: ignore[arg-type]
         .sort(["t", "job"], nulls_last=False)
     )
 

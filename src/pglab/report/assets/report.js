@@ -1,6 +1,6 @@
 /* pglab report: timelines on canvas that share one UTC time axis.
    Wheel zooms around the cursor, drag pans, double-click resets; every chart follows.
-   Data: the JSON in <script id="pglab-data">, built by pglab/report/html.py. */
+   Data: the JSON in <script id="pglab-data">, built by pglab/report/model.py. */
 (function () {
   "use strict";
   var DATA = JSON.parse(document.getElementById("pglab-data").textContent);

@@ -13,9 +13,9 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from pglab.report.telemetry_summary import summarize, summary_lines
+from pglab.results.folder import StoredRun
 from pglab.storage.describe import lines as storage_lines
-from pglab.store import StoredRun
+from pglab.terminal.telemetry_summary import summarize, summary_lines
 from pglab.workload.pgbench_output import ProgressLine
 
 BARS = "▁▂▃▄▅▆▇█"
@@ -94,19 +94,19 @@ def measured_tps_series(series: pl.DataFrame | None) -> list[float]:
 
 def print_summary(console: Console, run: StoredRun) -> None:
     manifest = run.manifest
-    measured = manifest.get("results", {}).get("measured") or {}
+    measured = manifest.measured
     status = run.status
     colour = {"completed": "green", "failed": "red", "interrupted": "yellow"}.get(status, "white")
-    title = f"{manifest.get('scenario_name')} · {manifest.get('run_id')}"
-    variant = manifest.get("variant") or {}
+    title = f"{manifest.scenario_name} · {manifest.run_id}"
+    variant = manifest.variant
     if variant:
         title += " · " + ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in variant.items())
     console.print(f"[bold]{title}[/bold]  [{colour}]{status}[/{colour}]")
     if run.reason:
         console.print(f"  reason: {run.reason}")
-    node = (manifest.get("nodes") or {}).get("primary") or {}
+    node = manifest.node()
     if node:
-        clients = (manifest.get("scenario") or {}).get("workload", {}).get("clients")
+        clients = manifest.clients
         if isinstance(clients, list) and len(clients) == 1:
             clients = clients[0]
         console.print(f"  PostgreSQL {node.get('server_version')} "
@@ -135,7 +135,7 @@ def print_summary(console: Console, run: StoredRun) -> None:
     if telemetry is not None:
         for line in summary_lines(telemetry):
             console.print(f"  {line}", highlight=False)
-    cost = observer_line(manifest.get("telemetry") or {})
+    cost = observer_line(manifest.telemetry or {})
     if cost:
         console.print(f"  {cost}", highlight=False)
     console.print(f"  results: {run.path}")
@@ -154,15 +154,15 @@ def print_sweep(console: Console, runs: list[StoredRun]) -> None:
     """Throughput and latency per sweep point, like a capacity table."""
     if len(runs) < 2:
         return
-    axes = sorted({k for r in runs for k in (r.manifest.get("variant") or {})})
+    axes = sorted({k for r in runs for k in r.manifest.variant})
     table = Table(title="sweep", header_style="bold")
     for axis in axes:
         table.add_column(axis.rsplit(".", 1)[-1], justify="right")
     for column in ("TPS", "avg ms", "p95 ms", "p99 ms", "status"):
         table.add_column(column, justify="right")
     for run in runs:
-        variant = run.manifest.get("variant") or {}
-        measured = run.manifest.get("results", {}).get("measured") or {}
+        variant = run.manifest.variant
+        measured = run.manifest.measured
         table.add_row(
             *[str(variant.get(a, "")) for a in axes],
             f"{measured.get('tps', 0):,.1f}" if measured else "-",

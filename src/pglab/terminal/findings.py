@@ -7,6 +7,8 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from pglab.results.analysis_doc import AnalysisDocument, verdict_basis
+
 MAX_STALLS = 8  # the worst ones; the rest are in analysis.json
 
 
@@ -26,18 +28,6 @@ def _stall_line(stall: dict[str, Any]) -> str:
             f"transactions lost)")
 
 
-def verdict_basis(verdict: dict[str, Any]) -> str:
-    """Why the verdict's cause is the run's top cause, in words."""
-    conf = verdict.get("confidence")
-    conf_text = f"confidence {conf:.2f}, " if isinstance(conf, (int, float)) else ""
-    if verdict.get("basis") == "steady-state":
-        return f"{conf_text}held the whole run back; no stall"
-    lost = verdict.get("lost_transactions")
-    if isinstance(lost, int):
-        return f"{conf_text}first cause of the stalls that lost {lost:,} transactions"
-    return "no stall could be attributed"
-
-
 def _print_causes(console: Console, causes: list[dict[str, Any]], indent: str) -> None:
     for cause in causes[:3]:
         style = "dim" if cause["cause"] == "unknown" else "cyan"
@@ -48,9 +38,9 @@ def _print_causes(console: Console, causes: list[dict[str, Any]], indent: str) -
             console.print(f"{indent}  - {escape(line)}", highlight=False)
 
 
-def print_findings(console: Console, analysis: dict[str, Any]) -> None:
+def print_findings(console: Console, analysis: AnalysisDocument) -> None:
     """Summary, the worst stalls with their ranked causes, then the recommendations."""
-    summary = analysis.get("summary") or {}
+    summary = analysis.summary
     console.print(
         f"[bold]analysis[/bold]: median {summary.get('tps_median', 0):,.0f} TPS, "
         f"CV {summary.get('tps_cv', 0):.2f}, degraded {summary.get('degraded_pct', 0):.1f}% "
@@ -61,24 +51,24 @@ def print_findings(console: Console, analysis: dict[str, Any]) -> None:
         also = " like the checkpoints" if periodic.get("matches_checkpoints") else ""
         console.print(f"  stalls recur every {periodic['period_s']:g} s{also} "
                       f"({periodic['windows']} windows)")
-    for note in analysis.get("missing") or []:
+    for note in analysis.missing:
         console.print(f"  [yellow]missing[/yellow] {escape(note)}")
-    verdict = summary.get("verdict")
-    if isinstance(verdict, dict):
+    verdict = analysis.verdict
+    if verdict is not None:
         console.print(f"  top cause [bold cyan]{verdict.get('cause')}[/bold cyan] "
                       f"({escape(verdict_basis(verdict))})", highlight=False)
-    steady = (analysis.get("steady_state") or {}).get("causes") or []
+    steady = analysis.steady_causes
     if steady:
         console.print("  [bold]held back over the whole run[/bold]")
         _print_causes(console, steady, "    ")
-    stalls = sorted(analysis.get("stalls") or [], key=lambda s: s["lost_transactions"],
+    stalls = sorted(analysis.stalls, key=lambda s: s["lost_transactions"],
                     reverse=True)
     for stall in stalls[:MAX_STALLS]:
         console.print(f"  [bold]{escape(_stall_line(stall))}[/bold]")
         _print_causes(console, stall["causes"], "    ")
     if len(stalls) > MAX_STALLS:
         console.print(f"  ... {len(stalls) - MAX_STALLS} smaller stall(s) in analysis.json")
-    recommendations = analysis.get("recommendations") or []
+    recommendations = analysis.recommendations
     if recommendations:
         console.print("[bold]recommendations[/bold]")
     for rec in recommendations:

@@ -8,13 +8,13 @@ The `timeline` part is what the page's JavaScript draws; the rest are tables.
 from __future__ import annotations
 
 import datetime as dt
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
+from pglab.errors import BadInput
 from pglab.report.html_events import event_lanes
 from pglab.report.html_series import (
     PALETTE,
@@ -26,14 +26,17 @@ from pglab.report.html_series import (
     wait_charts,
     wide,
 )
-from pglab.store import StoredRun, load_run
+from pglab.results import files
+from pglab.results.analysis_doc import AnalysisDocument
+from pglab.results.folder import StoredRun, load_run
+from pglab.results.manifest import Manifest
 
 
 @dataclass
 class ReportModel:
     run: StoredRun
     timeline: dict[str, Any]  # drawn by report.js
-    analysis: dict[str, Any] | None  # analysis.json, None when not analysed
+    analysis: AnalysisDocument | None  # analysis.json, None when not analysed
     top_waits: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # charts left out, and why
 
@@ -75,16 +78,16 @@ def _client_charts(client: pl.DataFrame, t0_us: int) -> list[Chart]:
     return [tps, latency]
 
 
-def _envelope_limits(manifest: dict[str, Any], keys: dict[str, str]) -> list[tuple[str, float]]:
+def _envelope_limits(manifest: Manifest, keys: dict[str, str]) -> list[tuple[str, float]]:
     """The primary's disk limits (MiB/s, IOPS): as applied when recorded, else as asked."""
-    applied = ((((manifest.get("nodes") or {}).get("primary") or {}).get("envelope") or {})
+    applied = (manifest.node_envelope()
                .get("limits"))
-    disk = applied or ((manifest.get("envelope") or {}).get("disk")) or {}
+    disk = applied or manifest.envelope.get("disk") or {}
     return [(label, float(disk[key])) for key, label in keys.items()
             if isinstance(disk.get(key), (int, float)) and disk[key] > 0]
 
 
-def _telemetry_charts(ts: pl.DataFrame, t0_us: int, manifest: dict[str, Any],
+def _telemetry_charts(ts: pl.DataFrame, t0_us: int, manifest: Manifest,
                       notes: list[str]) -> list[Chart]:
     charts: list[Chart] = []
 
@@ -139,9 +142,9 @@ def _telemetry_charts(ts: pl.DataFrame, t0_us: int, manifest: dict[str, Any],
     return charts
 
 
-def _stalls(analysis: dict[str, Any] | None, t0_us: int) -> list[list[Any]]:
+def _stalls(analysis: AnalysisDocument | None, t0_us: int) -> list[list[Any]]:
     out: list[list[Any]] = []
-    for stall in (analysis or {}).get("stalls") or []:
+    for stall in analysis.stalls if analysis is not None else []:
         try:
             start = _iso_offset(stall["start"], t0_us)
             end = _iso_offset(stall["end"], t0_us)
@@ -158,35 +161,27 @@ def _iso_offset(value: str, t0_us: int) -> float:
     return round(t.timestamp() - t0_us / 1e6, 1)
 
 
-def _started_us(manifest: dict[str, Any]) -> int:
+def _started_us(manifest: Manifest) -> int:
     try:
-        started = dt.datetime.fromisoformat(str(manifest.get("started_at")).replace("Z", "+00:00"))
+        started = dt.datetime.fromisoformat(str(manifest.started_at).replace("Z", "+00:00"))
     except ValueError:
         return 0
     return int(started.timestamp()) * 1_000_000
 
 
-def read_analysis(run_dir: Path) -> dict[str, Any] | None:
-    """analysis.json as pglab analyze wrote it, or None (not analysed, or unreadable)."""
-    path = run_dir / "analysis.json"
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def build_model(run_dir: Path) -> ReportModel:
     """Everything the report shows, from the folder alone; BadInput if it is not a run."""
     run = load_run(run_dir)
-    client = _read(run_dir / "client.parquet")
-    ts = _read(run_dir / "timeseries.parquet")
-    events = _read(run_dir / "events.parquet")
-    analysis = read_analysis(run_dir)
-    t0_us = _t0_us(client, ts)
+    client = _read(run.file(files.CLIENT))
+    ts = _read(run.file(files.TIMESERIES))
+    events = _read(run.file(files.EVENTS))
     notes: list[str] = []
+    try:
+        analysis = run.analysis()
+    except BadInput as exc:  # the report still shows the run; it says why no verdict
+        analysis = None
+        notes.append(str(exc))
+    t0_us = _t0_us(client, ts)
     if t0_us is None:  # e.g. failed before the load: the report still says what happened
         notes.append("No client or telemetry data: the run " + run.status
                      + (f" ({run.reason})" if run.reason else ""))
@@ -224,4 +219,4 @@ def build_model(run_dir: Path) -> ReportModel:
     return ReportModel(run, timeline, analysis, top_waits, notes)
 
 
-__all__ = ["ReportModel", "build_model", "read_analysis"]
+__all__ = ["ReportModel", "build_model"]

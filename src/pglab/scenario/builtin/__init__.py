@@ -5,7 +5,7 @@ from __future__ import annotations
 from importlib import resources
 
 from pglab.errors import BadInput
-from pglab.scenario import LoadedScenario, load_text
+from pglab.scenario.loading import LoadedScenario, load_text
 
 
 def builtin_names() -> list[str]:

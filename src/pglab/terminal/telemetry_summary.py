@@ -9,6 +9,8 @@ from typing import Any
 
 import polars as pl
 
+from pglab.results import files
+
 
 @dataclass(frozen=True)
 class TelemetrySummary:
@@ -55,7 +57,7 @@ def _peak_total(ts: pl.DataFrame, source: str, metric: str) -> float | None:
 
 def summarize(run_dir: Path, node: str = "primary") -> TelemetrySummary | None:
     """None when the run has no telemetry files."""
-    ts_path, ev_path = run_dir / "timeseries.parquet", run_dir / "events.parquet"
+    ts_path, ev_path = run_dir / files.TIMESERIES, run_dir / files.EVENTS
     if not ts_path.is_file() and not ev_path.is_file():
         return None
     ts = pl.read_parquet(ts_path) if ts_path.is_file() else pl.DataFrame()

@@ -1,31 +1,23 @@
-"""The scenario file: model, validation with one-line errors, --set overrides, variants.
+"""The scenario model: every table and key of a scenario file, typed and validated.
 
-A scenario is validated completely before anything starts. Every error names the file,
-the dotted key, the value and what was expected, on one line; unknown keys get a
-did-you-mean. PostgreSQL parameter names and values are checked later, against the
-started server's own pg_settings (see lab/settings.py).
+Frozen pydantic models; a validator checks what it can without a server (names,
+ranges, units, the disk profile and kernel knob registries). PostgreSQL parameter names
+and values are checked later, against the started server's own pg_settings
+(lab/settings.py). docs/SCENARIO.md describes each key.
 """
 
 from __future__ import annotations
 
-import copy
-import difflib
-import itertools
 import re
-import sys
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Annotated, Any, Literal, get_args, get_origin
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
-from pglab.errors import BadInput
+from pglab.errors import did_you_mean
+from pglab.scenario.disk_profiles import DiskFigures, profile_figures
+from pglab.scenario.envelope_limits import EnvelopeLimits, cpu_list
+from pglab.scenario.kernel_knobs import check_knobs
 from pglab.units import DURATION_HINT, SIZE_HINT, parse_duration, parse_size
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
 
 BUILTIN_SCRIPTS = ("tpcb-like", "simple-update", "select-only")
 # Named mixes expand to weighted builtins; "read-intensive" is the common 80/20 read/write mix.
@@ -107,13 +99,11 @@ class Envelope(StrictModel):
     cpuset: str | None = None  # CPUs to pin to, like "0" or "0-1,3"
     memory: Size | None = None  # page cache included, like a container's limit
     disk: DiskLimits = DiskLimits()
-    disk_profile: str | None = None  # like "cloud-ssd:300GB", see lab/envelope.py
+    disk_profile: str | None = None  # like "cloud-ssd:300GB", see envelope_limits.py
 
     @field_validator("cpuset")
     @classmethod
     def _cpuset(cls, value: str | None) -> str | None:
-        from pglab.lab.envelope import cpu_list
-
         if value is not None:
             cpu_list(value)
         return value
@@ -128,16 +118,26 @@ class Envelope(StrictModel):
     @field_validator("disk_profile")
     @classmethod
     def _profile(cls, value: str | None) -> str | None:
-        from pglab.storage.profiles import profile_figures
-
         if value is not None:
             profile_figures(value)
         return value
 
     def is_unlimited(self) -> bool:
-        from pglab.lab.envelope import resolve_envelope
-
         return resolve_envelope(self).is_unlimited()
+
+
+def resolve_envelope(envelope: Envelope) -> EnvelopeLimits:
+    """Merge the profile's disk figures with explicit `disk` values (explicit wins)."""
+    base = profile_figures(envelope.disk_profile) if envelope.disk_profile else DiskFigures()
+    disk = envelope.disk
+    return EnvelopeLimits(
+        cpus=envelope.cpus, cpuset=envelope.cpuset, memory=envelope.memory,
+        write_mbps=base.write_mbps if disk.write_mbps is None else disk.write_mbps,
+        read_mbps=base.read_mbps if disk.read_mbps is None else disk.read_mbps,
+        write_iops=base.write_iops if disk.write_iops is None else disk.write_iops,
+        read_iops=base.read_iops if disk.read_iops is None else disk.read_iops,
+        disk_profile=envelope.disk_profile,
+    )
 
 
 class DeviceSpec(StrictModel):
@@ -203,8 +203,6 @@ def _flat_knobs(value: Any, prefix: str = "") -> Any:
 
 
 def _kernel_knobs(value: Any) -> Any:
-    from pglab.lab.kernel import check_knobs
-
     # Checked before pydantic coerces anything (true is not a swappiness of 1).
     flat = _flat_knobs(value)
     return check_knobs(flat) if isinstance(flat, dict) else flat
@@ -280,7 +278,7 @@ class Workload(StrictModel):
             name, _, weight = entry.partition("@")
             if name not in BUILTIN_SCRIPTS and name not in NAMED_MIXES:
                 known = [*BUILTIN_SCRIPTS, *NAMED_MIXES]
-                raise ValueError(f"unknown builtin '{name}'{_did_you_mean(name, known)}")
+                raise ValueError(f"unknown builtin '{name}'{did_you_mean(name, known)}")
             if name in NAMED_MIXES and weight:
                 raise ValueError(f"'{name}' is a named mix and takes no @weight")
             if weight and not re.fullmatch(r"[1-9]\d*", weight):
@@ -342,7 +340,7 @@ class Telemetry(StrictModel):
         names = probe_names()
         for name in value:
             if name not in names:
-                raise ValueError(f"unknown probe '{name}'{_did_you_mean(name, names)}; "
+                raise ValueError(f"unknown probe '{name}'{did_you_mean(name, names)}; "
                                  "see `pglab probes`")
         return value
 
@@ -370,7 +368,7 @@ class Scenario(StrictModel):
     server: ServerSpec = ServerSpec()
     envelope: Envelope = Envelope()
     storage: StorageSpec = StorageSpec()  # the primary's (storage/)
-    # Machine-wide knobs set for the run and restored after (lab/kernel.py: KNOBS).
+    # Machine-wide knobs set for the run and restored after (kernel_knobs.py: KNOBS).
     kernel: Annotated[dict[str, int | str], BeforeValidator(_kernel_knobs)] = Field(
         default_factory=dict)
     topology: Topology = Topology()
@@ -397,252 +395,3 @@ class Scenario(StrictModel):
             return self.storage
         return self.node_spec(name).storage or StorageSpec()
 
-
-# --- loading, errors ---------------------------------------------------------------------
-
-_EXPECTED = {
-    "int_type": "expected a whole number",
-    "int_parsing": "expected a whole number",
-    "int_from_float": "expected a whole number",
-    "float_type": "expected a number",
-    "float_parsing": "expected a number",
-    "bool_type": "expected true or false",
-    "bool_parsing": "expected true or false",
-    "string_type": "expected a string",
-    "list_type": "expected a list",
-    "dict_type": "expected a table",
-    "model_type": "expected a table",
-    "model_attributes_type": "expected a table",
-}
-
-
-def _did_you_mean(word: str, choices: list[str] | tuple[str, ...], prefix: str = "") -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f" (did you mean '{prefix}{close[0]}'?)" if close else ""
-
-
-def _fields_at(path: tuple[str, ...]) -> list[str] | None:
-    """Field names of the model at a dotted path, or None where any key is allowed."""
-    model: type[BaseModel] = Scenario
-    parts = list(path)
-    while parts:
-        info = model.model_fields.get(parts.pop(0))
-        if info is None:
-            return None
-        annotation = info.annotation
-        value_type = get_args(annotation)[-1] if get_origin(annotation) is dict else None
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            model = annotation
-        elif isinstance(value_type, type) and issubclass(value_type, BaseModel) and parts:
-            parts.pop(0)  # a table of models such as [nodes.standby1]: any key, known fields
-            model = value_type
-        else:
-            return None
-    return list(model.model_fields)
-
-
-def _format_value(value: Any) -> str:
-    text = repr(value) if isinstance(value, str) else str(value).lower() if isinstance(
-        value, bool
-    ) else str(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _describe(err: Any, where: str) -> str:
-    loc = tuple(str(p) for p in err["loc"])
-    key = ".".join(loc)
-    kind = err["type"]
-    if kind == "extra_forbidden":
-        siblings = _fields_at(loc[:-1]) or []
-        prefix = "".join(f"{p}." for p in loc[:-1])
-        return f"{where}: unknown key '{key}'{_did_you_mean(loc[-1], siblings, prefix)}"
-    if kind == "missing":
-        return f"{where}: missing key '{key}'"
-    shown = err.get("input")
-    value = _format_value(shown)
-    ctx = err.get("ctx") or {}
-    if kind == "value_error":
-        expected = str(ctx.get("error", err["msg"]))
-    elif kind == "literal_error":
-        expected = f"expected one of {ctx.get('expected', '')}"
-    elif kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
-        sign = {"greater_than_equal": "≥", "greater_than": ">", "less_than_equal": "≤",
-                "less_than": "<"}[kind]
-        bound = next(iter(ctx.values()), "")
-        expected = f"expected a number {sign} {bound}"
-    elif kind == "string_pattern_mismatch":
-        expected = "expected lowercase letters, digits and '-' (like 'checkpoint-storm')"
-    else:
-        expected = _EXPECTED.get(kind, str(err["msg"]).lower())
-    if isinstance(shown, dict):  # the message names the offending entry itself
-        return f"{where}: {key}: {expected}"
-    return f"{where}: {key} = {value} is not valid: {expected}"
-
-
-def validate(raw: dict[str, Any], where: str) -> Scenario:
-    try:
-        return Scenario.model_validate(raw)
-    except ValidationError as exc:
-        errors = exc.errors()
-        message = _describe(errors[0], where)
-        if len(errors) > 1:
-            message += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
-        raise BadInput(message) from None
-
-
-def parse_override(text: str) -> tuple[str, Any]:
-    """'workload.clients=32' -> ('workload.clients', 32); values are TOML, else strings."""
-    key, sep, value = text.partition("=")
-    key = key.strip()
-    if not sep or not key:
-        raise BadInput(f"--set {text}: expected KEY=VALUE, like workload.clients=32")
-    value = value.strip()
-    try:
-        parsed: Any = tomllib.loads(f"v = {value}")["v"]
-    except tomllib.TOMLDecodeError:
-        parsed = value  # a bare word such as off, 512MB or on
-    check_key(key, f"--set {text}")
-    return key, parsed
-
-
-def check_key(key: str, where: str) -> None:
-    """Reject a dotted key that names no scenario field (server.settings.* is open)."""
-    parts = tuple(key.split("."))
-    for depth in range(1, len(parts) + 1):
-        fields = _fields_at(parts[: depth - 1])
-        if fields is None:
-            return  # inside an open table such as server.settings or args
-        if parts[depth - 1] not in fields:
-            bad = ".".join(parts[:depth])
-            prefix = "".join(f"{p}." for p in parts[: depth - 1])
-            hint = _did_you_mean(parts[depth - 1], fields, prefix)
-            raise BadInput(f"{where}: unknown key '{bad}'{hint}")
-
-
-def _drop_kernel_pair(raw: dict[str, Any], key: str) -> None:
-    """`--set kernel.vm.dirty_background_bytes=...` replaces the file's
-    vm.dirty_background_ratio: the kernel keeps one of a ratio/bytes pair (writing one
-    zeroes the other), so the override of either is an override of the pair."""
-    from pglab.lab.kernel import KNOBS
-
-    if not key.startswith("kernel."):
-        return
-    pair = next((k.pair for k in KNOBS if k.name == key[len("kernel."):] and k.pair), None)
-    kernel = raw.get("kernel")
-    if pair is None or not isinstance(kernel, dict):
-        return
-    kernel.pop(pair, None)  # written "vm.dirty_ratio" = 5 (quoted key)
-    head, _, tail = pair.partition(".")
-    nested = kernel.get(head)
-    if isinstance(nested, dict):  # written vm.dirty_ratio = 5 (a dotted TOML key)
-        nested.pop(tail, None)
-
-
-def set_dotted(raw: dict[str, Any], key: str, value: Any) -> None:
-    node = raw
-    parts = key.split(".")
-    for part in parts[:-1]:
-        child = node.get(part)
-        if not isinstance(child, dict):
-            child = {}
-            node[part] = child
-        node = child
-    node[parts[-1]] = value
-
-
-@dataclass(frozen=True)
-class Variant:
-    """One run's worth of scenario: the base plus the overrides that make this point."""
-
-    scenario: Scenario
-    overrides: dict[str, Any]  # the matrix/sweep point, e.g. {"workload.clients": 8}
-
-    @property
-    def clients(self) -> int:
-        return self.scenario.workload.clients[0]
-
-    def label(self) -> str:
-        return ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in self.overrides.items())
-
-
-@dataclass(frozen=True)
-class LoadedScenario:
-    path: Path | None  # None for a built-in scenario
-    source_text: str
-    raw: dict[str, Any]  # after --set overrides
-    overrides: list[tuple[str, Any]]
-    scenario: Scenario
-    variants: list[Variant] = field(default_factory=list)
-
-    @property
-    def where(self) -> str:
-        return str(self.path) if self.path else f"built-in scenario '{self.scenario.name}'"
-
-    @property
-    def base_dir(self) -> Path:
-        return self.path.parent if self.path else Path.cwd()
-
-
-def load_text(
-    text: str, where: str, overrides: list[str] | None = None, path: Path | None = None
-) -> LoadedScenario:
-    try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise BadInput(f"{where}: invalid TOML: {exc}") from None
-    parsed = [parse_override(o) for o in overrides or []]
-    merged = copy.deepcopy(raw)
-    for key, value in parsed:
-        _drop_kernel_pair(merged, key)
-        set_dotted(merged, key, value)
-    scenario = validate(merged, where)
-    loaded = LoadedScenario(path, text, merged, parsed, scenario)
-    variants = expand_variants(loaded)
-    _check_files(loaded)
-    return LoadedScenario(path, text, merged, parsed, scenario, variants)
-
-
-def load(path: Path, overrides: list[str] | None = None) -> LoadedScenario:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise BadInput(f"{path}: no such scenario file") from None
-    except IsADirectoryError:
-        raise BadInput(f"{path}: is a directory, expected a scenario .toml file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(f"{path}: cannot read: {exc}") from None
-    return load_text(text, str(path), overrides, path)
-
-
-def expand_variants(loaded: LoadedScenario) -> list[Variant]:
-    """One variant per matrix point times client count, in a stable order."""
-    axes: list[tuple[str, list[Any]]] = []
-    for key, values in loaded.scenario.matrix.items():
-        check_key(key, f"{loaded.where}: matrix")
-        if not values:
-            raise BadInput(f"{loaded.where}: matrix.{key} is empty: expected a list of values")
-        if key == "workload.clients":
-            raise BadInput(f"{loaded.where}: matrix.workload.clients: use workload.clients = [..]")
-        axes.append((key, values))
-    clients = loaded.scenario.workload.clients
-    if len(clients) > 1 or axes:
-        axes.append(("workload.clients", clients))
-    variants: list[Variant] = []
-    for point in itertools.product(*(values for _, values in axes)):
-        overrides = {key: value for (key, _), value in zip(axes, point, strict=True)}
-        raw = copy.deepcopy(loaded.raw)
-        raw.pop("matrix", None)
-        for key, value in overrides.items():
-            set_dotted(raw, key, value)
-        where = f"{loaded.where} (variant {overrides})" if overrides else loaded.where
-        variants.append(Variant(validate(raw, where), overrides))
-    return variants
-
-
-def _check_files(loaded: LoadedScenario) -> None:
-    for script, _ in loaded.scenario.workload.script_files():
-        path = loaded.base_dir / script
-        if not path.is_file():
-            raise BadInput(
-                f"{loaded.where}: workload.scripts: '{script}' not found (looked for {path})"
-            )

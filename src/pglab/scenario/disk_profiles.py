@@ -1,4 +1,5 @@
-"""Disk profiles: named clouds' disks, as bandwidth and IOPS derived from a volume size.
+"""The disk profile registry: named clouds' disks, as bandwidth and IOPS derived from a
+volume size. Pure data, checked by the scenario model.
 
 Used by a storage volume's device (`device = { profile = "cloud-ssd:300GB" }`, where the
 limits hold for every byte) and by a node's cgroup envelope (`[envelope] disk_profile`,
@@ -7,10 +8,10 @@ where cgroup v1 cannot throttle the kernel flusher's writeback).
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from pglab.errors import did_you_mean
 from pglab.units import parse_size
 
 _GIB = 1024**3
@@ -74,9 +75,8 @@ def profile_figures(spec: str) -> DiskFigures:
     name, sep, size = spec.partition(":")
     profile = next((p for p in DISK_PROFILES if p.name == name), None)
     if profile is None:
-        close = difflib.get_close_matches(name, PROFILE_NAMES, n=1, cutoff=0.6)
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
-        raise ValueError(f"unknown disk profile '{name}'{hint}; known: {', '.join(PROFILE_NAMES)}")
+        raise ValueError(f"unknown disk profile '{name}'{did_you_mean(name, PROFILE_NAMES)}; "
+                         f"known: {', '.join(PROFILE_NAMES)}")
     if not profile.sized:
         if sep:
             raise ValueError(f"disk profile '{name}' takes no size")

@@ -1,0 +1,173 @@
+"""Run folders: creating one, loading one, finding them, filtering them (`pglab ls`).
+
+results/<scenario>/<run-id>/ holds everything about one run (docs/RESULTS.md). The
+manifest is written when the run starts (status "running", with pglab's pid) and
+rewritten as it ends; a reader treats "running" with a dead pid as interrupted.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fnmatch
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import psutil
+
+from pglab.errors import BadInput, EnvironmentProblem
+from pglab.results import files
+from pglab.results.analysis_doc import AnalysisDocument, read_analysis
+from pglab.results.manifest import Manifest, read_manifest
+
+if TYPE_CHECKING:  # loaded by the readers that need it: `pglab ls` does not
+    import polars as pl
+
+
+@dataclass
+class RunFolder:
+    """A run folder being written."""
+
+    path: Path
+
+    @property
+    def raw(self) -> Path:
+        return self.path / files.RAW
+
+    def file(self, name: str) -> Path:
+        """One of the folder's files, by its name in `results.files`."""
+        return self.path / name
+
+    def write_manifest(self, manifest: Manifest) -> None:
+        files.write_json(self.path / files.MANIFEST, manifest.to_json())
+
+
+def create_run_folder(results_root: Path, scenario_name: str) -> RunFolder:
+    # Absolute: pgbench runs with raw/ as its working directory and writes logs there.
+    parent = results_root.absolute() / scenario_name
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(10):
+            path = parent / files.new_run_id()
+            try:
+                path.mkdir()
+                break
+            except FileExistsError:
+                continue
+        (path / files.RAW).mkdir()
+        probe = path / ".writable"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise EnvironmentProblem(
+            f"results dir {results_root}: cannot write there ({exc.strerror}); "
+            "choose another with --results DIR"
+        ) from None
+    return RunFolder(path)
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    """A run folder as written, read back."""
+
+    path: Path
+    manifest: Manifest
+
+    @property
+    def status(self) -> str:
+        """The recorded status; a 'running' run whose pglab is gone was interrupted."""
+        status = self.manifest.status or "unknown"
+        if status == "running" and not _alive(self.manifest.pid):
+            return "interrupted"
+        return status
+
+    @property
+    def reason(self) -> str | None:
+        if self.manifest.status == "running" and self.status == "interrupted":
+            return "pglab stopped without finishing (killed?)"
+        return str(self.manifest.reason) if self.manifest.reason else None
+
+    def file(self, name: str) -> Path:
+        """One of the folder's files, by its name in `results.files`."""
+        return self.path / name
+
+    def client_series(self) -> pl.DataFrame | None:
+        return self.parquet(files.CLIENT)
+
+    def parquet(self, name: str) -> pl.DataFrame | None:
+        """One of the folder's Parquet files as written, or None if it has none."""
+        import polars as pl
+
+        path = self.path / name
+        return pl.read_parquet(path) if path.is_file() else None
+
+    def analysis(self) -> AnalysisDocument | None:
+        """See `read_analysis`: None if not analysed, BadInput if unreadable."""
+        return read_analysis(self.path)
+
+
+def _alive(pid: Any) -> bool:
+    return isinstance(pid, int) and psutil.pid_exists(pid)
+
+
+def load_run(path: Path) -> StoredRun:
+    """A run folder; BadInput if `path` is not one (see read_manifest)."""
+    return StoredRun(path, read_manifest(path))
+
+
+def is_run_folder(path: Path) -> bool:
+    return (path / files.MANIFEST).is_file()
+
+
+def find_runs(root: Path) -> Iterator[Path]:
+    """Run folders below `root` (any depth), sorted by path (run ids sort by time)."""
+    if is_run_folder(root):
+        yield root
+        return
+    for manifest in sorted(root.rglob(files.MANIFEST)):
+        if files.RAW not in manifest.parent.parts[len(root.parts):]:
+            yield manifest.parent
+
+
+@dataclass(frozen=True)
+class RunFilter:
+    """`pglab ls` filters: scenario name (shell wildcards), statuses, start time range."""
+
+    scenario: str | None = None
+    statuses: tuple[str, ...] = ()
+    since: str | None = None  # ISO UTC, compared as text with manifests' started_at
+    until: str | None = None
+
+    @staticmethod
+    def parse(scenario: str | None, statuses: tuple[str, ...], since: str | None,
+              until: str | None) -> RunFilter:
+        return RunFilter(scenario, statuses, _iso_utc(since, "--since"),
+                         _iso_utc(until, "--until"))
+
+    @property
+    def active(self) -> bool:
+        return bool(self.scenario or self.statuses or self.since or self.until)
+
+    def matches(self, run: StoredRun) -> bool:
+        started = str(run.manifest.started_at or "")
+        return not (
+            (self.scenario and not fnmatch.fnmatchcase(run.manifest.scenario_name,
+                                                       self.scenario))
+            or (self.statuses and run.status not in self.statuses)
+            or (self.since and started < self.since)
+            or (self.until and started >= self.until)
+        )
+
+
+def _iso_utc(value: str | None, option: str) -> str | None:
+    if value is None:
+        return None
+    try:
+        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise BadInput(f"{option} {value!r}: expected a date or time like 2026-11-21 or "
+                       "2026-11-21T14:00") from None
+    if parsed.tzinfo is not None:
+        parsed = parsed.astimezone(dt.timezone.utc).replace(tzinfo=None)
+    return files.iso(parsed.replace(tzinfo=dt.timezone.utc))

@@ -1,0 +1,52 @@
+"""The columns of the results folder's Parquet files (docs/RESULTS.md).
+
+The writers (workload.txlog and the importer for client.parquet, the telemetry sink for
+the other two) build their frames to these schemas, and readers cast to them, so a
+column added here reaches both sides at once. A reader of an older folder that lacks a
+column says so (analysis.loading) rather than guessing.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+SchemaType = dict[str, pl.DataType | type[pl.DataType]]
+
+# client.parquet: per second, one row per pgbench job and one for all jobs (job null);
+# the warmup's seconds and the partial first and last seconds are flagged, not dropped.
+CLIENT_SCHEMA: SchemaType = {
+    "t": pl.Datetime("us", "UTC"),
+    "job": pl.Int16(),
+    "warmup": pl.Boolean(),
+    "partial": pl.Boolean(),
+    "tps": pl.Float64(),
+    "failures": pl.Int64(),
+    "skipped": pl.Int64(),
+    "retries": pl.Int64(),
+    "lat_avg_ms": pl.Float64(),
+    "lat_p50_ms": pl.Float64(),
+    "lat_p95_ms": pl.Float64(),
+    "lat_p99_ms": pl.Float64(),
+    "lat_max_ms": pl.Float64(),
+    "lag_avg_ms": pl.Float64(),
+    "lag_max_ms": pl.Float64(),
+}
+
+# timeseries.parquet: every telemetry sample, long format (docs/TELEMETRY.md).
+TIMESERIES_SCHEMA: SchemaType = {
+    "t": pl.Datetime("us", "UTC"),
+    "node": pl.Utf8,
+    "source": pl.Utf8,
+    "metric": pl.Utf8,
+    "label": pl.Utf8,
+    "value": pl.Float64,
+}
+
+# events.parquet: every event (server log, probes, faults); attrs is a JSON object.
+EVENTS_SCHEMA: SchemaType = {
+    "t_start": pl.Datetime("us", "UTC"),
+    "t_end": pl.Datetime("us", "UTC"),
+    "node": pl.Utf8,
+    "kind": pl.Utf8,
+    "attrs": pl.Utf8,
+}

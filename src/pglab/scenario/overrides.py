@@ -1,0 +1,75 @@
+"""`--set KEY=VALUE` and matrix points: dotted keys checked against the model, set into
+the raw scenario table before it is validated.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from pglab.errors import BadInput, did_you_mean
+from pglab.scenario.kernel_knobs import KNOBS
+from pglab.scenario.validation import fields_at
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """'workload.clients=32' -> ('workload.clients', 32); values are TOML, else strings."""
+    key, sep, value = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise BadInput(f"--set {text}: expected KEY=VALUE, like workload.clients=32")
+    value = value.strip()
+    try:
+        parsed: Any = tomllib.loads(f"v = {value}")["v"]
+    except tomllib.TOMLDecodeError:
+        parsed = value  # a bare word such as off, 512MB or on
+    check_key(key, f"--set {text}")
+    return key, parsed
+
+
+def check_key(key: str, where: str) -> None:
+    """Reject a dotted key that names no scenario field (server.settings.* is open)."""
+    parts = tuple(key.split("."))
+    for depth in range(1, len(parts) + 1):
+        fields = fields_at(parts[: depth - 1])
+        if fields is None:
+            return  # inside an open table such as server.settings or args
+        if parts[depth - 1] not in fields:
+            bad = ".".join(parts[:depth])
+            prefix = "".join(f"{p}." for p in parts[: depth - 1])
+            hint = did_you_mean(parts[depth - 1], fields, prefix)
+            raise BadInput(f"{where}: unknown key '{bad}'{hint}")
+
+
+def drop_kernel_pair(raw: dict[str, Any], key: str) -> None:
+    """`--set kernel.vm.dirty_background_bytes=...` replaces the file's
+    vm.dirty_background_ratio: the kernel keeps one of a ratio/bytes pair (writing one
+    zeroes the other), so the override of either is an override of the pair."""
+    if not key.startswith("kernel."):
+        return
+    pair = next((k.pair for k in KNOBS if k.name == key[len("kernel."):] and k.pair), None)
+    kernel = raw.get("kernel")
+    if pair is None or not isinstance(kernel, dict):
+        return
+    kernel.pop(pair, None)  # written "vm.dirty_ratio" = 5 (quoted key)
+    head, _, tail = pair.partition(".")
+    nested = kernel.get(head)
+    if isinstance(nested, dict):  # written vm.dirty_ratio = 5 (a dotted TOML key)
+        nested.pop(tail, None)
+
+
+def set_dotted(raw: dict[str, Any], key: str, value: Any) -> None:
+    node = raw
+    parts = key.split(".")
+    for part in parts[:-1]:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            child = {}
+            node[part] = child
+        node = child
+    node[parts[-1]] = value
