@@ -29,7 +29,7 @@ from pglab.results.manifest import Manifest
 from pglab.scenario import load_text
 from pglab.storage.describe import lines as storage_lines
 from pglab.storage.doctor import findings, parse_pg_test_fsync
-from pglab.storage.filesystems import FILESYSTEMS
+from pglab.storage.registry import FILESYSTEMS
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="storage volumes need root")
 

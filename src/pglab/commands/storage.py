@@ -15,7 +15,7 @@ from pglab.errors import ExitCode
 def storage() -> int:
     from pglab.scenario.disk_profiles import DISK_PROFILES
     from pglab.storage.devices import DEVICE_BEHAVIOURS
-    from pglab.storage.filesystems import FILESYSTEMS
+    from pglab.storage.registry import FILESYSTEMS
 
     table = Table(header_style="bold", box=None, title="filesystems (\\[storage] filesystem, "
                   "options)", title_justify="left")

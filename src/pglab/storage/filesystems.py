@@ -9,7 +9,8 @@ after mounting: what the manifest records is what the filesystem says, not what 
 asked.
 
 ZFS is different in kind (a pool and a dataset with properties rather than mkfs and
-mount), so it lives in storage/zfs.py and registers here under the same interface.
+mount), so it lives in storage/zfs.py under the same interface; storage/registry.py
+holds the one list of all of them.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import shutil
 import subprocess
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -330,31 +331,3 @@ class Btrfs(_Mkfs):
         if name == "commit" and not any(o.startswith("commit=") for o in mounted):
             return "30"
         return super().applied(name, value, mounted, device)
-
-
-@dataclass
-class FilesystemRegistry:
-    entries: dict[str, Filesystem] = field(default_factory=dict)
-
-    def add(self, fs: Filesystem) -> None:
-        self.entries[fs.name] = fs
-
-    def names(self) -> list[str]:
-        return ["host", *self.entries]
-
-    def get(self, name: str) -> Filesystem | None:
-        return self.entries.get(name)
-
-
-FILESYSTEMS = FilesystemRegistry()
-for _fs in (Ext4(), Xfs(), Btrfs()):
-    FILESYSTEMS.add(_fs)
-
-
-def _register_zfs() -> None:
-    from pglab.storage.zfs import Zfs
-
-    FILESYSTEMS.add(Zfs())
-
-
-_register_zfs()

@@ -37,13 +37,13 @@ from pglab.storage.devices import (
     stop_device_servers_under,
 )
 from pglab.storage.filesystems import (
-    FILESYSTEMS,
     Filesystem,
     mount_entry,
     option_text,
     run_tool,
     unmount,
 )
+from pglab.storage.registry import FILESYSTEMS
 from pglab.storage.zfs import Zfs, destroy, reap_stale_zfs, release_daemon, zfs_name
 
 
