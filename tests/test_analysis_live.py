@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 
 from conftest import run_cli, write_scenario
 from pglab.lab.local import BENCH_DB, SUPERUSER
@@ -29,6 +30,8 @@ from pglab.paths import labs_dir
 from pglab.runner import QuietUI, RunOptions, run_scenario
 from pglab.scenario import load_text
 from pglab.workload.pgbench_output import ProgressLine
+
+pytestmark = pytest.mark.live  # real runs, real pathologies
 
 SideAction = Callable[[psycopg.Connection[Any], Path], None]  # connection, lab dir
 

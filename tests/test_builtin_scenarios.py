@@ -12,6 +12,7 @@ import statistics
 from pathlib import Path
 
 import polars as pl
+import pytest
 
 from conftest import run_cli
 from pglab.analysis.recommendations import Facts, _wal_compression
@@ -84,6 +85,7 @@ def test_catalogue_lists_story_and_expected_signal() -> None:
     assert "expect:" in result.stdout and "sync-standby-paused" in result.stdout
 
 
+@pytest.mark.exclusive
 def test_healthy_control_has_no_low_second_and_no_finding(tmp_path: Path) -> None:
     result = run_cli("run", "healthy-control", "--results", str(tmp_path / "r"),
                      "--set", "workload.duration=8s", "--set", "workload.warmup=2s")
@@ -105,6 +107,7 @@ def test_healthy_control_has_no_low_second_and_no_finding(tmp_path: Path) -> Non
     assert analysis["summary"]["verdict"] is None
 
 
+@pytest.mark.exclusive
 def test_hot_row_contention_is_dominated_by_lock_waits(tmp_path: Path) -> None:
     (run,) = _run(tmp_path, "hot-row-contention", "workload.duration=6s",
                   "workload.warmup=2s")
@@ -123,6 +126,7 @@ def test_hot_row_contention_is_dominated_by_lock_waits(tmp_path: Path) -> None:
     assert proposed in accepted and proposed != "on"
 
 
+@pytest.mark.exclusive
 def test_sync_standby_paused_stops_commits_on_syncrep(tmp_path: Path) -> None:
     (run,) = _run(tmp_path, "sync-standby-paused", "workload.duration=10s",
                   "workload.warmup=2s",
@@ -142,6 +146,7 @@ def test_sync_standby_paused_stops_commits_on_syncrep(tmp_path: Path) -> None:
     assert top_cause(run) == "sync-replication"
 
 
+@pytest.mark.exclusive
 def test_too_many_connections_pooler_wins(tmp_path: Path, pgbouncer_binary: str) -> None:
     runs = _run(tmp_path, "too-many-connections", "workload.duration=3s",
                 "workload.warmup=2s")
@@ -167,6 +172,7 @@ def _low_seconds_with(run: Path, metric_prefix: str, fraction: float = 0.1) -> l
     return [str(t) for t in low if t in seconds or t - dt.timedelta(seconds=1) in seconds]
 
 
+@pytest.mark.exclusive
 def test_checkpoint_flush_storm_drops_tps_during_checkpoints(tmp_path: Path) -> None:
     (run,) = _run(tmp_path, "checkpoint-flush-storm", "workload.duration=20s",
                   "workload.warmup=2s")
@@ -182,6 +188,7 @@ def test_checkpoint_flush_storm_drops_tps_during_checkpoints(tmp_path: Path) -> 
     assert top_cause(run) == "checkpoint-io"
 
 
+@pytest.mark.exclusive
 def test_wal_segment_init_stall_coincides_with_walinit_waits(tmp_path: Path) -> None:
     # Left alone, the shortened run needs some 20 s to fill its first segments; a WAL
     # switch makes the next commit need a new one at once.
@@ -192,6 +199,7 @@ def test_wal_segment_init_stall_coincides_with_walinit_waits(tmp_path: Path) -> 
     assert top_cause(run) == "wal-segment-init"
 
 
+@pytest.mark.exclusive
 def test_sync_standby_on_slow_disk_makes_commits_wait_on_syncrep(tmp_path: Path) -> None:
     (run,) = _run(tmp_path, "sync-standby-slow-disk", "workload.duration=15s",
                   "workload.warmup=2s",
@@ -206,6 +214,7 @@ def test_sync_standby_on_slow_disk_makes_commits_wait_on_syncrep(tmp_path: Path)
     assert top_cause(run) == "sync-replication"
 
 
+@pytest.mark.exclusive
 def test_dirty_writeback_storm_stalls_in_the_checkpoint_sync(tmp_path: Path) -> None:
     (run,) = _run(tmp_path, "dirty-writeback-storm", "workload.duration=15s",
                   "workload.warmup=2s", 'faults=[{at="6s", action="checkpoint"}]')

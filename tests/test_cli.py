@@ -19,6 +19,7 @@ def _only_run(results: Path, scenario: str) -> Path:
     return runs[0]
 
 
+@pytest.mark.live
 def test_demo_runs_and_summarises(tmp_path: Path) -> None:
     result = run_cli("demo", "--duration", "3s", "--set", "workload.scale=1",
                      "--set", "workload.warmup=1s", "--results", str(tmp_path))
@@ -55,6 +56,7 @@ def overridden_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _only_run(work / "r", "t")
 
 
+@pytest.mark.live
 def test_run_scenario_with_overrides_and_show_ls(overridden_run: Path) -> None:
     run_dir, results = overridden_run, overridden_run.parent.parent
     manifest = json.loads((run_dir / "manifest.json").read_text())
@@ -105,6 +107,7 @@ BAD_SCENARIOS = {
 }
 
 
+@pytest.mark.live
 @pytest.mark.parametrize("case", sorted(BAD_SCENARIOS))
 def test_bad_input_is_one_line_and_nonzero(tmp_path: Path, case: str) -> None:
     body, expected = BAD_SCENARIOS[case]
@@ -177,6 +180,7 @@ def test_no_color_is_respected(tmp_path: Path) -> None:
     assert "\x1b[" not in result.stdout + result.stderr
 
 
+@pytest.mark.live
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the server as another user")
 def test_as_root_the_server_runs_unprivileged(overridden_run: Path) -> None:
     manifest = json.loads((overridden_run / "manifest.json").read_text())

@@ -24,6 +24,8 @@ from pglab.lab.local import LocalServer
 from pglab.lab.osuser import server_user
 from pglab.lab.processes import spawn, wait_until
 
+pytestmark = pytest.mark.exclusive  # WAL flush rates measured inside a disk limit
+
 SUPPORT = detect_cgroups()
 WRITE_MBPS = 4
 

@@ -19,6 +19,8 @@ import pytest
 from conftest import TINY, processes_under, write_scenario
 from pglab.lab.lab import reap_stale_labs
 
+pytestmark = pytest.mark.live  # real runs, signalled
+
 _started: list[subprocess.Popen[str]] = []
 
 

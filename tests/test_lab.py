@@ -23,6 +23,8 @@ from pglab.lab.template import get_template
 from pglab.paths import labs_dir
 from pglab.scenario import InitdbOptions, load_text
 
+pytestmark = pytest.mark.live  # real servers
+
 
 @pytest.fixture
 def server(pglab_home: Path) -> Iterator[LocalServer]:
@@ -148,6 +150,7 @@ scale = 1
 """
 
 
+@pytest.mark.exclusive
 @pytest.mark.root
 def test_start_stop_twenty_times_leaves_nothing(pglab_home: Path) -> None:
     """Processes, cgroups, kernel knobs, socket dirs and ports: all back after each lab."""

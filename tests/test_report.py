@@ -26,6 +26,8 @@ from playwright.sync_api import ConsoleMessage, Error, FloatRect, Locator, Page,
 from conftest import TINY, run_cli, write_scenario
 from pglab.report.html import build_model
 
+pytestmark = pytest.mark.live  # real runs, a real browser
+
 CHROMIUM = Path("/usr/bin/chromium")
 # Headless as root, and never trying the (closed) network; a fresh profile every time.
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",

@@ -23,6 +23,8 @@ from pglab.probes.os_probes import TcpProbe
 from pglab.scenario import load_text
 from pglab.store import utc_now
 
+pytestmark = pytest.mark.live  # real standbys and PgBouncer
+
 SYNC_LAB = """
 name = "sync"
 [topology]
@@ -257,6 +259,7 @@ action = "crash"
     assert "clients_aborted_by_crash" in manifest["results"]
 
 
+@pytest.mark.exclusive
 @pytest.mark.root
 def test_disk_memory_and_walreceiver_faults(tmp_path: Path) -> None:
     """throttle-disk sets and restores the node's limits, memory-pressure runs inside the
