@@ -82,10 +82,42 @@ def pytest_configure(config: pytest.Config) -> None:
                             "implies live")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+SECONDS_KEY = "pglab/module-seconds"  # each test module's time in the last run, in .pytest_cache
+
+
+def _module(nodeid: str) -> str:
+    return nodeid.split("::", maxsplit=1)[0]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("exclusive") and not item.get_closest_marker("live"):
             item.add_marker(pytest.mark.live)
+    # Longest modules first (xdist hands out whole modules, in this order), so that no
+    # long module starts last while the other worker has nothing left. Without a record
+    # of the last run: modules with exclusive tests, then live ones, then the rest.
+    seconds: dict[str, float] = config.cache.get(SECONDS_KEY, {}) if config.cache else {}
+    rank: dict[str, tuple[float, int]] = {}
+    for item in items:
+        kind = 0 if item.get_closest_marker("exclusive") else 1 if item.get_closest_marker(
+            "live") else 2
+        module = _module(item.nodeid)
+        rank[module] = (-seconds.get(module, 0.0), min(kind, rank.get(module, (0, 2))[1]))
+    items.sort(key=lambda item: rank[_module(item.nodeid)])  # stable within a module
+
+
+_spent: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _spent[_module(report.nodeid)] = _spent.get(_module(report.nodeid), 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if session.config.cache is not None and _spent and not os.environ.get(
+            "PYTEST_XDIST_WORKER"):
+        known: dict[str, float] = session.config.cache.get(SECONDS_KEY, {})
+        session.config.cache.set(SECONDS_KEY, {**known, **_spent})
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,7 +21,7 @@ import polars as pl
 import pytest
 from playwright.sync_api import ConsoleMessage, Error, FloatRect, Locator, Page, Request
 
-from conftest import TINY, run_cli, write_scenario
+from conftest import TINY, apt_install, run_cli, write_scenario
 from pglab.report.html import build_model
 
 pytestmark = pytest.mark.live  # real runs, a real browser
@@ -253,15 +251,7 @@ def test_sweep_and_its_study_report(tmp_path: Path) -> None:
 @pytest.fixture(scope="session")
 def chromium() -> Path:
     """The system Chromium; installed with apt when missing and we are root (as in CI)."""
-    if not CHROMIUM.exists():
-        if os.geteuid() != 0:
-            pytest.skip("needs /usr/bin/chromium (apt-get install chromium)")
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        install = ["apt-get", "install", "-y", "--no-install-recommends", "chromium"]
-        if subprocess.run(install, env=env, capture_output=True).returncode != 0:
-            subprocess.run(["apt-get", "update"], env=env, capture_output=True, check=True)
-            subprocess.run(install, env=env, capture_output=True, check=True)
-    return CHROMIUM
+    return apt_install("chromium", CHROMIUM)
 
 
 @dataclass
