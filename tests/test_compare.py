@@ -185,6 +185,14 @@ def test_markdown_and_html_outputs(runs: dict[str, Path], tmp_path: Path) -> Non
     assert "<script" not in text and "http" not in text  # self-contained, no network
     terminal = run_cli("compare", str(runs["slow"]), str(runs["fast1"]))
     assert terminal.returncode == 0 and "TPS" in terminal.stdout
+    # Into a file, without COLUMNS: one line per metric, its verdict whole on it.
+    unwrapped = run_cli("compare", str(runs["a1"]), str(runs["a2"]), env={"COLUMNS": ""})
+    titles = ("TPS ", "latency p99 ", "failed transactions ")
+    rows = [line for line in unwrapped.stdout.splitlines() if line.startswith(titles)]
+    assert len(rows) == len(titles), unwrapped.stdout
+    for line in rows:
+        assert line.rstrip().endswith(("no significant difference", "better", "worse",
+                                       "n/a")), unwrapped.stdout
 
 
 def test_another_postgresql_version_is_not_comparable(runs: dict[str, Path],
