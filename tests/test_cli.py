@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import polars as pl
 import pytest
 
-from conftest import TINY, processes_under, run_cli, write_scenario
+from conftest import SAMPLES, TINY, processes_under, run_cli, write_scenario
 from pglab.paths import labs_dir
 
 
@@ -175,9 +176,17 @@ def test_validate(tmp_path: Path) -> None:
     assert result.returncode == 0 and "3 run(s)" in result.stdout
 
 
-def test_no_color_is_respected(tmp_path: Path) -> None:
-    result = run_cli("validate", "demo", env={"NO_COLOR": "1", "FORCE_COLOR": ""})
-    assert "\x1b[" not in result.stdout + result.stderr
+def test_no_color_is_respected() -> None:
+    # FORCE_COLOR makes rich colour a pipe as it would a terminal: a comparison with a
+    # worse verdict is then red, unless NO_COLOR says no colour (bold and dim may stay).
+    runs = SAMPLES / "runs"
+    args = ("compare", str(runs / "control"), str(runs / "lock"))
+    colour = re.compile(r"\x1b\[(?:[0-9;]*;)?(?:3[0-9]|9[0-7]|38;[0-9;]+)m")
+    coloured = run_cli(*args, env={"NO_COLOR": "", "FORCE_COLOR": "1"})
+    assert coloured.returncode == 0 and colour.search(coloured.stdout), coloured.stdout
+    plain = run_cli(*args, env={"NO_COLOR": "1", "FORCE_COLOR": "1"})
+    assert plain.returncode == 0 and "worse" in plain.stdout
+    assert not colour.search(plain.stdout + plain.stderr), plain.stdout
 
 
 @pytest.mark.live

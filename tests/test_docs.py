@@ -63,3 +63,19 @@ def test_every_builtin_scenario_is_in_the_readme() -> None:
 
     readme = (ROOT / "README.md").read_text()
     assert [n for n in builtin_names() if n != "demo" and f"`{n}`" not in readme] == []
+
+
+def test_every_module_and_test_file_is_in_the_test_map() -> None:
+    """tests/README.md says where each module is tested: a new module or package, or a
+    new test file, gets a line there."""
+    text = (ROOT / "tests" / "README.md").read_text()
+    table = text.split("## Where a module is tested", 1)[1]
+    named = set(re.findall(r"`([a-z_/]+(?:\.py)?)`", table))
+    src = ROOT / "src" / "pglab"
+    modules = [p.relative_to(src).as_posix() for p in src.rglob("*.py")]
+    uncovered = [m for m in modules if not m.endswith("__init__.py") and m not in named
+                 and not any(m.startswith(n) for n in named if n.endswith("/"))]
+    assert uncovered == []
+    tests = {p.name for p in (ROOT / "tests").glob("test_*.py")}
+    assert sorted(tests - named) == []
+    assert sorted(n for n in named if n.startswith("test_") and n not in tests) == []
