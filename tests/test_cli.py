@@ -83,6 +83,35 @@ def test_run_scenario_with_overrides_and_show_ls(overridden_run: Path) -> None:
     assert run_dir.name in table.stdout and "completed" in table.stdout
 
 
+@pytest.mark.live
+def test_os_probes_of_a_real_run(overridden_run: Path) -> None:
+    """os.processes splits the real server's CPU by process kind, and os.disk watches the
+    device that holds the real data dir (the parsers' own tests use samples and stand-ins)."""
+    manifest = json.loads((overridden_run / "manifest.json").read_text())
+    ts = pl.read_parquet(overridden_run / "timeseries.parquet")
+    procs = ts.filter((pl.col("source") == "os.processes") & (pl.col("node") == "primary"))
+    cores = procs.filter(pl.col("metric") == "cpu_cores")
+    per_kind = dict(cores.filter(pl.col("label") != "postgres").group_by("label")
+                    .agg(pl.col("value").sum()).iter_rows())
+    total = cores.filter(pl.col("label") == "postgres")["value"].sum()
+    # the load runs in the client backends; the kinds add up to the whole server
+    assert max(per_kind, key=lambda k: per_kind[k]) == "backends", per_kind
+    assert {"checkpointer", "walwriter", "bgwriter"} <= set(per_kind), per_kind
+    assert sum(per_kind.values()) == pytest.approx(total, rel=0.01) and total > 0
+    (clients,) = manifest["scenario"]["workload"]["clients"]  # one run: [2]
+    processes = procs.filter((pl.col("label") == "postgres") & (pl.col("metric") == "processes"))
+    assert processes["value"].max() >= clients + 4  # + checkpointer, writers...
+    client = ts.filter((pl.col("source") == "os.processes") & (pl.col("node") == "client")
+                       & (pl.col("metric") == "cpu_cores"))
+    assert client["value"].sum() > 0
+    disk = ts.filter(pl.col("source") == "os.disk")
+    device = manifest["host"]["data_dir"]["device"].removeprefix("/dev/")
+    labels = set(disk["label"].to_list())  # the device, or its whole disk (a partition's)
+    assert any(device.startswith(label) for label in labels), (device, labels)
+    assert set(disk["node"].to_list()) == {"primary"}
+    assert disk.filter(pl.col("metric") == "write_mbps")["value"].sum() > 0
+
+
 BAD_SCENARIOS = {
     "invalid-toml": ("[workload\n", "invalid TOML"),
     "unknown-key": ("[workload]\nclinets = 2\n", "did you mean 'workload.clients'?"),

@@ -152,10 +152,13 @@ def test_lock_wait_and_checkpoint_are_seen(server: LocalServer, tmp_path: Path) 
     assert written["value"].sum() > 0
 
     # what observing cost: pglab's loops and the two telemetry backends both used some CPU
-    # in some 5 s, and all of it together nowhere near all of the machine
+    # in some 5 s, and all of it together a few percent of the machine, as runs measure
+    # (1-2.5% of this 2-core VM, also under a load average of 14; CPU time, not wall time,
+    # so other work on the machine does not inflate it)
     cost = runner.summary()
+    print("observer cost:", cost)
     assert cost["observer_cpu_s"] > 0 and cost["observer_server_cpu_s"] > 0
-    assert 0 < cost["observer_cpu_pct"] < 50
+    assert 0 < cost["observer_cpu_pct"] < 5
 
 
 @pytest.mark.live
