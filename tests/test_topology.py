@@ -293,9 +293,9 @@ action = "memory-pressure"
 duration = "2s"
 args = { mb = 64 }
 [[faults]]
-at = "1s"
+at = "4s"  # after the throttle: reclaim waiting on writeback at 10 IOPS would hold it
 action = "memory-pressure"
-duration = "5s"  # time to start Python and touch 1.5 GB on a busy machine
+duration = "3s"
 args = { mb = 1536 }
 [[faults]]
 at = "7s"  # after the seconds that follow the throttle
