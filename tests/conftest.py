@@ -1,16 +1,28 @@
-"""Fixtures for tests against real PostgreSQL servers and the real pglab CLI.
+"""Fixtures for tests against real PostgreSQL servers and the real pglab CLI, and the
+rules that let the suite run in parallel (tests/README.md explains them).
 
-The whole session shares one PGLAB_HOME (binaries copy, template data dirs), so a
-template is built once and reused, exactly as repeated runs reuse it for a user.
+Each xdist worker has its own PGLAB_HOME (binaries copy, template data dirs, labs), so a
+template is built once per worker and reused, exactly as repeated runs reuse it for a
+user, and one worker's servers never count as another's leftovers.
+
+Markers: `live` (starts servers, spawns loads, touches cgroups or kernel knobs) and
+`exclusive` (needs the machine alone: kernel knobs, limits measured from inside a
+cgroup, timing-sensitive scenario checks). Every test holds a shared flock on one
+machine-wide file while it runs; an exclusive one holds it exclusively, so it overlaps no
+other test of any pglab suite on the machine.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+import tempfile
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +31,175 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = Path(__file__).resolve().parent / "samples"
+PG15_BIN = Path("/usr/lib/postgresql/15/bin")
+ROOT_USER = os.geteuid() == 0
+
+# Skips that are a fact about the machine, not a missing part; as root (as CI runs) any
+# other skip fails the test. Each entry: a regex on the skip reason, and why it may skip.
+ALLOWED_SKIPS: tuple[tuple[str, str], ...] = (
+    (r"^v1 only$|^the v1 writeback caveat$", "cgroup v1 behaviour, on a v2 machine"),
+    (r"^needs root and a v2 hierarchy beside v1", "a hybrid cgroup layout is rare"),
+    (r"^this disk writes only .* MB/s unthrottled", "a disk too slow to show a 10 MB/s limit"),
+    (r"^machine too busy: ", "other work kept a CPU quota from being reached (interference)"),
+    (r"^this kernel does not list children", "CONFIG_PROC_CHILDREN is a build option"),
+    (r"is not on a block device listed in /proc/diskstats$", "overlay/tmpfs test dirs"),
+    (r"^no /dev/shm$", "a container without /dev/shm"),
+)
+
+# --- the machine lock: live tests share it, exclusive tests hold it alone ------------------
+
+LOCK_PATH = Path(tempfile.gettempdir()) / "pglab-tests.lock"
+# A waiting exclusive test takes the gate first, so that a stream of shared holders (two
+# workers, or other suites) cannot starve it: new shared holders queue behind the gate.
+GATE_PATH = Path(tempfile.gettempdir()) / "pglab-tests.gate"
+
+
+def _lock_file(path: Path) -> int:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    with contextlib.suppress(PermissionError):  # made by another user's suite
+        os.fchmod(fd, 0o666)  # the first suite to run may be root's or a user's
+    return fd
+
+
+def _acquire(exclusive: bool) -> int:
+    gate, lock = _lock_file(GATE_PATH), _lock_file(LOCK_PATH)
+    mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+    fcntl.flock(gate, mode)
+    fcntl.flock(lock, mode)
+    os.close(gate)  # closing drops the gate's lock
+    return lock
+
+
+def _release(lock: int) -> None:
+    os.close(lock)  # and the machine lock's
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "live: starts servers or loads, touches cgroups, "
+                            "kernel knobs or the machine (deselect with -m 'not live')")
+    config.addinivalue_line("markers", "exclusive: needs the machine alone (kernel knobs, "
+                            "limits measured from inside a cgroup, timing-sensitive runs); "
+                            "implies live")
+
+
+SECONDS_KEY = "pglab/module-seconds"  # each test module's time in the last run, in .pytest_cache
+
+
+def _module(nodeid: str) -> str:
+    return nodeid.split("::", maxsplit=1)[0]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("exclusive") and not item.get_closest_marker("live"):
+            item.add_marker(pytest.mark.live)
+    # Longest modules first (xdist hands out whole modules, in this order), so that no
+    # long module starts last while the other worker has nothing left. Without a record
+    # of the last run: modules with exclusive tests, then live ones, then the rest.
+    seconds: dict[str, float] = config.cache.get(SECONDS_KEY, {}) if config.cache else {}
+    rank: dict[str, tuple[float, int]] = {}
+    for item in items:
+        kind = 0 if item.get_closest_marker("exclusive") else 1 if item.get_closest_marker(
+            "live") else 2
+        module = _module(item.nodeid)
+        rank[module] = (-seconds.get(module, 0.0), min(kind, rank.get(module, (0, 2))[1]))
+    items.sort(key=lambda item: rank[_module(item.nodeid)])  # stable within a module
+
+
+_spent: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _spent[_module(report.nodeid)] = _spent.get(_module(report.nodeid), 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if getattr(session.config, "cache", None) is not None and _spent and not os.environ.get(
+            "PYTEST_XDIST_WORKER"):
+        known: dict[str, float] = session.config.cache.get(SECONDS_KEY, {})
+        session.config.cache.set(SECONDS_KEY, {**known, **_spent})
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item,
+                            nextitem: pytest.Item | None) -> Generator[None, object, object]:
+    # Outside pytest-timeout's wrapper: waiting for the lock is not the test's time.
+    held = _acquire(item.get_closest_marker("exclusive") is not None)
+    try:
+        return (yield)
+    finally:
+        _release(held)
+
+
+_HOME: list[Path] = []  # this session's PGLAB_HOME, once the pglab_home fixture made it
+_FRESH = ((False, 0), (False, 0))  # a PGLAB_HOME before anything ran
+_FOOTPRINT = pytest.StashKey[tuple[tuple[bool, int], ...]]()
+
+
+def _footprint() -> tuple[tuple[bool, int], ...]:
+    """What making a server or a template changes in PGLAB_HOME: its labs and templates
+    dirs (created, or an entry added or removed)."""
+    if not _HOME:
+        return _FRESH
+    out = []
+    for name in ("labs", "templates"):
+        try:
+            out.append((True, (_HOME[0] / name).stat().st_mtime_ns))
+        except FileNotFoundError:
+            out.append((False, 0))
+    return tuple(out)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, None, None]:
+    item.stash[_FOOTPRINT] = _footprint()  # before any fixture: module fixtures count too
+    yield
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    yield
+    if not item.get_closest_marker("live") and _footprint() != item.stash[_FOOTPRINT]:
+        raise AssertionError("this test (or its fixture) made a server or a template: "
+                             "mark it @pytest.mark.live (tests/README.md)")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+        item: pytest.Item, call: pytest.CallInfo[None],
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if ROOT_USER and report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(
+            report.longrepr)
+        reason = reason.removeprefix("Skipped: ")
+        if not any(re.search(pattern, reason) for pattern, _why in ALLOWED_SKIPS):
+            # As root (CI) every part can be installed, so a skip hides a missing part.
+            report.outcome = "failed"
+            report.longrepr = (f"skipped as root, and not in ALLOWED_SKIPS "
+                               f"(tests/conftest.py): {reason}")
+    return report
+
+
+def apt_install(package: str, wanted: Path) -> Path:
+    """`wanted` from Debian's `package`, installed with apt as root (CI is root); skips
+    otherwise (a skip that fails as root, see ALLOWED_SKIPS)."""
+    if wanted.exists():
+        return wanted
+    if not ROOT_USER or shutil.which("apt-get") is None:
+        pytest.skip(f"needs {wanted} (apt-get install {package})")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    # Another apt on a shared machine holds the dpkg lock for a while: wait for it.
+    install = ["apt-get", "install", "-y", "-qq", "--no-install-recommends",
+               "-o", "DPkg::Lock::Timeout=600", package]
+    done = subprocess.run(install, env=env, capture_output=True, text=True)
+    if done.returncode != 0:  # a stale package list: update once, then it must work
+        subprocess.run(["apt-get", "update", "-qq", "-o", "DPkg::Lock::Timeout=600"],
+                       env=env, capture_output=True, check=True)
+        done = subprocess.run(install, env=env, capture_output=True, text=True)
+    assert done.returncode == 0 and wanted.exists(), (
+        f"apt-get install {package} failed: {done.stderr[-2000:]}")
+    return wanted
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -32,6 +213,7 @@ def pglab_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
             os.chmod(parent, os.stat(parent).st_mode | 0o011)
     old = os.environ.get("PGLAB_HOME")
     os.environ["PGLAB_HOME"] = str(home)
+    _HOME.append(home)
     yield home
     if old is None:
         del os.environ["PGLAB_HOME"]
@@ -42,16 +224,15 @@ def pglab_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 @pytest.fixture(scope="session")
 def pgbouncer_binary() -> str:
     """PgBouncer from Debian's package; installed here when root (as CI is)."""
-    found = shutil.which("pgbouncer") or ("/usr/sbin/pgbouncer"
-                                          if Path("/usr/sbin/pgbouncer").is_file() else None)
-    if found is None and shutil.which("apt-get") and os.geteuid() == 0:
-        subprocess.run(["apt-get", "update", "-qq"], capture_output=True, check=False)
-        subprocess.run(["apt-get", "install", "-y", "-qq", "-o", "DPkg::Lock::Timeout=600",
-                        "pgbouncer"], capture_output=True, check=False)
-        found = "/usr/sbin/pgbouncer" if Path("/usr/sbin/pgbouncer").is_file() else None
-    if found is None:
-        pytest.skip("PgBouncer is not installed (apt-get install pgbouncer) and not root")
-    return found
+    found = shutil.which("pgbouncer")
+    return found or str(apt_install("pgbouncer", Path("/usr/sbin/pgbouncer")))
+
+
+@pytest.fixture(scope="session")
+def pg15_bin() -> Path:
+    """Debian's PostgreSQL 15 (package postgresql-15): the other major version that the
+    version-comparability test and the PG 15 probe variants run on."""
+    return apt_install("postgresql-15", PG15_BIN / "postgres").parent
 
 
 def processes_under(path: Path) -> list[str]:

@@ -217,7 +217,10 @@ def test_a_run_whose_good_seconds_all_lead_into_stalls_keeps_a_baseline() -> Non
     top = worst["causes"][0]
     assert top["cause"] == "memory-reclaim", worst
     locks = next(c for c in worst["causes"] if c["cause"] == "lock-contention")
-    assert any("(healthy seconds 21%)" in line for line in locks["evidence"]), locks
+    assert locks["confidence"] < top["confidence"], worst
+    baseline = [int(m[1]) for line in locks["evidence"]
+                if (m := re.search(r"\(healthy seconds (\d+)%\)", line))]
+    assert baseline and baseline[0] > 0, locks  # a baseline with lock waits, not an empty one
 
 
 def test_a_standby_that_does_not_read_its_socket_is_no_network_problem() -> None:
@@ -231,10 +234,10 @@ def test_a_standby_that_does_not_read_its_socket_is_no_network_problem() -> None
     assert any("MB waiting in the receive queue of" in line and "on standby1" in line
                for line in top["evidence"]), top
     assert "network" not in [c["cause"] for c in worst["causes"]], worst
-    # the next stall, without a backlog: the slower end's round trips, counted once
-    later = [s for s in _analysis("sync-slow-disk")["stalls"] if s is not worst]
-    network = [c for s in later for c in s["causes"] if c["cause"] == "network"]
-    assert network and all(len(c["evidence"]) == 1 for c in network), later
+    # Every stall of the run is the slow standby's doing: the network, where its round
+    # trips rose too, never ranks above synchronous replication.
+    for stall in _analysis("sync-slow-disk")["stalls"]:
+        assert stall["causes"][0]["cause"] == "sync-replication", stall
 
 
 def test_a_stall_from_a_noisy_neighbour_is_said_to_come_from_outside() -> None:

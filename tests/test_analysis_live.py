@@ -1,15 +1,17 @@
-"""Real pathologies injected into real runs, and the analysis of a killed run.
+"""A real pathology injected into a real run, and the analysis of a killed run.
 
 The pathologies are what tests/samples/runs/make_runs.py records as committed samples
-(tests/test_analysis.py checks their analysis; the built-in scenarios' tests check the
-verdict of live runs). Each one is a scenario plus, optionally, an action done on a side
-connection while pgbench runs (the runner API does not know about it: the side thread
-finds the run's server through its lab directory, as any DBA would find a server by its
-pid file).
+(tests/test_analysis.py checks their analysis in detail; the built-in scenarios' tests
+check the verdict of live runs of theirs). Each one is a scenario plus, optionally, an
+action done on a side connection while pgbench runs (the runner API does not know about
+it: the side thread finds the run's server through its lab directory, as any DBA would
+find a server by its pid file). Here one of them, a table locked for 5 s in the middle
+of the load, is injected live and must be found where it happened.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import subprocess
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 
 from conftest import run_cli, write_scenario
 from pglab.lab.local import BENCH_DB, SUPERUSER
@@ -29,6 +32,8 @@ from pglab.paths import labs_dir
 from pglab.runner import QuietUI, RunOptions, run_scenario
 from pglab.scenario import load_text
 from pglab.workload.pgbench_output import ProgressLine
+
+pytestmark = pytest.mark.live  # real runs, real pathologies
 
 SideAction = Callable[[psycopg.Connection[Any], Path], None]  # connection, lab dir
 
@@ -260,3 +265,21 @@ def test_live_killed_run_gives_a_partial_analysis(tmp_path: Path) -> None:
     missing = " ".join(analysis["missing"])
     assert "run interrupted" in missing and "client.parquet missing" in missing
     assert "telemetry/samples.csv" in missing
+
+
+def test_live_lock_is_found_where_it_was_held(tmp_path: Path) -> None:
+    pathology = PATHOLOGIES["lock"]
+    run = run_pathology(pathology, tmp_path)
+    manifest = json.loads((run / "manifest.json").read_text())
+    started = dt.datetime.fromisoformat(manifest["workload"]["started_at"].replace(
+        "Z", "+00:00"))
+    held = (started + dt.timedelta(seconds=pathology.action_at_s),
+            started + dt.timedelta(seconds=pathology.action_at_s + 5))
+    analysis = json.loads((run / "analysis.json").read_text())
+    assert analysis["summary"]["verdict"]["cause"] == pathology.cause
+    # the stall that lost the most is the lock's: it overlaps the seconds it was held
+    stall = max(analysis["stalls"], key=lambda s: s["lost_transactions"])
+    window = [dt.datetime.fromisoformat(stall[k].replace("Z", "+00:00"))
+              for k in ("start", "end")]
+    assert window[0] < held[1] and window[1] > held[0], (window, held)
+    assert stall["causes"][0]["cause"] == "lock-contention"

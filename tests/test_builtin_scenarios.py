@@ -12,6 +12,7 @@ import statistics
 from pathlib import Path
 
 import polars as pl
+import pytest
 
 from conftest import run_cli
 from pglab.analysis.recommendations import Facts, _wal_compression
@@ -51,6 +52,35 @@ def low_seconds(run: Path, fraction: float = 0.1) -> int:
     return sum(1 for value in tps if value < fraction * reference)
 
 
+def low_times(run: Path, fraction: float = 0.1) -> list[dt.datetime]:
+    """The measured seconds (their start) that low_seconds counts."""
+    tps = pl.read_parquet(run / "client.parquet").filter(
+        pl.col("job").is_null() & ~pl.col("warmup") & ~pl.col("partial")).sort("t")
+    tps = tps.head(measured_tps(run).len())
+    values = sorted(tps["tps"].to_list())
+    reference = values[int(0.9 * (len(values) - 1))]
+    return list(tps.filter(pl.col("tps") < fraction * reference)["t"])
+
+
+def inside(times: list[dt.datetime], windows: list[tuple[dt.datetime, dt.datetime]]) -> int:
+    """How many of the seconds starting at `times` overlap one of the windows."""
+    second = dt.timedelta(seconds=1)
+    return sum(1 for t in times if any(t < end and t + second > start
+                                       for start, end in windows))
+
+
+def event_windows(run: Path, kind: str, phase: str = "") -> list[tuple[dt.datetime,
+                                                                          dt.datetime]]:
+    """[start, end) of each event of `kind` (phase "sync": a checkpoint's sync phase)."""
+    events = pl.read_parquet(run / "events.parquet").filter(pl.col("kind") == kind)
+    windows = []
+    for t_start, end, attrs in events.select("t_start", "t_end", "attrs").iter_rows():
+        mid = json.loads(attrs).get("write_phase_end") if phase == "sync" else None
+        start = dt.datetime.fromisoformat(mid) if mid else t_start
+        windows.append((start, end or start))
+    return windows
+
+
 def wait_shares(run: Path, node: str = "primary", start: dt.datetime | None = None,
                 end: dt.datetime | None = None) -> dict[str, float]:
     """Share of client-backend wait samples per wait (CPU included), optionally in a window."""
@@ -85,6 +115,7 @@ def test_catalogue_lists_story_and_expected_signal() -> None:
     assert "expect:" in result.stdout and "sync-standby-paused" in result.stdout
 
 
+@pytest.mark.exclusive
 def test_healthy_control_has_no_low_second_and_no_finding(tmp_path: Path) -> None:
     result = run_cli("run", "healthy-control", "--results", str(tmp_path / "r"),
                      "--set", "workload.duration=8s", "--set", "workload.warmup=2s")
@@ -106,6 +137,7 @@ def test_healthy_control_has_no_low_second_and_no_finding(tmp_path: Path) -> Non
     assert analysis["summary"]["verdict"] is None
 
 
+@pytest.mark.live  # its signal does not depend on the machine's speed
 def test_hot_row_contention_is_dominated_by_lock_waits(tmp_path: Path) -> None:
     (run,) = _run(tmp_path, "hot-row-contention", "workload.duration=6s",
                   "workload.warmup=2s")
@@ -124,14 +156,18 @@ def test_hot_row_contention_is_dominated_by_lock_waits(tmp_path: Path) -> None:
     assert proposed in accepted and proposed != "on"
 
 
+@pytest.mark.live  # its signal does not depend on the machine's speed
 def test_sync_standby_paused_stops_commits_on_syncrep(tmp_path: Path) -> None:
     (run,) = _run(tmp_path, "sync-standby-paused", "workload.duration=10s",
                   "workload.warmup=2s",
                   'faults=[{at="3s", action="pause-standby", node="standby1", '
                   'duration="4s"}]')
-    assert low_seconds(run) >= 3
     events = pl.read_parquet(run / "events.parquet").filter(pl.col("kind") == "fault")
     start, end = events["t_start"][0], events["t_end"][0]
+    low = low_times(run)
+    print("sync-standby-paused: low seconds", len(low), "in the pause", inside(low, [(start, end)]))
+    # the 4 s pause stops every commit: its seconds are the low ones, and only they are
+    assert inside(low, [(start, end)]) >= 3 and inside(low, [(start, end)]) == len(low), low
     shares = wait_shares(run, start=start, end=end)
     assert max(shares, key=lambda k: shares[k]) == "IPC:SyncRep", shares
     # the primary is sampled all through the pause (10 Hz), not blocked behind the
@@ -143,6 +179,7 @@ def test_sync_standby_paused_stops_commits_on_syncrep(tmp_path: Path) -> None:
     assert top_cause(run) == "sync-replication"
 
 
+@pytest.mark.exclusive
 def test_too_many_connections_pooler_wins(tmp_path: Path, pgbouncer_binary: str) -> None:
     runs = _run(tmp_path, "too-many-connections", "workload.duration=3s",
                 "workload.warmup=2s")
@@ -168,6 +205,7 @@ def _low_seconds_with(run: Path, metric_prefix: str, fraction: float = 0.1) -> l
     return [str(t) for t in low if t in seconds or t - dt.timedelta(seconds=1) in seconds]
 
 
+@pytest.mark.exclusive
 def test_checkpoint_flush_storm_drops_tps_during_checkpoints(tmp_path: Path) -> None:
     (run,) = _run(tmp_path, "checkpoint-flush-storm", "workload.duration=20s",
                   "workload.warmup=2s")
@@ -183,34 +221,50 @@ def test_checkpoint_flush_storm_drops_tps_during_checkpoints(tmp_path: Path) -> 
     assert top_cause(run) == "checkpoint-io"
 
 
+@pytest.mark.exclusive
 def test_wal_segment_init_stall_coincides_with_walinit_waits(tmp_path: Path) -> None:
     # Left alone, the shortened run needs some 20 s to fill its first segments; a WAL
     # switch makes the next commit need a new one at once.
     (run,) = _run(tmp_path, "wal-segment-init-stall", "workload.duration=12s",
                   "workload.warmup=2s", 'faults=[{at="3s", action="switch-wal"}, '
                   '{at="8s", action="switch-wal"}]')
-    assert _low_seconds_with(run, "IO:WalInit"), "no low second beside a WalInit wait"
+    beside = _low_seconds_with(run, "IO:WalInit")
+    print("wal-segment-init-stall: low seconds", len(low_times(run)), "beside WalInit waits",
+          len(beside))
+    # each WAL switch makes the next commits wait for a new segment: a low second each
+    assert len(beside) >= 2, beside
     assert top_cause(run) == "wal-segment-init"
 
 
+@pytest.mark.exclusive
 def test_sync_standby_on_slow_disk_makes_commits_wait_on_syncrep(tmp_path: Path) -> None:
     (run,) = _run(tmp_path, "sync-standby-slow-disk", "workload.duration=15s",
                   "workload.warmup=2s",
                   'faults=[{at="5s", action="bulk-update", args={rows=50000}}]')
-    assert low_seconds(run) >= 3
     faults = pl.read_parquet(run / "events.parquet").filter(pl.col("kind") == "fault")
-    shares = wait_shares(run, start=faults["t_start"][0],
-                         end=faults["t_start"][0] + dt.timedelta(seconds=10))
+    window = (faults["t_start"][0], faults["t_start"][0] + dt.timedelta(seconds=10))
+    low = low_times(run)
+    print("sync-standby-slow-disk: low seconds", len(low), "after the bulk update",
+          inside(low, [window]))
+    # the standby's slow disk holds commits back after the bulk update (7 of 8 low seconds
+    # in a run under a load average of 25; the eighth, the second before it)
+    assert inside(low, [window]) >= 5 and inside(low, [window]) >= 0.8 * len(low), low
+    shares = wait_shares(run, start=window[0], end=window[1])
     assert max(shares, key=lambda k: shares[k]) == "IPC:SyncRep", shares
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["nodes"]["standby1"]["envelope"]["limits"]["write_mbps"] == 6
     assert top_cause(run) == "sync-replication"
 
 
+@pytest.mark.exclusive
 def test_dirty_writeback_storm_stalls_in_the_checkpoint_sync(tmp_path: Path) -> None:
     (run,) = _run(tmp_path, "dirty-writeback-storm", "workload.duration=15s",
                   "workload.warmup=2s", 'faults=[{at="6s", action="checkpoint"}]')
-    assert low_seconds(run) >= 2
+    low, syncs = low_times(run), event_windows(run, "checkpoint", phase="sync")
+    print("dirty-writeback-storm: low seconds", len(low), "in checkpoint sync phases",
+          inside(low, syncs))
+    # the dirty pages reach the disk in the checkpoint's sync phase: commits stall there
+    assert inside(low, syncs) >= 2, (low, syncs)
     memory = pl.read_parquet(run / "timeseries.parquet").filter(
         (pl.col("source") == "os.memory") & (pl.col("metric") == "dirty_mb"))
     assert max(memory["value"].to_list()) > 200  # checkpoint writes sat as dirty pages

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import polars as pl
 import pytest
 
-from conftest import TINY, processes_under, run_cli, write_scenario
+from conftest import SAMPLES, TINY, processes_under, run_cli, write_scenario
 from pglab.paths import labs_dir
 
 
@@ -19,6 +20,7 @@ def _only_run(results: Path, scenario: str) -> Path:
     return runs[0]
 
 
+@pytest.mark.live
 def test_demo_runs_and_summarises(tmp_path: Path) -> None:
     result = run_cli("demo", "--duration", "3s", "--set", "workload.scale=1",
                      "--set", "workload.warmup=1s", "--results", str(tmp_path))
@@ -55,6 +57,7 @@ def overridden_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _only_run(work / "r", "t")
 
 
+@pytest.mark.live
 def test_run_scenario_with_overrides_and_show_ls(overridden_run: Path) -> None:
     run_dir, results = overridden_run, overridden_run.parent.parent
     manifest = json.loads((run_dir / "manifest.json").read_text())
@@ -78,6 +81,35 @@ def test_run_scenario_with_overrides_and_show_ls(overridden_run: Path) -> None:
     assert [r["run_id"] for r in json.loads(listed.stdout)] == [run_dir.name]
     table = run_cli("ls", str(results))
     assert run_dir.name in table.stdout and "completed" in table.stdout
+
+
+@pytest.mark.live
+def test_os_probes_of_a_real_run(overridden_run: Path) -> None:
+    """os.processes splits the real server's CPU by process kind, and os.disk watches the
+    device that holds the real data dir (the parsers' own tests use samples and stand-ins)."""
+    manifest = json.loads((overridden_run / "manifest.json").read_text())
+    ts = pl.read_parquet(overridden_run / "timeseries.parquet")
+    procs = ts.filter((pl.col("source") == "os.processes") & (pl.col("node") == "primary"))
+    cores = procs.filter(pl.col("metric") == "cpu_cores")
+    per_kind = dict(cores.filter(pl.col("label") != "postgres").group_by("label")
+                    .agg(pl.col("value").sum()).iter_rows())
+    total = cores.filter(pl.col("label") == "postgres")["value"].sum()
+    # the load runs in the client backends; the kinds add up to the whole server
+    assert max(per_kind, key=lambda k: per_kind[k]) == "backends", per_kind
+    assert {"checkpointer", "walwriter", "bgwriter"} <= set(per_kind), per_kind
+    assert sum(per_kind.values()) == pytest.approx(total, rel=0.01) and total > 0
+    (clients,) = manifest["scenario"]["workload"]["clients"]  # one run: [2]
+    processes = procs.filter((pl.col("label") == "postgres") & (pl.col("metric") == "processes"))
+    assert processes["value"].max() >= clients + 4  # + checkpointer, writers...
+    client = ts.filter((pl.col("source") == "os.processes") & (pl.col("node") == "client")
+                       & (pl.col("metric") == "cpu_cores"))
+    assert client["value"].sum() > 0
+    disk = ts.filter(pl.col("source") == "os.disk")
+    device = manifest["host"]["data_dir"]["device"].removeprefix("/dev/")
+    labels = set(disk["label"].to_list())  # the device, or its whole disk (a partition's)
+    assert any(device.startswith(label) for label in labels), (device, labels)
+    assert set(disk["node"].to_list()) == {"primary"}
+    assert disk.filter(pl.col("metric") == "write_mbps")["value"].sum() > 0
 
 
 BAD_SCENARIOS = {
@@ -105,6 +137,7 @@ BAD_SCENARIOS = {
 }
 
 
+@pytest.mark.live
 @pytest.mark.parametrize("case", sorted(BAD_SCENARIOS))
 def test_bad_input_is_one_line_and_nonzero(tmp_path: Path, case: str) -> None:
     body, expected = BAD_SCENARIOS[case]
@@ -172,11 +205,20 @@ def test_validate(tmp_path: Path) -> None:
     assert result.returncode == 0 and "3 run(s)" in result.stdout
 
 
-def test_no_color_is_respected(tmp_path: Path) -> None:
-    result = run_cli("validate", "demo", env={"NO_COLOR": "1", "FORCE_COLOR": ""})
-    assert "\x1b[" not in result.stdout + result.stderr
+def test_no_color_is_respected() -> None:
+    # FORCE_COLOR makes rich colour a pipe as it would a terminal: a comparison with a
+    # worse verdict is then red, unless NO_COLOR says no colour (bold and dim may stay).
+    runs = SAMPLES / "runs"
+    args = ("compare", str(runs / "control"), str(runs / "lock"))
+    colour = re.compile(r"\x1b\[(?:[0-9;]*;)?(?:3[0-9]|9[0-7]|38;[0-9;]+)m")
+    coloured = run_cli(*args, env={"NO_COLOR": "", "FORCE_COLOR": "1"})
+    assert coloured.returncode == 0 and colour.search(coloured.stdout), coloured.stdout
+    plain = run_cli(*args, env={"NO_COLOR": "1", "FORCE_COLOR": "1"})
+    assert plain.returncode == 0 and "worse" in plain.stdout
+    assert not colour.search(plain.stdout + plain.stderr), plain.stdout
 
 
+@pytest.mark.live
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the server as another user")
 def test_as_root_the_server_runs_unprivileged(overridden_run: Path) -> None:
     manifest = json.loads((overridden_run / "manifest.json").read_text())

@@ -1,4 +1,4 @@
-"""Database probes against real servers: PostgreSQL 18 (wheel) and 15 (Debian, if present)."""
+"""Database probes against real servers: PostgreSQL 18 (wheel) and 15 (Debian's package)."""
 
 from __future__ import annotations
 
@@ -27,17 +27,13 @@ from pglab.probes.serverlog_probe import ServerLogEvents
 from pglab.probes.sink import FLUSH_EVERY_S, TelemetrySink, consolidate
 from pglab.telemetry import TelemetryRunner
 
-DEBIAN_15 = Path("/usr/lib/postgresql/15/bin")
 
-
-def _versions() -> list[str]:
-    return ["embedded", *(["15"] if (DEBIAN_15 / "postgres").is_file() else [])]
-
-
-@pytest.fixture(params=_versions(), scope="module")
+@pytest.fixture(params=["embedded", "15"], scope="module")
 def server(request: pytest.FixtureRequest, pglab_home: Path) -> Iterator[LocalServer]:
     user = server_user()
-    bins: PgBinaries = find_binaries(None if request.param == "embedded" else DEBIAN_15)
+    # 15: Debian's package, installed by the pg15_bin fixture as root (as in CI)
+    bins: PgBinaries = find_binaries(None if request.param == "embedded"
+                                     else request.getfixturevalue("pg15_bin"))
     bins = runnable_by(bins, user)
     srv = LocalServer("primary", bins, pglab_home / "labs" / f"probes-{request.param}", user)
     srv.initdb(None, None, "C", "UTF8", sync=False)
@@ -107,6 +103,7 @@ def test_a_signal_during_a_probes_start_stops_the_run(tmp_path: Path) -> None:
     sink.close()
 
 
+@pytest.mark.live
 def test_lock_wait_and_checkpoint_are_seen(server: LocalServer, tmp_path: Path) -> None:
     ctx = _context(server)
     sink = TelemetrySink(tmp_path)
@@ -155,12 +152,16 @@ def test_lock_wait_and_checkpoint_are_seen(server: LocalServer, tmp_path: Path) 
     assert written["value"].sum() > 0
 
     # what observing cost: pglab's loops and the two telemetry backends both used some CPU
-    # in some 5 s, and all of it together nowhere near all of the machine
+    # in some 5 s, and all of it together a few percent of the machine, as runs measure
+    # (1-2.5% of this 2-core VM, also under a load average of 14; CPU time, not wall time,
+    # so other work on the machine does not inflate it)
     cost = runner.summary()
+    print("observer cost:", cost)
     assert cost["observer_cpu_s"] > 0 and cost["observer_server_cpu_s"] > 0
-    assert 0 < cost["observer_cpu_pct"] < 50
+    assert 0 < cost["observer_cpu_pct"] < 5
 
 
+@pytest.mark.live
 def test_forced_checkpoint_and_lock_wait_become_log_events(server: LocalServer,
                                                           tmp_path: Path) -> None:
     ctx = _context(server)
@@ -205,6 +206,7 @@ def test_forced_checkpoint_and_lock_wait_become_log_events(server: LocalServer,
     assert 0.5 < (end - start).total_seconds() < 3
 
 
+@pytest.mark.live
 def test_probe_survives_a_server_restart(server: LocalServer, tmp_path: Path) -> None:
     ctx = _context(server)
     sink = TelemetrySink(tmp_path)
@@ -226,6 +228,7 @@ def test_probe_survives_a_server_restart(server: LocalServer, tmp_path: Path) ->
     assert after.height > 0  # the sampler reconnected and went on
 
 
+@pytest.mark.live
 def test_telemetry_connections_are_not_counted(server: LocalServer) -> None:
     ctx = _context(server)
     sessions = ctx.db

@@ -63,3 +63,48 @@ def test_every_builtin_scenario_is_in_the_readme() -> None:
 
     readme = (ROOT / "README.md").read_text()
     assert [n for n in builtin_names() if n != "demo" and f"`{n}`" not in readme] == []
+
+
+def test_every_module_and_test_file_is_in_the_test_map() -> None:
+    """tests/README.md says where each module is tested: a new module or package, or a
+    new test file, gets a line there."""
+    text = (ROOT / "tests" / "README.md").read_text()
+    table = text.split("## Where a module is tested", 1)[1]
+    named = set(re.findall(r"`([a-z_/]+(?:\.py)?)`", table))
+    src = ROOT / "src" / "pglab"
+    modules = [p.relative_to(src).as_posix() for p in src.rglob("*.py")]
+    uncovered = [m for m in modules if not m.endswith("__init__.py") and m not in named
+                 and not any(m.startswith(n) for n in named if n.endswith("/"))]
+    assert uncovered == []
+    tests = {p.name for p in (ROOT / "tests").glob("test_*.py")}
+    assert sorted(tests - named) == []
+    assert sorted(n for n in named if n.startswith("test_") and n not in tests) == []
+
+
+def test_readme_example_verdicts_are_what_pglab_says() -> None:
+    """The README's two analysis examples are of the lock and connection-churn
+    pathologies; pglab's analysis of the committed samples of those pathologies gives the
+    same verdicts (cause, confidence, stall or none), not just similar words."""
+    from pglab.analysis.analyze import analyze_run
+
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Analysis: `pglab analyze RUN`", 1)[1].split("\n## ", 1)[0]
+    stall_example, steady_example = re.findall(r"```\n(.*?)```", section, re.S)[:2]
+    samples = ROOT / "tests" / "samples" / "runs"
+
+    lock = analyze_run(samples / "lock", write=False).document
+    (stall,) = lock.stalls
+    top = stall["causes"][0]
+    shown = re.search(r"^TPS 0 for (\d+) s .*\n  ([a-z-]+) \(confidence ([0-9.]+)\)",
+                      stall_example, re.M)
+    assert shown is not None, stall_example
+    assert stall["kind"] == "drop-to-zero" and stall["seconds"] == int(shown[1])
+    assert (top["cause"], top["confidence"]) == (shown[2], float(shown[3]))
+
+    churn = analyze_run(samples / "churn", write=False).document
+    verdict = churn.summary["verdict"]
+    shown = re.search(r"0 stall\(s\)\n  top cause ([a-z-]+) \(confidence ([0-9.]+), held the "
+                      r"whole run back; no stall\)", steady_example)
+    assert shown is not None, steady_example
+    assert churn.stalls == [] and verdict["basis"] != "stalls"
+    assert (verdict["cause"], verdict["confidence"]) == (shown[1], float(shown[2]))

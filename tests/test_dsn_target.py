@@ -14,6 +14,8 @@ from pglab.lab.binaries import find_binaries, runnable_by
 from pglab.lab.local import LocalServer
 from pglab.lab.osuser import server_user
 
+pytestmark = pytest.mark.live  # a real existing server
+
 
 @pytest.fixture(scope="module")
 def existing(pglab_home: Path) -> Iterator[LocalServer]:

@@ -54,7 +54,8 @@ def test_cloud_ssd_profile_scales_with_the_volume_size() -> None:
     assert profile_figures("cloud-ssd:10TB").write_iops == 16_000  # cap
     assert profile_figures("cloud-ssd-gp3").write_iops == 3000
     assert profile_figures("cloud-hdd:500GB").write_mbps == pytest.approx(60)
-    assert profile_figures("local-nvme") == profile_figures("local-nvme")
+    nvme = profile_figures("local-nvme")  # the machine's own disk: every figure unlimited
+    assert (nvme.write_mbps, nvme.read_mbps, nvme.write_iops, nvme.read_iops) == (0, 0, 0, 0)
     assert not _envelope('disk_profile = "local-nvme"').has_disk
 
 
@@ -115,6 +116,7 @@ for what in ("envelope", "kernel"):
 """
 
 
+@pytest.mark.live
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to become another user")
 def test_without_root_the_error_is_one_line_and_says_so() -> None:
     out = subprocess.run([sys.executable, "-c", _AS_NOBODY], capture_output=True, text=True,
@@ -129,6 +131,7 @@ def _ours() -> list[Path]:
     return [p for p in pglab_cgroups(SUPPORT) if p.name.startswith(f"pglab-{os.getpid()}-")]
 
 
+@pytest.mark.exclusive
 @needs_cgroups
 def test_write_throughput_inside_a_10_mbps_envelope(tmp_path: Path) -> None:
     with applied_envelope("free", EnvelopeLimits(cpus=2.0), tmp_path) as free:
@@ -148,6 +151,7 @@ def test_write_throughput_inside_a_10_mbps_envelope(tmp_path: Path) -> None:
     assert _ours() == []
 
 
+@pytest.mark.exclusive
 @needs_cgroups
 def test_write_iops_inside_a_50_iops_envelope(tmp_path: Path) -> None:
     with applied_envelope("iops", EnvelopeLimits(write_iops=50), tmp_path) as env:
@@ -170,6 +174,7 @@ print(done / (1 << 20) / (time.monotonic() - start))
 """
 
 
+@pytest.mark.exclusive
 @needs_cgroups
 def test_read_throughput_inside_a_10_mbps_envelope(tmp_path: Path) -> None:
     data = tmp_path / "data"
@@ -195,6 +200,7 @@ os.unlink(sys.argv[1])
 """
 
 
+@pytest.mark.exclusive
 @needs_cgroups
 @pytest.mark.skipif(SUPPORT.version != 1, reason="the v1 writeback caveat")
 def test_v1_does_not_throttle_buffered_writes(tmp_path: Path) -> None:
@@ -208,6 +214,7 @@ def test_v1_does_not_throttle_buffered_writes(tmp_path: Path) -> None:
     assert float(out) < 1.0
 
 
+@pytest.mark.exclusive
 @needs_cgroups
 def test_cpu_quota_is_observed(tmp_path: Path) -> None:
     # Four busy processes want all the machine's CPUs; the quota lets them have half of one.
@@ -226,6 +233,7 @@ def test_cpu_quota_is_observed(tmp_path: Path) -> None:
 _AFFINITY = "import os; print(sorted(os.sched_getaffinity(0)))"
 
 
+@pytest.mark.live
 @needs_cgroups
 def test_cpuset_pins_the_processes(tmp_path: Path) -> None:
     with applied_envelope("pin", EnvelopeLimits(cpuset="0"), tmp_path) as env:
@@ -251,6 +259,7 @@ print("ok")
 """
 
 
+@pytest.mark.live
 @needs_cgroups
 def test_memory_limit_is_enforced_page_cache_included(tmp_path: Path) -> None:
     limit = 64 * MB
@@ -272,6 +281,7 @@ def test_memory_limit_is_enforced_page_cache_included(tmp_path: Path) -> None:
     assert hog.returncode == -signal.SIGKILL  # the OOM killer, inside the envelope only
 
 
+@pytest.mark.live
 @needs_cgroups
 def test_apply_can_loosen_limits(tmp_path: Path) -> None:
     group = NodeCgroup.create("loosen", SUPPORT)
@@ -286,6 +296,7 @@ def test_apply_can_loosen_limits(tmp_path: Path) -> None:
         group.destroy()
 
 
+@pytest.mark.live
 @needs_cgroups
 def test_spawned_server_user_and_its_children_are_inside(tmp_path: Path) -> None:
     user = server_user()
@@ -311,6 +322,7 @@ def test_spawned_server_user_and_its_children_are_inside(tmp_path: Path) -> None
         proc.wait()
 
 
+@pytest.mark.live
 @needs_cgroups
 def test_no_cgroup_left_after_20_create_apply_destroy(tmp_path: Path) -> None:
     limits = CgroupLimits(cpus=0.5, cpuset="0", memory=128 * MB,
@@ -325,6 +337,7 @@ def test_no_cgroup_left_after_20_create_apply_destroy(tmp_path: Path) -> None:
     assert _ours() == []
 
 
+@pytest.mark.live
 @needs_cgroups
 @pytest.mark.skipif(SUPPORT.version != 1, reason="v1 only")
 def test_co_mounted_v1_controllers_share_one_directory() -> None:
@@ -342,6 +355,7 @@ def test_co_mounted_v1_controllers_share_one_directory() -> None:
     assert _ours() == []
 
 
+@pytest.mark.live
 @needs_cgroups
 def test_cleanup_after_a_failure(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError), applied_envelope("fail", EnvelopeLimits(cpus=1.0),
@@ -382,6 +396,7 @@ def _of(pid: int) -> list[Path]:
     return [p for p in pglab_cgroups(SUPPORT) if p.name.startswith(f"pglab-{pid}-")]
 
 
+@pytest.mark.live
 @needs_cgroups
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_cleanup_after_a_signal(tmp_path: Path, sig: signal.Signals) -> None:
@@ -394,6 +409,7 @@ def test_cleanup_after_a_signal(tmp_path: Path, sig: signal.Signals) -> None:
     assert _of(proc.pid) == []
 
 
+@pytest.mark.live
 @needs_cgroups
 def test_stale_cgroups_of_a_killed_pglab_are_reaped(tmp_path: Path) -> None:
     proc = _holder(tmp_path)
@@ -424,6 +440,7 @@ UNIFIED = _unified()
 
 @pytest.mark.skipif(SUPPORT.version != 1 or UNIFIED is None or os.geteuid() != 0,
                     reason="needs root and a v2 hierarchy beside v1 (hybrid) to test v2 here")
+@pytest.mark.live
 def test_v2_create_join_destroy_and_reap_on_the_unified_hierarchy() -> None:
     # The v2 limits need controllers that v1 holds on a hybrid machine; creating, joining,
     # evicting, removing and reaping are the same code as on a v2-only machine.

@@ -20,6 +20,8 @@ from conftest import TINY, processes_under, write_scenario
 from pglab.lab.lab import reap_stale_labs
 from pglab.workload.pgbench import reap_stale_spools
 
+pytestmark = pytest.mark.live  # real runs, signalled
+
 _started: list[subprocess.Popen[str]] = []
 
 

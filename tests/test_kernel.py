@@ -63,6 +63,7 @@ def test_nothing_wanted_changes_nothing_and_needs_no_root() -> None:
         assert now == before
 
 
+@pytest.mark.exclusive
 @needs_root
 def test_set_then_restored_after_success_and_failure(pglab_home: Path) -> None:
     before = read_knobs()
@@ -79,6 +80,7 @@ def test_set_then_restored_after_success_and_failure(pglab_home: Path) -> None:
     assert list((pglab_home / "kernel-knobs").glob("*.json")) == []
 
 
+@pytest.mark.exclusive
 @needs_root
 def test_a_bytes_knob_gives_its_ratio_back() -> None:
     # Writing dirty_background_bytes zeroes dirty_background_ratio in the kernel; restoring
@@ -90,6 +92,7 @@ def test_a_bytes_knob_gives_its_ratio_back() -> None:
     assert read_knobs() == before
 
 
+@pytest.mark.exclusive
 @needs_root
 def test_another_runs_changes_are_not_taken_for_originals(pglab_home: Path) -> None:
     state = pglab_home / "kernel-knobs" / "1.json"  # pid 1 is alive
@@ -127,6 +130,7 @@ def _holder(step: int) -> subprocess.Popen[str]:
     return proc
 
 
+@pytest.mark.exclusive
 @needs_root
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_restored_after_a_signal(sig: signal.Signals) -> None:
@@ -139,6 +143,7 @@ def test_restored_after_a_signal(sig: signal.Signals) -> None:
     assert read_knobs() == before
 
 
+@pytest.mark.exclusive
 @needs_root
 def test_kill_9_is_repaired_by_the_next_pglab() -> None:
     before = read_knobs()

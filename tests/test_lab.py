@@ -23,6 +23,8 @@ from pglab.lab.template import get_template
 from pglab.paths import labs_dir
 from pglab.scenario import InitdbOptions, load_text
 
+pytestmark = pytest.mark.live  # real servers
+
 
 @pytest.fixture
 def server(pglab_home: Path) -> Iterator[LocalServer]:
@@ -141,15 +143,13 @@ name = "leak"
 [envelope]
 cpus = 1.0
 memory = "1GB"
-[kernel]
-"vm.swappiness" = 7
 [workload]
 scale = 1
 """
 
 
-@pytest.mark.root
-def test_start_stop_twenty_times_leaves_nothing(pglab_home: Path) -> None:
+def _lab_rounds(pglab_home: Path, body: str, rounds: int,
+                knobs_inside: dict[str, object]) -> None:
     """Processes, cgroups, kernel knobs, socket dirs and ports: all back after each lab."""
     from pglab.lab.cgroups import detect_cgroups, pglab_cgroups
     from pglab.lab.kernel import read_knobs
@@ -162,14 +162,15 @@ def test_start_stop_twenty_times_leaves_nothing(pglab_home: Path) -> None:
         # shared machine make and remove theirs meanwhile.
         return {p for p in pglab_cgroups() if p.name.startswith(f"pglab-{os.getpid()}-")}
 
-    scenario = load_text(LEAK_SCENARIO, "leak.toml").scenario
+    scenario = load_text(body, "leak.toml").scenario
     knobs_before = read_knobs()
     cgroups_before = ours()
-    for round_ in range(20):
+    for round_ in range(rounds):
         with Lab(scenario, "leak.toml", f"leak-{os.getpid()}-{round_}") as lab:
             assert lab.primary is not None
             port, sockets = lab.primary.port, lab.primary.socket_dir
-            assert read_knobs()["vm.swappiness"] == 7
+            now = read_knobs()
+            assert {k: now[k] for k in knobs_inside} == knobs_inside
             assert ours() - cgroups_before  # the node is in its own cgroup
         assert processes_under(lab.lab_dir) == []
         assert not lab.lab_dir.exists() and not sockets.exists()
@@ -177,3 +178,15 @@ def test_start_stop_twenty_times_leaves_nothing(pglab_home: Path) -> None:
         assert read_knobs() == knobs_before
         with socket.socket() as probe:
             assert probe.connect_ex(("127.0.0.1", port)) != 0, f"port {port} still open"
+
+
+@pytest.mark.root
+def test_start_stop_twenty_times_leaves_nothing(pglab_home: Path) -> None:
+    _lab_rounds(pglab_home, LEAK_SCENARIO, 20, {})
+
+
+@pytest.mark.exclusive  # kernel knobs are machine-wide
+@pytest.mark.root
+def test_a_labs_kernel_knobs_are_set_and_put_back(pglab_home: Path) -> None:
+    _lab_rounds(pglab_home, LEAK_SCENARIO + '[kernel]\n"vm.swappiness" = 7\n', 2,
+                {"vm.swappiness": 7})

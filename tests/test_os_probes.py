@@ -478,6 +478,7 @@ def test_tcp_keeps_replication_sockets_and_names_their_nodes(tmp_path: Path) -> 
 # --- live probes on this machine -----------------------------------------------------------
 
 
+@pytest.mark.live
 def test_cpu_memory_pressure_live() -> None:
     for probe, metrics in (
         (
@@ -546,6 +547,7 @@ def device_holding(path: Path) -> str:
     pytest.skip(f"{path} is not on a block device listed in /proc/diskstats")
 
 
+@pytest.mark.live
 def test_disk_live_sees_a_write(tmp_path: Path) -> None:
     device = device_holding(tmp_path)
     (tmp_path / "pg_wal").mkdir()
@@ -572,6 +574,7 @@ def test_disk_live_sees_a_write(tmp_path: Path) -> None:
     assert 0 <= out[("primary", device, "util_pct")] <= 100
 
 
+@pytest.mark.live
 def test_disk_falls_back_to_every_busy_disk() -> None:
     probe = DiskProbe()
     out = run_twice(probe, context([node("primary", None)]), pause=0.05)
@@ -593,6 +596,7 @@ def spinner() -> Iterator[subprocess.Popen[bytes]]:
     child.wait()
 
 
+@pytest.mark.exclusive  # a spinner's share of a CPU, measured
 def test_processes_live_client(spinner: subprocess.Popen[bytes]) -> None:
     time.sleep(0.05)
     # The truth to compare with: the spinner's own CPU time over the same interval (on a
@@ -645,6 +649,7 @@ children[0].wait()
 """
 
 
+@pytest.mark.live
 def test_walking_a_tree_finds_what_reading_every_process_finds() -> None:
     proc = Path("/proc")
     if not (proc / "self" / "task" / str(os.getpid()) / "children").exists():
@@ -664,6 +669,7 @@ def test_walking_a_tree_finds_what_reading_every_process_finds() -> None:
     assert all(walked[pid].starttime == scanned[pid].starttime for pid in walked)
 
 
+@pytest.mark.exclusive  # a spinner's share of a CPU, measured
 def test_processes_live_postgres_kinds(fake_postmaster: int) -> None:
     ctx = context([node("primary", None, lambda: fake_postmaster)])
     out = by_key(run_twice(ProcessesProbe(), ctx, pause=0.5))
@@ -687,6 +693,7 @@ while conn.recv(65536):
 """
 
 
+@pytest.mark.live
 def test_tcp_live_loopback(tmp_path: Path) -> None:
     server = subprocess.Popen(
         ["postgres: walsender pglab 127.0.0.1(1) streaming 0/0", "-c", SERVER],
@@ -723,6 +730,7 @@ def test_tcp_live_loopback(tmp_path: Path) -> None:
     assert labels == {label, f"127.0.0.1:{client_port}->127.0.0.1:{port}"}
 
 
+@pytest.mark.live
 def test_tcp_runs_no_ss_while_no_node_replicates(fake_postmaster: int, tmp_path: Path) -> None:
     """`ss` costs milliseconds of CPU a call: not run without a walsender or walreceiver."""
     (tmp_path / "postmaster.pid").write_text(f"{fake_postmaster}\n{tmp_path}\n1\n5432\n")

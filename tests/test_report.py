@@ -7,11 +7,10 @@ downloaded): no console errors, no network requests, every chart drawn, zoom sha
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import json
-import os
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,8 +22,10 @@ import polars as pl
 import pytest
 from playwright.sync_api import ConsoleMessage, Error, FloatRect, Locator, Page, Request
 
-from conftest import TINY, run_cli, write_scenario
+from conftest import TINY, apt_install, run_cli, write_scenario
 from pglab.report.model import build_model
+
+pytestmark = pytest.mark.live  # real runs, a real browser
 
 CHROMIUM = Path("/usr/bin/chromium")
 # Headless as root, and never trying the (closed) network; a fresh profile every time.
@@ -40,6 +41,7 @@ initdb = { wal_segsize_mb = 1 }
 [server.settings]
 max_wal_size = "8MB"
 min_wal_size = "2MB"
+shared_buffers = "64MB"  # restart-only: the set-up restarts the server before the load
 """
 
 
@@ -136,6 +138,13 @@ def test_model_matches_the_run_files(run_dir: Path) -> None:
     drawn = [i for i in model.timeline["lanes"]["items"] if i[2] == lane]
     assert checkpoints > 0 and len(drawn) >= checkpoints  # write (+ sync) phase each
     assert model.top_waits and all(w["share"] is not None for w in model.top_waits)
+    # The set-up restart was logged before the load, and is no crash mark on the timeline.
+    started = json.loads((run_dir / "manifest.json").read_text())["workload"]["started_at"]
+    load_start = dt.datetime.fromisoformat(started.replace("Z", "+00:00"))
+    stops = events.filter((pl.col("kind") == "server-stop") & (pl.col("t_end") < load_start))
+    assert stops.height == 1 and json.loads(stops["attrs"][0])["mode"] == "fast"
+    crashes = model.timeline["lanes"]["names"].index("crashes, restarts")
+    assert [i for i in model.timeline["lanes"]["items"] if i[2] == crashes] == []
 
 
 def test_analysis_becomes_the_verdict_and_stall_bands(analysed_run: Path) -> None:
@@ -251,15 +260,7 @@ def test_sweep_and_its_study_report(tmp_path: Path) -> None:
 @pytest.fixture(scope="session")
 def chromium() -> Path:
     """The system Chromium; installed with apt when missing and we are root (as in CI)."""
-    if not CHROMIUM.exists():
-        if os.geteuid() != 0:
-            pytest.skip("needs /usr/bin/chromium (apt-get install chromium)")
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        install = ["apt-get", "install", "-y", "--no-install-recommends", "chromium"]
-        if subprocess.run(install, env=env, capture_output=True).returncode != 0:
-            subprocess.run(["apt-get", "update"], env=env, capture_output=True, check=True)
-            subprocess.run(install, env=env, capture_output=True, check=True)
-    return CHROMIUM
+    return apt_install("chromium", CHROMIUM)
 
 
 @dataclass

@@ -176,3 +176,23 @@ def test_envelope_and_kernel_tables() -> None:
         load_text(BASE + '[kernel]\n"vm.dirty_ratio" = 40\n"vm.dirty_bytes" = 1\n', "s.toml")
     assert load_text(BASE + '[envelope]\ndisk_profile = "local-nvme"', "s.toml").scenario \
         .envelope.is_unlimited()
+
+
+def test_a_standby_fault_without_a_node_acts_on_the_only_standby() -> None:
+    from pglab.lab.fault_actions import ACTIONS
+    from pglab.lab.faults import check_faults
+    from pglab.scenario import STANDBY_ACTIONS
+
+    assert set(STANDBY_ACTIONS) == {a.name for a in ACTIONS if a.nodes == "standby"}
+    fault = '[[faults]]\nat = "1s"\naction = "pause-standby"\nduration = "2s"\n'
+    one = load_text(BASE + "[topology]\nstandbys = 1\n" + fault, "s.toml").scenario
+    assert one.faults[0].node == "standby1"
+    check_faults(one, "s.toml")
+    two = load_text(BASE + "[topology]\nstandbys = 2\n" + fault, "s.toml").scenario
+    with pytest.raises(BadInput, match=r"acts on a standby: name it with node "
+                                       r"\(standby1, standby2\)"):
+        check_faults(two, "s.toml")
+    named = load_text(BASE + "[topology]\nstandbys = 1\n" + fault.replace(
+        'duration', 'node = "primary"\nduration'), "s.toml").scenario
+    with pytest.raises(BadInput, match="acts on a standby, not on 'primary'"):
+        check_faults(named, "s.toml")

@@ -167,6 +167,7 @@ def _manifest(results: Path) -> dict[str, Any]:
 
 
 @root_only
+@pytest.mark.live
 @pytest.mark.root
 @pytest.mark.parametrize(("fs", "options", "expected"), [
     ("ext4", '{ data = "journal", barrier = false, commit = 10, journal = true }',
@@ -197,6 +198,7 @@ def test_each_filesystem_made_used_read_back_removed(
 
 
 @root_only
+@pytest.mark.live
 @pytest.mark.root
 def test_wal_on_its_own_volume_and_a_standby_volume(storage_packages: None, pglab_home: Path,
                                                     tmp_path: Path) -> None:
@@ -237,6 +239,7 @@ def _disk_rates(folder: Path, device: str) -> list[float]:
 
 
 @root_only
+@pytest.mark.exclusive
 @pytest.mark.root
 def test_write_limit_holds_for_every_byte(storage_packages: None, pglab_home: Path,
                                          tmp_path: Path) -> None:
@@ -262,6 +265,7 @@ def test_write_limit_holds_for_every_byte(storage_packages: None, pglab_home: Pa
 
 
 @root_only
+@pytest.mark.exclusive
 @pytest.mark.root
 def test_latency_iops_and_pause_measured_on_the_device(storage_packages: None,
                                                        tmp_path: Path) -> None:
@@ -318,6 +322,7 @@ def test_latency_iops_and_pause_measured_on_the_device(storage_packages: None,
 
 
 @root_only
+@pytest.mark.exclusive
 @pytest.mark.root
 def test_pause_disk_stops_commits_and_the_analysis_names_it(
         storage_packages: None, pglab_home: Path, tmp_path: Path) -> None:
@@ -357,6 +362,7 @@ def _wait_for_pgbench(parent: int, timeout: float = 120) -> None:
 
 
 @root_only
+@pytest.mark.live
 @pytest.mark.root
 @pytest.mark.parametrize(("stage", "sig"), [
     ("creating", signal.SIGKILL), ("mounted", signal.SIGKILL), ("under load", signal.SIGKILL),
@@ -397,6 +403,7 @@ def test_signals_at_each_stage_leave_nothing(storage_packages: None, pglab_home:
 
 
 @root_only
+@pytest.mark.exclusive
 @pytest.mark.root
 def test_doctor_on_a_cache_that_acknowledges_flushes_for_nothing(storage_packages: None,
                                                                  tmp_path: Path) -> None:
@@ -437,6 +444,7 @@ def test_storage_command_lists_the_registries() -> None:
 
 
 @root_only
+@pytest.mark.live
 @pytest.mark.root
 def test_the_users_own_storage_pool_path_and_device(storage_packages: None, pglab_home: Path,
                                                     tmp_path: Path) -> None:
@@ -502,6 +510,7 @@ def test_the_users_own_storage_pool_path_and_device(storage_packages: None, pgla
 
 
 @root_only
+@pytest.mark.live
 def test_storage_needs_root(tmp_path: Path) -> None:
     scenario = _scenario(tmp_path, 'filesystem = "ext4"')
     scenario.chmod(0o644)

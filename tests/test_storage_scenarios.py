@@ -14,7 +14,7 @@ import pytest
 from conftest import run_cli
 from test_builtin_scenarios import _run, low_seconds, measured_tps, top_cause, wait_shares
 
-pytestmark = [pytest.mark.root,
+pytestmark = [pytest.mark.root, pytest.mark.live,
               pytest.mark.skipif(os.geteuid() != 0, reason="storage volumes need root")]
 
 
@@ -29,6 +29,7 @@ def _volume(run: Path, node: str = "primary", role: str = "data") -> dict[str, A
     return found
 
 
+@pytest.mark.exclusive  # a timing signal: the machine alone
 def test_wal_init_zero_on_and_off(storage_packages: None, tmp_path: Path) -> None:
     # Two of the four points (XFS; the filesystem axis is the same code path), with WAL
     # switches so that the shortened run needs new segments at once.
@@ -75,6 +76,7 @@ def test_zfs_recordsize_read_back(storage_packages: None, tmp_path: Path) -> Non
     assert "NOT COMPARABLE" not in result.stdout
 
 
+@pytest.mark.exclusive  # a timing signal: the machine alone
 def test_wal_on_its_own_fast_volume_wins(storage_packages: None, tmp_path: Path) -> None:
     runs = _run(tmp_path, "wal-on-own-volume", "workload.duration=10s", "workload.warmup=2s")
     tps = {_volume(r, role="wal")["device"]["latency_ms"]:
@@ -84,6 +86,7 @@ def test_wal_on_its_own_fast_volume_wins(storage_packages: None, tmp_path: Path)
     assert tps[0.0] > 1.5 * tps[3.0], tps
 
 
+@pytest.mark.exclusive  # a timing signal: the machine alone
 def test_standby_slow_volume_makes_commits_wait_on_syncrep(storage_packages: None,
                                                            tmp_path: Path) -> None:
     (run,) = _run(tmp_path, "standby-slow-volume", "workload.duration=12s",

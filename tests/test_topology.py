@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 import signal
@@ -23,6 +24,8 @@ from pglab.probes.os_probes import TcpProbe
 from pglab.results.files import utc_now
 from pglab.runner import probe_nodes
 from pglab.scenario import load_text
+
+pytestmark = pytest.mark.live  # real standbys and PgBouncer
 
 SYNC_LAB = """
 name = "sync"
@@ -258,10 +261,12 @@ action = "crash"
     assert "clients_aborted_by_crash" in manifest["results"]
 
 
+@pytest.mark.exclusive
 @pytest.mark.root
 def test_disk_memory_and_walreceiver_faults(tmp_path: Path) -> None:
-    """throttle-disk sets and restores the node's limits, memory-pressure runs inside the
-    node's memory envelope, pausing only the WAL receiver leaves the standby up."""
+    """throttle-disk throttles the node's commits and puts its limits back, memory-pressure
+    runs inside the node's memory envelope, pausing only the WAL receiver leaves the
+    standby up."""
     from pglab.lab.cgroups import detect_cgroups
 
     if not detect_cgroups().usable:
@@ -276,20 +281,25 @@ synchronous = "on"
 scale = 1
 clients = 2
 jobs = 1
-duration = "8s"
+duration = "10s"
 warmup = "1s"
 [[faults]]
 at = "1s"
 action = "throttle-disk"
-duration = "2s"
-args = { write_mbps = 2 }
+duration = "3s"
+args = { write_iops = 10 }
 [[faults]]
 at = "1s"
 action = "memory-pressure"
 duration = "2s"
 args = { mb = 64 }
 [[faults]]
-at = "4s"
+at = "4s"  # after the throttle: reclaim waiting on writeback at 10 IOPS would hold it
+action = "memory-pressure"
+duration = "3s"
+args = { mb = 1536 }
+[[faults]]
+at = "7s"  # after the seconds that follow the throttle
 action = "pause-standby"
 node = "standby1"
 duration = "2s"
@@ -298,13 +308,32 @@ args = { part = "walreceiver" }
     result = run_cli("run", str(scenario), "--results", str(tmp_path / "r"))
     assert result.returncode == 0, result.stderr
     run_dir = next((tmp_path / "r" / "t").iterdir())
-    faults = {str(f["action"]): f for f in _faults(run_dir)}
-    throttle = faults["throttle-disk"]
-    assert throttle["write_mbps"] == 2.0
+    faults = _faults(run_dir)
+    (throttle,) = [f for f in faults if f["action"] == "throttle-disk"]
     assert throttle["restored"] == {"write_mbps": 0, "read_mbps": 0, "write_iops": 0,
                                     "read_iops": 0}
-    assert faults["memory-pressure"]["ended_early"] is False
-    assert faults["pause-standby"]["paused_pids"]  # the WAL receiver's pid
+    # Each commit flushes WAL with at least one write: 10 IOPS let 2 clients commit at
+    # most ~20 times a second (group commit), while the seconds around go much faster.
+    events = pl.read_parquet(run_dir / "events.parquet").filter(pl.col("kind") == "fault")
+    row = events.filter(pl.col("attrs").str.contains("throttle-disk"))
+    begin, end = row["t_start"][0], row["t_end"][0]
+    client = pl.read_parquet(run_dir / "client.parquet").filter(
+        pl.col("job").is_null() & ~pl.col("warmup") & ~pl.col("partial"))
+    second = dt.timedelta(seconds=1)
+    inside = [float(v) for v in client.filter(
+        (pl.col("t") >= begin) & (pl.col("t") + second <= end))["tps"]]
+    after = [float(v) for v in client.filter(
+        (pl.col("t") >= end + second) & (pl.col("t") + second <= end + 3 * second))["tps"]]
+    print("TPS while throttled to 10 IOPS:", inside, "after:", after)
+    assert len(inside) >= 2 and after
+    assert max(inside) <= 25 and min(after) > 2 * max(inside)
+    # A hog bigger than the node's 1 GB envelope is killed by the OOM killer inside it
+    # (this machine has far more memory), one that fits is not.
+    ended = sorted((f["args"]["mb"], f["ended_early"])  # type: ignore[index]
+                   for f in faults if f["action"] == "memory-pressure")
+    assert ended == [(64, False), (1536, True)], ended
+    (pause,) = [f for f in faults if f["action"] == "pause-standby"]
+    assert pause["paused_pids"]  # the WAL receiver's pid
     shares = pl.read_parquet(run_dir / "timeseries.parquet").filter(
         (pl.col("source") == "db.waits") & (pl.col("metric") == "IPC:SyncRep"))
     assert shares.height > 0  # commits waited while the receiver was stopped

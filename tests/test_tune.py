@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from conftest import run_cli, write_scenario
 
 CHURN = """
@@ -34,6 +36,7 @@ def test_tune_refuses_a_sweep(tmp_path: Path) -> None:
     assert "tune needs a single run" in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.live  # interleaved repeats: made for a shared machine
 def test_tune_keeps_a_pooler_for_a_connection_per_transaction(
         tmp_path: Path, pgbouncer_binary: str) -> None:
     scenario = write_scenario(tmp_path, CHURN, name="churn")

@@ -70,6 +70,9 @@ def check_faults(scenario: Scenario, where: str) -> None:
             raise BadInput(f"{at}: node '{fault.node}' is not in this topology"
                            f"{_hint(fault.node, nodes)}; nodes: {', '.join(nodes)}")
         if action.nodes == "standby" and not fault.node.startswith("standby"):
+            if "node" not in fault.model_fields_set:  # more than one standby to choose from
+                raise BadInput(f"{at}: '{fault.action}' acts on a standby: name it with "
+                               f"node ({', '.join(nodes[1:]) or 'no standby here'})")
             raise BadInput(f"{at}: '{fault.action}' acts on a standby, not on '{fault.node}'")
         if action.nodes == "primary" and fault.node != "primary":
             raise BadInput(f"{at}: '{fault.action}' runs on the primary, not on '{fault.node}'")

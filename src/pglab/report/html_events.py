@@ -86,6 +86,19 @@ def _wal_files_from_io(ts: pl.DataFrame | None, t0_us: int,
     return items
 
 
+_PLANNED = ("server-start", "server-stop")  # a stop or start, not a crash or its recovery
+
+
+def _load_start(manifest: Manifest) -> dt.datetime | None:
+    """When pgbench started: stops and starts before it are the lab's set-up."""
+    started = (manifest.workload or {}).get("started_at")
+    try:
+        return dt.datetime.fromisoformat(str(started).replace("Z", "+00:00")) if started \
+            else None
+    except ValueError:
+        return None
+
+
 # Kinds that last: without t_end they had not finished when the run ended.
 _LASTING = ("checkpoint", "lock-wait", "recovery")
 
@@ -97,6 +110,7 @@ def event_lanes(events: pl.DataFrame | None, ts: pl.DataFrame | None, t0_us: int
     `x_end` (seconds since t0) is where unfinished events are drawn to.
     """
     lane_of = {kind: i for i, (_, kinds, _) in enumerate(LANES) for kind in kinds}
+    load_start = _load_start(manifest)
     items: list[list[Any]] = []
     wal_items = _wal_files_from_io(ts, t0_us, manifest)
     for row in (events.iter_rows(named=True) if events is not None else []):
@@ -110,6 +124,9 @@ def event_lanes(events: pl.DataFrame | None, ts: pl.DataFrame | None, t0_us: int
             attrs = json.loads(row["attrs"] or "{}")
         except json.JSONDecodeError:
             attrs = {}
+        if kind in _PLANNED and load_start is not None and (
+                row["t_end"] or row["t_start"]) <= load_start:
+            continue  # the set-up restart for restart-only settings: planned, no crash
         start = _offset(row["t_start"], t0_us)
         end = _offset(row["t_end"], t0_us)
         if start is None:

@@ -9,6 +9,7 @@ names below are the ones the rest of pglab uses.
 
 from pglab.scenario.loading import LoadedScenario, load, load_text
 from pglab.scenario.model import (
+    STANDBY_ACTIONS,
     DeviceSpec,
     Envelope,
     Fault,
@@ -25,6 +26,6 @@ from pglab.scenario.model import (
 )
 from pglab.scenario.variants import Variant
 
-__all__ = ["DeviceSpec", "Envelope", "Fault", "InitdbOptions", "LoadedScenario", "NodeSpec",
-           "Scenario", "ServerSpec", "SettingValue", "StorageSpec", "Telemetry", "Topology",
-           "Variant", "VolumeSpec", "Workload", "load", "load_text"]
+__all__ = ["STANDBY_ACTIONS", "DeviceSpec", "Envelope", "Fault", "InitdbOptions",
+           "LoadedScenario", "NodeSpec", "Scenario", "ServerSpec", "SettingValue", "StorageSpec",
+           "Telemetry", "Topology", "Variant", "VolumeSpec", "Workload", "load", "load_text"]

@@ -11,7 +11,14 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from pglab.errors import did_you_mean
 from pglab.scenario.disk_profiles import DiskFigures, profile_figures
@@ -345,6 +352,11 @@ class Telemetry(StrictModel):
         return value
 
 
+# Fault actions that act on a standby only (lab/fault_actions.py: nodes = "standby"; a test
+# checks the two agree): named here, as the model does not import the lab.
+STANDBY_ACTIONS = ("pause-standby",)
+
+
 class Fault(StrictModel):
     at: Duration  # from the start of the measured window (after warmup)
     action: str  # a name from lab/faults.py's registry; checked there with its args
@@ -377,6 +389,19 @@ class Scenario(StrictModel):
     faults: list[Fault] = Field(default_factory=list)
     nodes: dict[str, NodeSpec] = Field(default_factory=dict)
     matrix: dict[str, list[Any]] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _only_standby(cls, data: Any) -> Any:
+        """A standby's fault with no node, in a topology of one standby, acts on it."""
+        if not isinstance(data, dict) or not isinstance(data.get("faults"), list):
+            return data
+        topology = data.get("topology")
+        if not isinstance(topology, dict) or topology.get("standbys") != 1:
+            return data
+        faults = [{**f, "node": "standby1"} if isinstance(f, dict) and "node" not in f
+                  and f.get("action") in STANDBY_ACTIONS else f for f in data["faults"]]
+        return {**data, "faults": faults}
 
     def node_names(self) -> list[str]:
         return ["primary", *(f"standby{i}" for i in range(1, self.topology.standbys + 1))]
