@@ -26,6 +26,7 @@ from pglab.lab.local import LocalServer, free_port
 from pglab.lab.osuser import server_user
 
 pytest_plugins = ("observe_fixtures",)  # node_exporter_url
+pytestmark = pytest.mark.live  # servers this module starts, real loads
 
 PASSWORD = "w4tch-Zq81-secret"
 ROLE = "watcher"

@@ -89,6 +89,7 @@ def test_a_counter_that_went_back_gives_no_rate() -> None:
     assert all(value == 0.0 for *_, value in rates)  # only counters that did not move
 
 
+@pytest.mark.live  # a real node_exporter process
 def test_live_node_exporter(node_exporter_url: str) -> None:
     first = scrape(node_exporter_url)
     second = scrape(node_exporter_url)
