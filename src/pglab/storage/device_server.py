@@ -43,7 +43,7 @@ from typing import Any
 
 BLOCK = 4096
 WRITEBACK_DELAY_S = 1.0  # how long a lying cache sits on a write before writing it back
-BUCKET_S = 0.05  # a bucket holds this many seconds of its rate: no second runs over 5%
+BUCKET_S = 0.02  # a bucket holds this many seconds of its rate: bursts stay within 2%
 
 # NBD protocol numbers (the NBD project's doc/proto.md)
 NBDMAGIC = 0x4E42444D41474943
