@@ -41,7 +41,7 @@ def _analysis(name: str) -> dict[str, Any]:
 
 
 def _worst(analysis: dict[str, Any]) -> dict[str, Any]:
-    return max(analysis["stalls"], key=lambda s: s["lost_transactions"])
+    return max(analysis["stalls"], key=lambda s: s["deficit_transactions"])
 
 
 def _events(name: str, kind: str) -> pl.DataFrame:
@@ -331,10 +331,15 @@ def test_cli_analyze_prints_findings_and_json(lock_copy: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "lock-contention" in result.stdout and "TPS 0 for" in result.stdout
     assert "lock-timeout" in result.stdout
+    # a stall's cost is a deficit; "lost" is for commits a crash takes away
+    assert re.search(r"about [\d,]+ fewer transactions", result.stdout), result.stdout
+    assert " lost" not in result.stdout
     result = run_cli("analyze", str(lock_copy), "--json")
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
-    assert document["format"] == 1 and document["stalls"]
+    assert document["format"] == 2 and document["stalls"]
+    assert all("deficit_transactions" in s and "lost_transactions" not in s
+               for s in document["stalls"])
 
 
 def test_cli_analyze_on_a_folder_that_is_not_a_run(tmp_path: Path) -> None:

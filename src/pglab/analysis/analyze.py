@@ -27,7 +27,10 @@ from pglab.store import iso, write_text
 #   1 (2026-11-21): first format (summary, stalls with ranked causes, recommendations).
 #   Later additions that format-1 readers can ignore: `steady_state` (causes that held
 #   the whole run back) and `summary.verdict` (the run's top cause).
-ANALYSIS_FORMAT = 1
+#   2 (2026-11-23): `lost_transactions` (stalls, summary, verdict) is now
+#   `deficit_transactions`: a stall's throughput cost, transactions not made; "lost" is
+#   kept for acknowledged commits that a crash takes away.
+ANALYSIS_FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,7 @@ def _summary(report: StallReport, data: RunData) -> dict[str, Any]:
         "stall_seconds": steady.degraded_seconds,
         "zero_tps_seconds": steady.zero_seconds,
         "stalls": len(report.windows),
-        "lost_transactions": sum(w.lost_transactions for w in report.windows),
+        "deficit_transactions": sum(w.deficit_transactions for w in report.windows),
         "periodic": None,
     }
     if report.periodic is not None:
@@ -79,7 +82,7 @@ def _stall(ev: WindowEvidence) -> dict[str, Any]:
     causes = ranked_causes(ev)
     return {
         "start": iso(w.start), "end": iso(w.end), "seconds": w.seconds, "kind": w.kind,
-        "depth": w.depth, "lost_transactions": w.lost_transactions,
+        "depth": w.depth, "deficit_transactions": w.deficit_transactions,
         "reference_tps": round(w.reference_tps, 1), "min_tps": w.min_tps,
         "p99_ms": round(w.p99_ms, 2) if w.p99_ms is not None else None,
         "max_latency_ms": round(w.max_latency_ms, 2) if w.max_latency_ms is not None else None,
@@ -127,27 +130,28 @@ def _finding(f: Finding) -> dict[str, Any]:
 
 def _first_causes(stalls: list[dict[str, Any]]) -> tuple[dict[str, int], dict[str, float]]:
     """Per attributed first cause of stalls (neither unknown nor outside the lab): the
-    transactions its stalls lost together, and its best confidence."""
-    lost: dict[str, int] = {}
+    deficit of its stalls together (transactions not made), and its best confidence."""
+    deficit: dict[str, int] = {}
     best: dict[str, float] = {}
     for stall in stalls:
         first = stall["causes"][0] if stall["causes"] else None
         if first is None or first["cause"] == "unknown" or first.get("outside_the_lab"):
             continue
-        lost[first["cause"]] = lost.get(first["cause"], 0) + stall["lost_transactions"]
+        deficit[first["cause"]] = (deficit.get(first["cause"], 0)
+                                   + stall["deficit_transactions"])
         best[first["cause"]] = max(best.get(first["cause"], 0.0), first["confidence"])
-    return lost, best
+    return deficit, best
 
 
 def _verdict(stalls: list[dict[str, Any]], steady: list[dict[str, Any]]
              ) -> dict[str, Any] | None:
-    """The run's top cause: the first cause of the stalls that lost the most transactions
+    """The run's top cause: the first cause of the stalls with the largest deficit
     together; for a run without an attributed stall, what held the whole run back."""
-    lost, best = _first_causes(stalls)
-    if lost:
-        cause = max(lost, key=lambda c: (lost[c], best[c]))
+    deficit, best = _first_causes(stalls)
+    if deficit:
+        cause = max(deficit, key=lambda c: (deficit[c], best[c]))
         return {"cause": cause, "confidence": best[cause], "basis": "stalls",
-                "lost_transactions": lost[cause]}
+                "deficit_transactions": deficit[cause]}
     if steady:
         return {"cause": steady[0]["cause"], "confidence": steady[0]["confidence"],
                 "basis": "steady-state"}
@@ -175,9 +179,9 @@ def _causes_found(stalls: list[dict[str, Any]],
 def _priority(stalls: list[dict[str, Any]], verdict: dict[str, Any] | None
               ) -> tuple[str, ...]:
     """Causes by what they cost: the verdict's first, then the other first causes of
-    stalls by the transactions those stalls lost (recommendations follow this order)."""
-    lost, _ = _first_causes(stalls)
-    ranked = sorted(lost, key=lambda c: lost[c], reverse=True)
+    stalls by their deficit (recommendations follow this order)."""
+    deficit, _ = _first_causes(stalls)
+    ranked = sorted(deficit, key=lambda c: deficit[c], reverse=True)
     head = [verdict["cause"]] if verdict else []
     return tuple(dict.fromkeys(head + ranked))
 

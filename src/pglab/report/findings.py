@@ -14,6 +14,13 @@ def _time(iso: str | None) -> str:
     return iso[11:19] if iso else "?"
 
 
+def deficit(item: dict[str, Any]) -> int | None:
+    """A stall's (or verdict's) throughput cost: transactions not made. analysis.json
+    format 1 called it lost_transactions; "lost" now means commits a crash took away."""
+    value = item.get("deficit_transactions", item.get("lost_transactions"))
+    return int(value) if isinstance(value, (int, float)) else None
+
+
 def _stall_line(stall: dict[str, Any]) -> str:
     kind, seconds = stall["kind"], stall["seconds"]
     if kind == "drop-to-zero":
@@ -22,8 +29,8 @@ def _stall_line(stall: dict[str, Any]) -> str:
         head = f"TPS down {100 * stall['depth']:.0f}% for {seconds} s"
     else:
         head = f"latency spike for {seconds} s (max {stall.get('max_latency_ms') or 0:.0f} ms)"
-    return (f"{head} at {_time(stall['start'])} (about {stall['lost_transactions']:,} "
-            f"transactions lost)")
+    return (f"{head} at {_time(stall['start'])} (about {deficit(stall) or 0:,} fewer "
+            "transactions)")
 
 
 def verdict_basis(verdict: dict[str, Any]) -> str:
@@ -32,9 +39,10 @@ def verdict_basis(verdict: dict[str, Any]) -> str:
     conf_text = f"confidence {conf:.2f}, " if isinstance(conf, (int, float)) else ""
     if verdict.get("basis") == "steady-state":
         return f"{conf_text}held the whole run back; no stall"
-    lost = verdict.get("lost_transactions")
-    if isinstance(lost, int):
-        return f"{conf_text}first cause of the stalls that lost {lost:,} transactions"
+    fewer = deficit(verdict)
+    if fewer is not None:
+        return (f"{conf_text}first cause of the stalls that cost about {fewer:,} "
+                "transactions")
     return "no stall could be attributed"
 
 
@@ -71,7 +79,7 @@ def print_findings(console: Console, analysis: dict[str, Any]) -> None:
     if steady:
         console.print("  [bold]held back over the whole run[/bold]")
         _print_causes(console, steady, "    ")
-    stalls = sorted(analysis.get("stalls") or [], key=lambda s: s["lost_transactions"],
+    stalls = sorted(analysis.get("stalls") or [], key=lambda s: deficit(s) or 0,
                     reverse=True)
     for stall in stalls[:MAX_STALLS]:
         console.print(f"  [bold]{escape(_stall_line(stall))}[/bold]")

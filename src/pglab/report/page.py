@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pglab import __version__
-from pglab.report.findings import verdict_basis
+from pglab.report.findings import deficit, verdict_basis
 from pglab.report.html import ReportModel, build_model
 from pglab.report.html_series import WAIT_CLASS_COLORS
 from pglab.store import write_text
@@ -134,8 +134,9 @@ def _stall_html(stall: dict[str, Any], t0: int) -> str:
         facts.append(f"TPS {stall['reference_tps']:,.0f} → {stall['min_tps']:,.0f}")
     if isinstance(stall.get("p99_ms"), (int, float)):
         facts.append(f"p99 {stall['p99_ms']:,.1f} ms")
-    if isinstance(stall.get("lost_transactions"), (int, float)):
-        facts.append(f"~{stall['lost_transactions']:,.0f} transactions lost")
+    fewer = deficit(stall)
+    if fewer is not None:
+        facts.append(f"~{fewer:,} fewer transactions")
     for fault in stall.get("faults") or []:
         if isinstance(fault, dict):
             facts.append(f"fault {fault.get('action', fault.get('kind', '?'))} on "
