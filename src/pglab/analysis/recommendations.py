@@ -121,6 +121,21 @@ def _mb(n: int) -> str:
     return f"{n // 2**30}GB" if n % 2**30 == 0 else f"{n // 2**20}MB"
 
 
+WAL_SEGMENT_MB = 64  # what wal-segment-size proposes
+
+
+def _wal_segment_change(f: Facts) -> dict[str, Any]:
+    """The new segment size and what depends on it: PostgreSQL refuses to start when
+    min_wal_size or max_wal_size is under two segments (checked against the control
+    file at start, so ALTER SYSTEM accepts it and the candidate's server dies)."""
+    change: dict[str, Any] = {"server.initdb.wal_segsize_mb": WAL_SEGMENT_MB}
+    floor = 2 * WAL_SEGMENT_MB * 2**20
+    for name, default in (("min_wal_size", 80 * 2**20), ("max_wal_size", 2**30)):
+        if f.bytes_of(name, default) < floor:
+            change[f"server.settings.{name}"] = _mb(floor)
+    return change
+
+
 RULES: tuple[Rule, ...] = (
     Rule("max-wal-size", ("checkpoint-io",),
          "raise max_wal_size so checkpoints are triggered by time, not WAL volume",
@@ -184,12 +199,14 @@ RULES: tuple[Rule, ...] = (
                                                             else "off")),
     Rule("wal-segment-size", ("wal-segment-init", "wal-write"),
          "initialise the cluster with a different WAL segment size",
-         lambda f: {"server.initdb.wal_segsize_mb": 64},
+         _wal_segment_change,
          "64 MB segments: fewer creations and switches than 16 MB, and each creation "
-         "much shorter than with a segment of hundreds of MB",
+         "much shorter than with a segment of hundreds of MB; min_wal_size and "
+         "max_wal_size are raised to two segments where they were below (the server does "
+         "not start otherwise)",
          "needs a new cluster (initdb, dump/restore or a new replica); archiving tools must "
          "accept the size",
-         when=lambda f: f.wal_segment_mb != 64),
+         when=lambda f: f.wal_segment_mb != WAL_SEGMENT_MB),
     Rule("wal-compression", ("checkpoint-io", "wal-write"),
          "compress full-page images in WAL",
          lambda f: {"server.settings.wal_compression": _wal_compression(f)},
