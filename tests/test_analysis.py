@@ -128,7 +128,8 @@ def test_a_queue_on_one_row_without_a_stall_is_lock_contention() -> None:
                      top["evidence"][0])
     assert share and int(share[1]) >= 50, top
     assert any("backends blocked on locks on average" in line for line in top["evidence"])
-    assert "lock-timeout" in [r["rule"] for r in analysis["recommendations"]]
+    # one hot row: a lock timeout would only turn the queue into errors (issue 17)
+    assert "hot-row" in [r["rule"] for r in analysis["recommendations"]]
 
 
 def test_a_connection_per_transaction_is_too_many_connections() -> None:
@@ -491,3 +492,48 @@ def test_the_run_level_verdict_is_printed_and_reported(tmp_path: Path) -> None:
     html = (copy / "report.html").read_text()
     assert "Top cause: <b>lock-contention</b>" in html
     assert "What held the whole run back" in html and "heavyweight locks" in html
+
+
+# --- advice that fits the sub-cause -------------------------------------------------------
+
+
+def test_a_paused_standby_gets_quorum_advice_a_slow_one_a_faster_disk() -> None:
+    """The same cause (sync-replication, ranked first in both), two kinds: a standby
+    that stopped answering (sample sync-paused: SIGSTOP for 6 s) and one whose disk is
+    too slow (sync-slow-disk). The fault events are not what tells them apart."""
+    paused, slow = _analysis("sync-paused"), _analysis("sync-slow-disk")
+    for analysis, kind in ((paused, "standby-unresponsive"), (slow, "standby-slow-disk")):
+        top = _worst(analysis)["causes"][0]
+        assert top["cause"] == "sync-replication" and top["sub_cause"] == kind, top
+    rules = {r["rule"]: r for r in paused["recommendations"]}
+    assert rules["quorum-commit"]["change"] == {"topology.standbys": 2,
+                                                "topology.synchronous": "any:1"}
+    assert rules["quorum-commit"]["test"].startswith("pglab run sync-standby-paused")
+    assert "ha-synchronous-role" in rules and rules["ha-synchronous-role"][
+        "not_testable_because"]
+    assert "synchronous-commit-local" in rules
+    assert not {"standby-wal-disk", "walreceiver-cpu"} & set(rules)
+    rules = {r["rule"]: r for r in slow["recommendations"]}
+    assert "standby-wal-disk" in rules and "synchronous-commit-local" in rules
+    assert not {"quorum-commit", "ha-synchronous-role"} & set(rules)
+    for analysis in (paused, slow):  # the WAL-flush advice is not the standby's
+        assert all(r["rule"] != "synchronous-commit-off" or "sync-replication" not in
+                   r["because"] for r in analysis["recommendations"])
+
+
+def test_one_hot_row_and_a_table_lock_get_different_advice() -> None:
+    hot = _analysis("hot-row")
+    (steady,) = hot["steady_state"]["causes"]
+    assert steady["cause"] == "lock-contention" and steady["sub_cause"] == "hot-row"
+    assert [r["rule"] for r in hot["recommendations"]] == ["hot-row"]
+    table = _worst(_analysis("lock"))["causes"][0]
+    assert table["sub_cause"] == "table-lock", table
+    assert "lock-timeout" in [r["rule"] for r in _analysis("lock")["recommendations"]]
+
+
+def test_every_rule_says_when_it_does_not_apply() -> None:
+    from pglab.analysis.recommendations import RULES
+
+    for rule in RULES:
+        assert rule.not_when, rule.id
+        assert rule.testable or rule.why_untestable, rule.id

@@ -125,7 +125,8 @@ def _checkpoint_flags(evidence: list[WindowEvidence]) -> frozenset[str]:
 
 def _finding(f: Finding) -> dict[str, Any]:
     return {"cause": f.cause, "confidence": f.confidence, "evidence": f.evidence,
-            **({"outside_the_lab": True} if f.outside else {})}
+            **({"outside_the_lab": True} if f.outside else {}),
+            **({"sub_cause": f.sub} if f.sub else {})}
 
 
 def _first_causes(stalls: list[dict[str, Any]]) -> tuple[dict[str, int], dict[str, float]]:
@@ -176,6 +177,16 @@ def _causes_found(stalls: list[dict[str, Any]],
     return found
 
 
+def _sub_causes(stalls: list[dict[str, Any]], steady: list[dict[str, Any]],
+                found: dict[str, float]) -> dict[str, frozenset[str]]:
+    """cause -> the sub-causes named by its findings that count (those in `found`)."""
+    subs: dict[str, set[str]] = {}
+    for cause in [*steady, *(c for stall in stalls for c in stall["causes"])]:
+        if cause["cause"] in found and cause.get("sub_cause"):
+            subs.setdefault(cause["cause"], set()).add(str(cause["sub_cause"]))
+    return {cause: frozenset(names) for cause, names in subs.items()}
+
+
 def _priority(stalls: list[dict[str, Any]], verdict: dict[str, Any] | None
               ) -> tuple[str, ...]:
     """Causes by what they cost: the verdict's first, then the other first causes of
@@ -194,11 +205,13 @@ def build_analysis(data: RunData) -> dict[str, Any]:
     steady = [_finding(f) for f in steady_causes(whole_run)] if whole_run else []
     summary = _summary(report, data)
     summary["verdict"] = _verdict(stalls, steady)
-    facts = Facts(_causes_found(stalls, steady), data.manifest, _fpi_surge(evidence),
+    found = _causes_found(stalls, steady)
+    facts = Facts(found, data.manifest, _fpi_surge(evidence),
                   data.run.path, _checkpoint_flags(evidence),
                   data.events.filter(pl.col("kind") == "checkpoint-too-frequent").height > 0,
                   priority=_priority(stalls, summary["verdict"]),
-                  direct_reclaim=_direct_reclaim(evidence))
+                  direct_reclaim=_direct_reclaim(evidence),
+                  sub_causes=_sub_causes(stalls, steady, found))
     return {
         "format": ANALYSIS_FORMAT,
         "run_id": data.manifest.get("run_id"),

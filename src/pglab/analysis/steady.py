@@ -15,7 +15,7 @@ steady-state causes are those reaching STEADY_FLOOR, most likely first.
 from __future__ import annotations
 
 from pglab.analysis.evidence import EventView, WindowEvidence
-from pglab.analysis.signals import Finding, Score, cpu_busy, pct
+from pglab.analysis.signals import Finding, Score, cpu_busy, lock_kind, pct
 
 STEADY_FLOOR = 0.4
 DOMINANT = 0.3  # share of client-backend samples from which a wait holds a run back
@@ -66,6 +66,7 @@ def lock_contention(ev: WindowEvidence) -> Finding | None:
     deadlocks = ev.events_of("deadlock")
     if deadlocks:
         s.add(0.1, f"{len(deadlocks)} deadlock(s) detected")
+    lock_kind(s, ev)
     _behind_slow_commits(s, ev)
     return s.finding()
 
@@ -121,6 +122,8 @@ def too_many_connections(ev: WindowEvidence) -> Finding | None:
                    "waiting on shared-memory locks (ProcArray, LockManager, spin delays)")
     if not (churn or crowded):
         return None
+    # churn first: a pool of persistent connections answers it whatever the count
+    s.sub = "connection-churn" if churn else "too-many-sessions"
     idle, _ = cpu_busy(ev)
     system = ev.inside.mean("host", "os.cpu", "system_pct")
     if idle is not None and idle < 10:

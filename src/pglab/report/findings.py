@@ -50,7 +50,8 @@ def _print_causes(console: Console, causes: list[dict[str, Any]], indent: str) -
     for cause in causes[:3]:
         style = "dim" if cause["cause"] == "unknown" else "cyan"
         outside = ", outside the lab" if cause.get("outside_the_lab") else ""
-        console.print(f"{indent}[{style}]{cause['cause']}[/{style}] "
+        kind = f": {cause['sub_cause']}" if cause.get("sub_cause") else ""
+        console.print(f"{indent}[{style}]{cause['cause']}{kind}[/{style}] "
                       f"(confidence {cause['confidence']:.2f}{outside})")
         for line in cause["evidence"][:4]:
             console.print(f"{indent}  - {escape(line)}", highlight=False)
@@ -94,4 +95,7 @@ def print_findings(console: Console, analysis: dict[str, Any]) -> None:
                       f"{escape(rec['action'])}", highlight=False)
         console.print(f"      effect: {escape(rec['effect'])}", highlight=False)
         console.print(f"      risk: {escape(rec['risk'])}", highlight=False)
-        console.print(f"      test: {escape(rec['test'])}", highlight=False)
+        if rec.get("not_when"):
+            console.print(f"      not when: {escape(rec['not_when'])}", highlight=False)
+        why = f": {rec['not_testable_because']}" if rec.get("not_testable_because") else ""
+        console.print(f"      test: {escape(rec['test'] + why)}", highlight=False)

@@ -38,6 +38,10 @@ BUILTIN_RUNS["sync-slow-disk"] = ("sync-standby-slow-disk", (  # as its test in 
     "workload.duration=15s", "workload.warmup=2s",
     'faults=[{at="5s", action="bulk-update", args={rows=50000}}]',
 ))
+BUILTIN_RUNS["sync-paused"] = ("sync-standby-paused", (  # a standby that stops answering
+    "workload.duration=15s", "workload.warmup=2s",
+    'faults=[{at="4s", action="pause-standby", node="standby1", duration="6s"}]',
+))
 
 
 def run_builtin(name: str, scratch: Path) -> Path:
