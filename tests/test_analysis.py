@@ -537,3 +537,21 @@ def test_every_rule_says_when_it_does_not_apply() -> None:
     for rule in RULES:
         assert rule.not_when, rule.id
         assert rule.testable or rule.why_untestable, rule.id
+
+
+def test_a_queue_on_walwrite_is_blamed_on_what_its_holder_does() -> None:
+    """Two draws of one scenario (1 MB WAL segments on an 8 MB/s disk): commits queue
+    on WALWriteLock (74%), whose holder spends a third of its WAL IO zero-filling new
+    segments. Both must name wal-segment-init, with the evidence of the holder's work;
+    before, one said wal-write and the other checkpoint-io (one 1-s dip)."""
+    for name in ("walinit-small", "walinit-small-2"):
+        analysis = _analysis(name)
+        verdict = analysis["summary"]["verdict"]
+        assert verdict["cause"] == "wal-segment-init", (name, verdict)
+        top = analysis["steady_state"]["causes"][0]
+        assert top["cause"] == "wal-segment-init", (name, top)
+        assert any("zero-filled new segments (pg_stat_io wal/init writes)" in line
+                   for line in top["evidence"]), top
+        assert "wal-write" not in [c["cause"] for c in analysis["steady_state"]["causes"]]
+        assert analysis["recommendations"][0]["because"] == ["wal-segment-init"]
+    assert _analysis("walinit-small-2")["summary"]["verdict"]["minor_stalls"] is True

@@ -106,6 +106,7 @@ class TuneResult:
     # when more than one step found a winner; otherwise step 1's winner is that)
     combined: CandidateResult | None = None
     combined_baseline: list[StoredRun] = field(default_factory=list)
+    point: dict[str, Any] = field(default_factory=dict)  # of a sweep: the point tuned
     status: str = "running"  # completed | failed | interrupted
     reason: str | None = None
     path: Path | None = None  # the .tune.json file
@@ -316,11 +317,21 @@ def tune(loaded_for: Callable[[list[str]], LoadedScenario], base_overrides: list
     if top < 1:
         raise BadInput(f"--top {top}: expected at least 1")
     base = loaded_for(base_overrides)
+    point: dict[str, Any] = {}
     if len(base.variants) != 1:
-        raise BadInput(f"{base.where}: tune needs a single run (no client list, no "
-                       f"[matrix]); this scenario makes {len(base.variants)}")
+        # A sweep (a client list, a [matrix]) is tuned at its first point, the one its
+        # author put first (too-many-connections: without the pooler): its overrides are
+        # pinned and the matrix emptied, so a candidate's change is not overwritten by a
+        # matrix value of the same key.
+        point = dict(base.variants[0].overrides)
+        count = len(base.variants)
+        base_overrides = [*base_overrides, "matrix={}",
+                          *(f"{k}={json.dumps(v)}" for k, v in point.items())]
+        base = loaded_for(base_overrides)
+        ui.status(f"tune: {count} runs in the sweep; tuning its first point: "
+                  + ", ".join(f"{k}={v}" for k, v in point.items()))
     tune_id = f"{utc_now():%Y%m%dT%H%M%SZ}-{secrets.token_hex(2)}"
-    result = TuneResult(tune_id, noise)
+    result = TuneResult(tune_id, noise, point=point)
     result.path = options.results_root / base.scenario.name / f"{tune_id}.tune.json"
     tuner = _Tuner(loaded_for, options, ui, repeats, top, on_run, result, steps)
 
@@ -421,6 +432,7 @@ def write_tune_file(path: Path, result: TuneResult) -> None:
         "status": result.status,
         "reason": result.reason,
         "noise": result.noise,
+        "sweep_point": result.point or None,
         "baseline": _runs(result.baseline),
         "candidates": steps[0]["candidates"] if steps else [],
         "steps": steps,

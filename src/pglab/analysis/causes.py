@@ -495,7 +495,8 @@ def network(ev: WindowEvidence) -> Finding | None:
 
 CAUSES: tuple[Cause, ...] = (
     Cause("checkpoint-io", "checkpoint flush IO saturation", checkpoint_io),
-    Cause("wal-segment-init", "WAL segment creation (zero-fill and fsync)", wal_segment_init),
+    Cause("wal-segment-init", "WAL segment creation (zero-fill and fsync)", wal_segment_init,
+          steady_state.wal_segment_init),
     Cause("wal-write", "WAL write/flush latency", wal_write, steady_state.wal_write),
     Cause("lock-contention", "row or relation lock contention", lock_contention,
           steady_state.lock_contention),

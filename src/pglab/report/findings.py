@@ -38,6 +38,8 @@ def verdict_basis(verdict: dict[str, Any]) -> str:
     conf = verdict.get("confidence")
     conf_text = f"confidence {conf:.2f}, " if isinstance(conf, (int, float)) else ""
     if verdict.get("basis") == "steady-state":
+        if verdict.get("minor_stalls"):
+            return f"{conf_text}held the whole run back; its stalls were minor"
         return f"{conf_text}held the whole run back; no stall"
     fewer = deficit(verdict)
     if fewer is not None:

@@ -63,6 +63,9 @@ def print_tune(console: Console, result: TuneResult) -> None:
     console.print(f"tune {result.tune_id}: {result.status}"
                   + (f" ({escape(result.reason)})" if result.reason else ""),
                   highlight=False)
+    if result.point:
+        console.print("  the sweep's first point, tuned: "
+                      + ", ".join(f"{k}={v}" for k, v in result.point.items()), highlight=False)
     several = len(result.steps) > 1
     for step in result.steps:
         _print_step(console, step, several)

@@ -38,6 +38,14 @@ BUILTIN_RUNS["sync-slow-disk"] = ("sync-standby-slow-disk", (  # as its test in 
     "workload.duration=15s", "workload.warmup=2s",
     'faults=[{at="5s", action="bulk-update", args={rows=50000}}]',
 ))
+# 1 MB WAL segments on the built-in's 8 MB/s disk: a segment is created every few
+# hundred transactions, and commits queue on WALWriteLock behind its creator (issue 17:
+# one run of this was called wal-write, another wal-segment-init)
+BUILTIN_RUNS["walinit-small"] = ("wal-segment-init-stall", (
+    "workload.duration=15s", "workload.warmup=2s", "server.initdb.wal_segsize_mb=1",
+    'server.settings.min_wal_size="2MB"', 'server.settings.max_wal_size="16MB"',
+))
+BUILTIN_RUNS["walinit-small-2"] = BUILTIN_RUNS["walinit-small"]
 BUILTIN_RUNS["sync-paused"] = ("sync-standby-paused", (  # a standby that stops answering
     "workload.duration=15s", "workload.warmup=2s",
     'faults=[{at="4s", action="pause-standby", node="standby1", duration="6s"}]',
