@@ -27,7 +27,7 @@ from test_analysis_live import PATHOLOGIES, run_pathology  # noqa: E402
 KEEP_RAW = ("pgbench.stdout", "pgbench.argv")  # small; server logs and txlogs are not
 
 # sample name: built-in scenario and the --set values shortening it
-BUILTIN_RUNS = {
+BUILTIN_RUNS: dict[str, tuple[str, tuple[str, ...]]] = {
     "dirty-storm": ("dirty-writeback-storm", (
         "workload.duration=15s", "workload.warmup=2s", 'faults=[{at="6s", action="checkpoint"}]',
     )),
