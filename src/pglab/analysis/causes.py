@@ -208,7 +208,23 @@ def checkpoint_io(ev: WindowEvidence) -> Finding | None:
     for e in ev.events_of("checkpoint-too-frequent")[:1]:
         s.add(0.1, f"checkpoints occurring too frequently "
                    f"({e.attrs.get('seconds_apart')} s apart)")
+    if s.value > 0:
+        _checkpoint_kind(s, ev)
     return s.finding()
+
+
+def _checkpoint_kind(s: Score, ev: WindowEvidence) -> None:
+    """Why the checkpoint hurt, which decides the advice: started by WAL volume (a small
+    max_wal_size: space them out), a surge of full-page images after it (compress them),
+    or a device that the checkpoint's writes saturate however they are spaced (spread
+    and hint the writes, or a faster disk)."""
+    flags = {str(f) for e in _checkpoints(ev) for f in (e.attrs.get("flags") or [])}
+    if "wal" in flags or ev.events_of("checkpoint-too-frequent"):
+        s.sub = "wal-volume"
+    elif any("full-page images/s" in line for line in s.lines):
+        s.sub = "full-page-images"
+    elif any(line.startswith(("disk write at its", "disk writes at the")) for line in s.lines):
+        s.sub = "device-saturated"
 
 
 def sync_replication(ev: WindowEvidence) -> Finding | None:

@@ -167,7 +167,8 @@ RULES: tuple[Rule, ...] = (
          and ("wal" in f.checkpoint_flags or f.checkpoints_too_frequent),
          not_when="the checkpoints were timed (checkpoint_timeout), not forced by WAL volume: "
                   "more room for WAL changes nothing; or pg_wal's disk cannot hold the larger "
-                  "max_wal_size"),
+                  "max_wal_size",
+         sub=("wal-volume",)),
     Rule("checkpoint-timeout", ("checkpoint-io",),
          "lengthen checkpoint_timeout",
          lambda f: {"server.settings.checkpoint_timeout":
@@ -251,7 +252,8 @@ RULES: tuple[Rule, ...] = (
          when=lambda f: f.text_of("wal_compression", "off") == "off"
          and (f.fpi_surge or f.found("wal-write")),
          not_when="the CPU is saturated (compression costs CPU per full-page image), or few "
-                  "full-page images are written"),
+                  "full-page images are written",
+         sub=("wal-volume", "full-page-images")),
     Rule("full-page-writes-off", ("checkpoint-io", "wal-write"),
          "turn off full_page_writes (only on storage that never tears an 8 kB page)",
          lambda f: {"server.settings.full_page_writes": "off"},
@@ -329,6 +331,16 @@ RULES: tuple[Rule, ...] = (
          not_when="the application relies on session state (SET, advisory locks, LISTEN, session "
                   "prepared statements before PgBouncer 1.21), or it pools its connections "
                   "already"),
+    Rule("persistent-connections", ("too-many-connections",),
+         "keep connections open across transactions (a pool in the application or its "
+         "driver) instead of connecting for each one",
+         lambda f: {"workload.reconnect": False},
+         "no backend forked and initialised per transaction: the server's CPU goes to the "
+         "queries",
+         "idle connections hold a backend each; with many clients, a pooler is needed too",
+         not_when="the clients already keep their connections and there are simply too many "
+                  "sessions for the cores: see pgbouncer",
+         sub=("connection-churn",)),
     Rule("vacuum-cost-limit", ("vacuum-io",),
          "throttle autovacuum's IO",
          lambda f: {"server.settings.autovacuum_vacuum_cost_limit": 100,
