@@ -555,3 +555,20 @@ def test_a_queue_on_walwrite_is_blamed_on_what_its_holder_does() -> None:
         assert "wal-write" not in [c["cause"] for c in analysis["steady_state"]["causes"]]
         assert analysis["recommendations"][0]["because"] == ["wal-segment-init"]
     assert _analysis("walinit-small-2")["summary"]["verdict"]["minor_stalls"] is True
+
+
+def test_connection_churn_gets_a_pooler_and_persistent_connections() -> None:
+    churn = _analysis("churn")
+    (steady,) = churn["steady_state"]["causes"]
+    assert steady["sub_cause"] == "connection-churn", steady
+    rules = {r["rule"]: r for r in churn["recommendations"]}
+    assert rules["persistent-connections"]["change"] == {"workload.reconnect": False}
+    assert churn["recommendations"][0]["rule"] == "pgbouncer"  # it answers both kinds
+
+
+def test_a_checkpoint_started_by_wal_volume_gets_max_wal_size() -> None:
+    analysis = _analysis("checkpoint-storm")
+    checkpoint = [c for s in analysis["stalls"] for c in s["causes"][:1]
+                  if c["cause"] == "checkpoint-io"]
+    assert checkpoint and all(c["sub_cause"] == "wal-volume" for c in checkpoint), checkpoint
+    assert "max-wal-size" in [r["rule"] for r in analysis["recommendations"]]

@@ -46,6 +46,9 @@ BUILTIN_RUNS["walinit-small"] = ("wal-segment-init-stall", (
     'server.settings.min_wal_size="2MB"', 'server.settings.max_wal_size="16MB"',
 ))
 BUILTIN_RUNS["walinit-small-2"] = BUILTIN_RUNS["walinit-small"]
+BUILTIN_RUNS["checkpoint-storm"] = ("checkpoint-flush-storm", (  # max_wal_size 64MB
+    "workload.duration=45s", "workload.warmup=2s",
+))
 BUILTIN_RUNS["sync-paused"] = ("sync-standby-paused", (  # a standby that stops answering
     "workload.duration=15s", "workload.warmup=2s",
     'faults=[{at="4s", action="pause-standby", node="standby1", duration="6s"}]',
