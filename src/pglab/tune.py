@@ -394,8 +394,10 @@ def _measure_combined(tuner: _Tuner, base: LoadedScenario, base_overrides: list[
     combined = CandidateResult(Candidate("+".join(w.candidate.rule for w in winners),
                                          change, because))
     result.combined = combined
-    loaded = {combined.candidate.label: tuner.loaded_for(
-        base_overrides + combined.candidate.overrides())}
+    # checked like any candidate: changes that each started may still clash together
+    loaded = tuner.prepare([combined], base_overrides)
+    if combined.failed is not None:
+        return
     failures: list[str] = []
     tuner.rounds(base, result.combined_baseline, [combined], loaded, failures, "combined: ")
     _measure(result.combined_baseline, combined, result.noise)

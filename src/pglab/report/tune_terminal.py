@@ -5,58 +5,57 @@ from __future__ import annotations
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from pglab.compare.comparison import MetricResult
 from pglab.tune import CandidateResult, Step, TuneResult
 
-COLUMNS = ("stall_seconds", "tps", "p99")
+LABELS = (("stall_seconds", "stall seconds"), ("tps", "TPS"), ("p99", "p99"))
 
 
 def _cell(m: MetricResult) -> str:
     if m.delta_pct is None:
-        return f"n/a ({m.note})" if m.verdict == "n/a" else "-"
+        return "n/a"  # the reason is in the tune file (metric note)
     ci = m.ci_pct
     interval = f" [{ci[0]:+.0f}%, {ci[1]:+.0f}%]" if ci else ""
     return f"{m.delta_pct:+.1f}%{interval} {m.verdict}"
 
 
-def _row(table: Table, cand: CandidateResult) -> None:
+def _measured(cand: CandidateResult) -> str:
     by_name = {m.metric.name: m for m in cand.metrics}
-    cells = [_cell(by_name[n]) if n in by_name else "-" for n in COLUMNS]
-    verdict = "yes: " if cand.kept else ("failed: " if cand.failed else "no: ")
-    table.add_row(escape(cand.candidate.label), str(len(cand.runs)), *cells,
-                  escape(verdict + cand.why))
+    return " · ".join(f"{label} {_cell(by_name[n])}" for n, label in LABELS if n in by_name)
 
 
-def _table(console: Console, cands: list[CandidateResult]) -> None:
-    table = Table(header_style="bold", box=None)
-    for column in ("change", "runs", "stall seconds", "TPS", "p99", "kept"):
-        table.add_column(column)
-    for cand in cands:
-        _row(table, cand)
-    console.print(table)
+def _print_candidate(console: Console, cand: CandidateResult) -> None:
+    """Two lines per candidate, readable at any terminal width (a table cut the change,
+    the one thing the reader needs whole)."""
+    verdict = "[green]kept[/green]" if cand.kept else (
+        "[red]failed[/red]" if cand.failed else "not kept")
+    console.print(f"  [bold]{escape(cand.candidate.label)}[/bold] ({cand.candidate.rule}, "
+                  f"{len(cand.runs)} run(s)): {verdict}: {escape(cand.why)}",
+                  highlight=False)
+    if cand.metrics:
+        console.print(f"      {escape(_measured(cand))}", highlight=False)
 
 
 def _print_step(console: Console, step: Step, several: bool) -> None:
-    cause = f", top cause {step.top_cause}" if step.top_cause else ""
+    cause = f", top cause {step.top_cause}" if step.top_cause else ", no cause left"
     head = f"step {step.number}: " if several else ""
-    console.print(f"{head}baseline {len(step.baseline)} run(s){cause}, "
-                  f"{len(step.candidates)} candidate change(s)", highlight=False)
+    base = (f"baseline {len(step.baseline)} run(s)" if step.baseline or step.number == 1
+            else f"from step {step.number - 1}'s winner")
+    console.print(f"{head}{base}{cause}, {len(step.candidates)} candidate change(s)",
+                  highlight=False)
     for failure in step.baseline_failures:
         console.print(f"  [yellow]a baseline run failed[/yellow] {escape(failure)}")
     if not step.candidates:
         console.print("  the analysis recommends nothing pglab can test that was not tried "
                       "(see analysis.json of " + ", ".join(step.analysed) + ")")
         return
-    _table(console, step.candidates)
+    for cand in step.candidates:
+        _print_candidate(console, cand)
 
 
 def _effect(cand: CandidateResult) -> str:
-    by_name = {m.metric.name: m for m in cand.metrics}
-    parts = [f"{label} {_cell(by_name[n])}" for n, label in
-             (("stall_seconds", "stall seconds"), ("tps", "TPS")) if n in by_name]
-    return "; ".join(parts) or "not measured"
+    return _measured(cand) or "not measured"
 
 
 def print_tune(console: Console, result: TuneResult) -> None:
@@ -80,8 +79,9 @@ def print_tune(console: Console, result: TuneResult) -> None:
                 console.print(f"  step {step.number}: {escape(step.winner.candidate.label)}: "
                               f"{escape(_effect(step.winner))}", highlight=False)
     if result.combined is not None:
-        console.print("[bold]combined[/bold], against the original baseline")
-        _table(console, [result.combined])
+        console.print("[bold]combined[/bold], against the original baseline "
+                      f"({len(result.combined_baseline)} run(s))")
+        _print_candidate(console, result.combined)
     winning = result.winning_overrides()
     if winning:
         console.print("winning overrides: " + " ".join(f"--set {o}" for o in winning),
