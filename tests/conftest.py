@@ -96,3 +96,25 @@ jobs = 2
 duration = "3s"
 warmup = "1s"
 """
+
+
+STORAGE_PACKAGES = {"nbdfuse": "libnbd-bin", "fusermount3": "fuse3", "mkfs.xfs": "xfsprogs",
+                    "mkfs.btrfs": "btrfs-progs", "zpool": "zfs-fuse", "mkfs.ext4": "e2fsprogs",
+                    "sfdisk": "fdisk"}  # sfdisk: a test writes a partition table
+
+
+@pytest.fixture(scope="session")
+def storage_packages() -> None:
+    """Debian's storage tools; installed here when missing and root (as CI is)."""
+    if os.geteuid() != 0:
+        pytest.skip("storage volumes need root")
+    missing = sorted({pkg for tool, pkg in STORAGE_PACKAGES.items()
+                      if shutil.which(tool) is None and not Path("/usr/sbin", tool).exists()})
+    if missing:
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        install = ["apt-get", "install", "-y", "-qq", "-o", "DPkg::Lock::Timeout=600",
+                   *missing]
+        if subprocess.run(install, env=env, capture_output=True).returncode != 0:
+            subprocess.run(["apt-get", "update", "-qq"], env=env, capture_output=True,
+                           check=True)
+            subprocess.run(install, env=env, capture_output=True, check=True)

@@ -33,7 +33,8 @@ from pglab.scenario import load
 RUNS = SAMPLES / "runs"
 DESIGN_CAUSES = ("checkpoint-io", "wal-segment-init", "wal-write", "lock-contention",
                  "sync-replication", "vacuum-io", "memory-reclaim", "cpu-saturation",
-                 "too-many-connections", "client-bound", "server-crash", "network", "unknown")
+                 "too-many-connections", "client-bound", "server-crash", "storage-device",
+                 "network", "unknown")
 
 
 def _analysis(name: str) -> dict[str, Any]:

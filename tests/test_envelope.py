@@ -26,13 +26,11 @@ from pglab.lab.cgroups import (
     reap_stale_cgroups,
 )
 from pglab.lab.envelope import (
-    DISK_PROFILES,
     MB,
     EnvelopeLimits,
     applied_envelope,
     block_device_for,
     cpu_list,
-    profile_figures,
     resolve_envelope,
     verify_cpu,
     verify_disk,
@@ -40,6 +38,7 @@ from pglab.lab.envelope import (
 from pglab.lab.osuser import server_user
 from pglab.lab.processes import spawn
 from pglab.scenario import load_text
+from pglab.storage.profiles import DISK_PROFILES, profile_figures
 
 SUPPORT = detect_cgroups()
 HIERARCHIES = len(set(SUPPORT.mounts.values()))

@@ -144,6 +144,27 @@ def faults() -> int:
 
 
 @cli.command()
+def storage() -> int:
+    """List the filesystems, their options, device behaviours and disk profiles of [storage]."""
+    from pglab.commands import storage as storage_catalog
+
+    return storage_catalog.storage()
+
+
+@cli.command()
+@click.argument("path", required=False, type=click.Path(path_type=Path))
+@click.option("--fsync", is_flag=True,
+              help="Also time each wal_sync_method with pg_test_fsync (writes a test file).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@pg_bin_option
+def doctor(path: Path | None, fsync: bool, as_json: bool, pg_bin: str | None) -> int:
+    """What the storage under PATH (default: where labs go) is, and what it means."""
+    from pglab.commands import storage as storage_doctor
+
+    return storage_doctor.doctor(path, fsync, as_json, pg_bin)
+
+
+@cli.command()
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print analysis.json instead.")
 def analyze(run_dir: Path, as_json: bool) -> int:

@@ -1,7 +1,8 @@
 """Facts about the machine a run happened on, for the manifest and for comparisons.
 
 Two runs are comparable only on comparable machines: CPU, memory, kernel, the
-filesystem and device under the data dir, and the kernel's writeback settings.
+filesystem and device under the data dir (storage/doctor.py's cheap facts), and the
+kernel's writeback settings.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import platform
 import socket
 from pathlib import Path
 from typing import Any
+
+from pglab.storage.doctor import cheap_facts
 
 VM_KNOBS = (
     "dirty_ratio",
@@ -45,24 +48,6 @@ def memory_bytes() -> int | None:
     return None
 
 
-def mount_of(path: Path) -> dict[str, str | None]:
-    """Filesystem type, source device and mount point holding `path` (from mountinfo)."""
-    target = str(path.resolve())
-    best: tuple[str, str, str] | None = None
-    for line in (_read("/proc/self/mountinfo") or "").splitlines():
-        left, _, right = line.partition(" - ")
-        fields, rest = left.split(), right.split()
-        if len(fields) < 5 or len(rest) < 2:
-            continue
-        mount_point = fields[4].replace("\\040", " ")
-        inside = target == mount_point or target.startswith(mount_point.rstrip("/") + "/")
-        if inside and (best is None or len(mount_point) >= len(best[0])):
-            best = (mount_point, rest[0], rest[1])
-    if best is None:
-        return {"mount_point": None, "fstype": None, "device": None}
-    return {"mount_point": best[0], "fstype": best[1], "device": best[2]}
-
-
 def vm_knobs() -> dict[str, str | None]:
     return {name: _read(f"/proc/sys/vm/{name}") for name in VM_KNOBS}
 
@@ -88,5 +73,8 @@ def host_facts(data_dir: Path | None) -> dict[str, Any]:
         "running_as_root": os.geteuid() == 0,
     }
     if data_dir is not None:
-        facts["data_dir"] = {"path": str(data_dir), **mount_of(data_dir)}
+        # The storage doctor's cheap facts; `device` is the mount's source, as older
+        # manifests named it.
+        storage = cheap_facts(data_dir)
+        facts["data_dir"] = {**storage, "device": storage.get("source")}
     return facts

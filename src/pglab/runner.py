@@ -145,6 +145,8 @@ def run_variant(loaded: LoadedScenario, variant: Variant, options: RunOptions, u
             manifest["kernel"] = resources["kernel"]
             for node, envelope in resources["envelopes"].items():
                 manifest["nodes"].setdefault(node, {})["envelope"] = envelope
+            for node, volumes in lab.storage.manifest().items():
+                manifest["nodes"].setdefault(node, {})["storage"] = volumes
             if lab.template is not None:
                 manifest["nodes"]["primary"]["template"] = {
                     "key": lab.template.key, "reused": lab.template.reused,

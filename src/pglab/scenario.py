@@ -128,7 +128,7 @@ class Envelope(StrictModel):
     @field_validator("disk_profile")
     @classmethod
     def _profile(cls, value: str | None) -> str | None:
-        from pglab.lab.envelope import profile_figures
+        from pglab.storage.profiles import profile_figures
 
         if value is not None:
             profile_figures(value)
@@ -138,6 +138,55 @@ class Envelope(StrictModel):
         from pglab.lab.envelope import resolve_envelope
 
         return resolve_envelope(self).is_unlimited()
+
+
+class DeviceSpec(StrictModel):
+    """The block device under a volume (storage/devices.py); limits hold for every byte."""
+
+    # auto: emulated when a limit, latency, a cache mode or a device fault asks for it,
+    # else a plain loop device; emulated: always (the same stack across a matrix).
+    kind: Literal["auto", "loop", "emulated"] = "auto"
+    profile: str | None = None  # a disk profile like "cloud-ssd:300GB" (`pglab storage`)
+    write_mbps: float | None = Field(None, ge=0)
+    read_mbps: float | None = Field(None, ge=0)
+    iops: int | None = Field(None, ge=0)  # both directions, unless one is given
+    write_iops: int | None = Field(None, ge=0)
+    read_iops: int | None = Field(None, ge=0)
+    latency: Duration | None = Field(None, ge=0)  # added to every read and write
+    # honest: durable when acknowledged; volatile: a cache that honours flushes;
+    # volatile-ignores-flush: a cache that acknowledges flushes and keeps nothing.
+    cache: Literal["honest", "volatile", "volatile-ignores-flush"] = "honest"
+
+
+class VolumeSpec(StrictModel):
+    """One volume: its filesystem, size, options and device, or the user's own storage."""
+
+    filesystem: str = "host"  # host | ext4 | xfs | btrfs | zfs (storage/filesystems.py)
+    size: Size = 4 * 1024**3
+    options: dict[str, bool | int | str] = Field(default_factory=dict)
+    device: DeviceSpec = DeviceSpec()
+    pool: str | None = None  # an existing ZFS pool: the volume is a dataset of it
+    path: str | None = None  # an existing mount, used as it is
+    block_device: str | None = None  # a device to format: needs destroy_data = true
+    destroy_data: bool = False
+
+
+class StorageSpec(VolumeSpec):
+    """A node's storage: the data volume, and pg_wal on a volume of its own if given."""
+
+    wal: VolumeSpec | None = None
+
+    def volumes(self) -> dict[str, VolumeSpec]:
+        """The node's volumes that are not the host directory, by role."""
+        found: dict[str, VolumeSpec] = {}
+        if self.is_volume():
+            found["data"] = self
+        if self.wal is not None:
+            found["wal"] = self.wal
+        return found
+
+    def is_volume(self) -> bool:
+        return self.filesystem != "host" or bool(self.path or self.pool or self.block_device)
 
 
 def _flat_knobs(value: Any, prefix: str = "") -> Any:
@@ -311,6 +360,7 @@ class NodeSpec(StrictModel):
 
     settings: dict[str, SettingValue] = Field(default_factory=dict)
     envelope: Envelope = Envelope()
+    storage: StorageSpec | None = None  # None: [nodes.standbys.storage], else the host
 
 
 class Scenario(StrictModel):
@@ -319,6 +369,7 @@ class Scenario(StrictModel):
     expect: str = ""  # the signal a run should show (listed by `pglab scenarios`)
     server: ServerSpec = ServerSpec()
     envelope: Envelope = Envelope()
+    storage: StorageSpec = StorageSpec()  # the primary's (storage/)
     # Machine-wide knobs set for the run and restored after (lab/kernel.py: KNOBS).
     kernel: Annotated[dict[str, int | str], BeforeValidator(_kernel_knobs)] = Field(
         default_factory=dict)
@@ -337,7 +388,14 @@ class Scenario(StrictModel):
         shared = self.nodes.get("standbys", NodeSpec())
         own = self.nodes.get(name, NodeSpec())
         envelope = own.envelope if not own.envelope.is_unlimited() else shared.envelope
-        return NodeSpec(settings={**shared.settings, **own.settings}, envelope=envelope)
+        return NodeSpec(settings={**shared.settings, **own.settings}, envelope=envelope,
+                        storage=own.storage or shared.storage)
+
+    def node_storage(self, name: str) -> StorageSpec:
+        """The storage of a node: [storage] for the primary, else its [nodes.*.storage]."""
+        if name == "primary":
+            return self.storage
+        return self.node_spec(name).storage or StorageSpec()
 
 
 # --- loading, errors ---------------------------------------------------------------------

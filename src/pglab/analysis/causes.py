@@ -28,6 +28,7 @@ from pglab.analysis.signals import (
     lock_kind,
     pct,
     setting,
+    volume_devices,
     wait_signal,
 )
 
@@ -435,6 +436,38 @@ def client_bound(ev: WindowEvidence) -> Finding | None:
     return s.finding()
 
 
+DEVICE_FAULT_WORDS = {
+    "pause-disk": "stopped answering",
+    "fail-disk": "failed every request with EIO",
+    "slow-disk": "answered late",
+    "throttle-disk": "was throttled",
+}
+
+
+def storage_device(ev: WindowEvidence) -> Finding | None:
+    """A storage volume's device that hung, failed or slowed (a device fault)."""
+    s = Score("storage-device")
+    for e in ev.events_of("fault"):
+        action = str(e.attrs.get("action"))
+        if action not in DEVICE_FAULT_WORDS or (
+                action == "throttle-disk" and not volume_devices(ev.manifest, e.node)):
+            continue
+        names = ", ".join(volume_devices(ev.manifest, e.node)) or "its device"
+        s.add(0.6, f"{e.node}'s storage ({names}) {DEVICE_FAULT_WORDS[action]} from "
+                   f"{at(e)} (fault {action})")
+        break
+    if s.value > 0:
+        wait_signal(s, ev, (*WAL_WRITE, *DATA_IO), "WAL and data file IO", weight=0.3)
+        for node in ev.nodes:
+            for name in volume_devices(ev.manifest, node):
+                wait = ev.inside.peak(node, "os.disk", "write_await_ms", name)
+                healthy = ev.healthy.mean(node, "os.disk", "write_await_ms", name) or 0.0
+                if wait is not None and wait > 5 * max(healthy, 1.0):
+                    s.add(0.1, f"writes to {name} took up to {wait:.0f} ms (healthy "
+                               f"{healthy:.1f} ms)")
+    return s.finding()
+
+
 def server_crash(ev: WindowEvidence) -> Finding | None:
     s = Score("server-crash")
     for e in ev.events_of("crash")[:1]:
@@ -525,6 +558,7 @@ CAUSES: tuple[Cause, ...] = (
           steady_state.too_many_connections),
     Cause("client-bound", "client-bound load generator", client_bound, steady_state.client_bound),
     Cause("server-crash", "server crash/restart", server_crash),
+    Cause("storage-device", "storage device hung, failed or slowed", storage_device),
     Cause("network", "network latency", network),
 )
 UNKNOWN = Cause("unknown", "unknown: the evidence is weak", lambda ev: None)

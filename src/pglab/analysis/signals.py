@@ -107,6 +107,13 @@ def setting(manifest: dict[str, Any], name: str, node: str = "primary") -> str |
     return str(found["setting"]) if isinstance(found, dict) and "setting" in found else None
 
 
+def volume_devices(manifest: dict[str, Any], node: str) -> dict[str, dict[str, Any]]:
+    """The node's storage volume devices by name (loop0...) with their limits."""
+    volumes = ((manifest.get("nodes") or {}).get(node) or {}).get("storage") or []
+    return {str(v["device"]["name"]): dict(v["device"]) for v in volumes
+            if isinstance(v, dict) and (v.get("device") or {}).get("name")}
+
+
 def disk_limits(manifest: dict[str, Any], node: str) -> dict[str, Any]:
     """The node's disk limits as applied (disk profile resolved), else as the scenario
     wrote them (older manifests)."""
@@ -119,23 +126,14 @@ def disk_limits(manifest: dict[str, Any], node: str) -> dict[str, Any]:
 def disk_write(s: Score, ev: WindowEvidence, weight: float) -> None:
     """Disk writes at the envelope's limit (MB/s or IOPS) or well above the healthy rate."""
     for node in ev.nodes:
-        disk = disk_limits(ev.manifest, node)
-        mbps = ev.inside.mean(node, "os.disk", "write_mbps")
-        if mbps is None:
-            continue
-        healthy = ev.healthy.mean(node, "os.disk", "write_mbps") or 0.0
-        iops = ev.inside.mean(node, "os.disk", "write_iops") or 0.0
-        limit, iops_limit = float(disk.get("write_mbps") or 0), float(disk.get("write_iops") or 0)
-        # os.disk counts the whole device: other writers and unthrottled writeback too
-        if limit > 0 and mbps >= 0.9 * limit:
-            s.add(weight, f"disk write at its {limit:g} MB/s limit ({mbps:.0f} MB/s on the "
-                          f"device{', other writers included' if mbps > 1.1 * limit else ''})")
-        elif iops_limit > 0 and iops >= 0.9 * iops_limit:
-            s.add(weight, f"disk writes at the {iops_limit:g} IOPS limit ({iops:.0f}/s on "
-                          "the device)")
-        elif mbps > 2 * healthy and mbps > 5:
-            s.add(weight * 0.7, f"disk write {mbps:.0f} MB/s (healthy seconds "
-                                f"{healthy:.0f} MB/s)")
+        # A storage volume's device has its own limits, which hold for every byte; the
+        # envelope's apply to the node's one disk otherwise (label None: the busiest).
+        targets: list[tuple[str | None, dict[str, Any], str]] = [
+            (name, dev, f"volume device {name}")
+            for name, dev in volume_devices(ev.manifest, node).items()
+        ] or [(None, disk_limits(ev.manifest, node), "device")]
+        for label, disk, where in targets:
+            _disk_write_at(s, ev, node, label, disk, where, weight)
     iowait = ev.inside.mean("host", "os.cpu", "iowait_pct")
     iowait_h = ev.healthy.mean("host", "os.cpu", "iowait_pct") or 0.0
     if iowait is not None and iowait > 2 * iowait_h and iowait > 10:
@@ -145,6 +143,26 @@ def disk_write(s: Score, ev: WindowEvidence, weight: float) -> None:
     if psi is not None and psi > 20 and psi > psi_h + 10:
         s.add(weight * 0.3, f"IO pressure: tasks stalled on IO {psi:.0f}% of the time "
                             f"(healthy {psi_h:.0f}%)")
+
+
+def _disk_write_at(s: Score, ev: WindowEvidence, node: str, label: str | None,
+                   disk: dict[str, Any], where: str, weight: float) -> None:
+    mbps = ev.inside.mean(node, "os.disk", "write_mbps", label)
+    if mbps is None:
+        return
+    healthy = ev.healthy.mean(node, "os.disk", "write_mbps", label) or 0.0
+    iops = ev.inside.mean(node, "os.disk", "write_iops", label) or 0.0
+    limit, iops_limit = float(disk.get("write_mbps") or 0), float(disk.get("write_iops") or 0)
+    # os.disk counts the whole device: other writers and unthrottled writeback too
+    if limit > 0 and mbps >= 0.9 * limit:
+        s.add(weight, f"disk write at its {limit:g} MB/s limit ({mbps:.0f} MB/s on the "
+                      f"{where}{', other writers included' if mbps > 1.1 * limit else ''})")
+    elif iops_limit > 0 and iops >= 0.9 * iops_limit:
+        s.add(weight, f"disk writes at the {iops_limit:g} IOPS limit ({iops:.0f}/s on "
+                      f"the {where})")
+    elif mbps > 2 * healthy and mbps > 5:
+        s.add(weight * 0.7, f"disk write {mbps:.0f} MB/s on the {where} (healthy seconds "
+                            f"{healthy:.0f} MB/s)")
 
 
 def foreign_writeback(s: Score, ev: WindowEvidence) -> None:

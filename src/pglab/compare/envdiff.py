@@ -1,9 +1,9 @@
 """What differs between the runs being compared, and whether they are comparable at all.
 
-Facts come from the manifests, in five categories. A difference in `host` or `version`
+Facts come from the manifests, in six categories. A difference in `host` or `version`
 makes the comparison not like for like (another machine or another PostgreSQL measures
 something else than the setting you changed): that raises the "not comparable" warning.
-Differences in `settings`, `envelope` and `scenario` are listed as what the comparison is
+Differences in `settings`, `envelope`, `storage` and `scenario` are listed as what the comparison is
 about. A fact a run did not record (an imported run has no host facts) is "unknown", and
 the comparability check says it could not check it.
 """
@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pglab.compare.rundata import RunData
+from pglab.storage.describe import describe as describe_volume
+from pglab.storage.describe import volumes as storage_volumes
 
 # Settings that differ between any two runs without meaning anything.
 _VOLATILE_SETTINGS = frozenset({
@@ -51,9 +53,15 @@ def facts(run: RunData) -> dict[str, dict[str, str]]:
         },
         "settings": {},
         "envelope": {},
+        "storage": {},
         "scenario": {},
     }
-    if data_dir.get("fstype") or data_dir.get("device"):
+    for node, role, volume in storage_volumes(m):
+        out["storage"][f"{node}.{role}"] = describe_volume(volume)
+    if out["storage"].get("primary.data"):
+        # the data dir is on a volume the run made: a storage fact, not the host's
+        out["host"]["data_dir_fs"] = "(storage volume)"
+    elif data_dir.get("fstype") or data_dir.get("device"):
         out["host"]["data_dir_fs"] = f"{data_dir.get('fstype')} on {data_dir.get('device')}"
     else:
         out["host"]["data_dir_fs"] = UNKNOWN

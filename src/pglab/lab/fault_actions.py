@@ -36,6 +36,8 @@ class FaultTarget:
     server: LocalServer
     set_disk_limits: Callable[[dict[str, float]], dict[str, Any]] | None = None
     memory_cgroup_procs: list[Any] | None = None  # cgroup.procs paths of the node, if any
+    # Changes the behaviour of the node's emulated volume devices (storage/), if any.
+    set_device: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
 
 class FaultAction(ABC):
@@ -112,7 +114,8 @@ class PauseStandby(FaultAction):
 class ThrottleDisk(FaultAction):
     name = "throttle-disk"
     help = ("change the node's disk limits (write_mbps, read_mbps, write_iops, read_iops; "
-            "0 = unlimited) and put the envelope's limits back after `duration`")
+            "0 = unlimited) and put its own back after `duration`: on its storage volume's "
+            "device when it has one (every byte), else with its cgroup")
     args: ClassVar[dict[str, ArgSpec]] = {
         "write_mbps": (float, 0.0), "read_mbps": (float, 0.0),
         "write_iops": (int, 0), "read_iops": (int, 0),
@@ -284,7 +287,64 @@ class MemoryPressure(FaultAction):
         return {"ended_early": killed_by_oom}
 
 
+class _DeviceState(FaultAction):
+    """A state of the node's emulated volume devices (storage/), undone at the end."""
+
+    duration = "required"
+    state: ClassVar[dict[str, Any]]
+    undo: ClassVar[dict[str, Any]]
+    device_fault = True
+
+    def begin(self, target: FaultTarget) -> dict[str, Any]:
+        assert target.set_device is not None  # checked before the run (storage/volume.py)
+        target.set_device(self.device_state())
+        return {"devices": "all volumes of the node"}
+
+    def device_state(self) -> dict[str, Any]:
+        return dict(self.state)
+
+    def end(self, target: FaultTarget) -> dict[str, Any]:
+        if target.set_device is not None:
+            target.set_device(self.device_undo())
+        return {}
+
+    def device_undo(self) -> dict[str, Any]:
+        return dict(self.undo)
+
+
+class PauseDisk(_DeviceState):
+    name = "pause-disk"
+    help = ("the node's storage volumes stop answering (every request waits) for "
+            "`duration`: a hung device or a stalled network volume")
+    state: ClassVar[dict[str, Any]] = {"paused": True}
+    undo: ClassVar[dict[str, Any]] = {"paused": False}
+
+
+class FailDisk(_DeviceState):
+    name = "fail-disk"
+    help = ("every read and write of the node's storage volumes fails with EIO for "
+            "`duration` (PostgreSQL PANICs on a failed WAL or data fsync)")
+    state: ClassVar[dict[str, Any]] = {"failing": True}
+    undo: ClassVar[dict[str, Any]] = {"failing": False}
+
+
+class SlowDisk(_DeviceState):
+    name = "slow-disk"
+    help = ("add `latency_ms` (args: latency_ms = 20) to every read and write of the node's "
+            "storage volumes for `duration`")
+    args: ClassVar[dict[str, ArgSpec]] = {"latency_ms": (float, 20.0)}
+    state: ClassVar[dict[str, Any]] = {}
+    undo: ClassVar[dict[str, Any]] = {}
+
+    def device_state(self) -> dict[str, Any]:
+        return {"latency_s": float(self.values["latency_ms"]) / 1000}
+
+    def device_undo(self) -> dict[str, Any]:
+        return {"restore": "latency_s"}
+
+
 ACTIONS: tuple[type[FaultAction], ...] = (
     PauseStandby, ThrottleDisk, Vacuum, BulkUpdate, Checkpoint, SwitchWal, Crash,
-    MemoryPressure,
+    MemoryPressure, PauseDisk, FailDisk, SlowDisk,
 )
+DEVICE_FAULTS = tuple(a.name for a in ACTIONS if issubclass(a, _DeviceState))

@@ -24,7 +24,8 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pglab.errors import BadInput, EnvironmentProblem
 from pglab.lab.binaries import PgBinaries, find_binaries, runnable_by
-from pglab.lab.fault_actions import FaultTarget
+from pglab.lab.envelope import resolve_envelope
+from pglab.lab.fault_actions import DEVICE_FAULTS, FaultTarget
 from pglab.lab.faults import check_faults
 from pglab.lab.local import LocalServer, remove_socket_dir
 from pglab.lab.osuser import ServerUser, server_user
@@ -49,6 +50,13 @@ from pglab.lab.topology import (
 from pglab.paths import ensure_dir, labs_dir
 from pglab.probes.base import NodeHandle
 from pglab.scenario import Scenario
+from pglab.storage.volume import (
+    LabStorage,
+    check_storage,
+    move_wal,
+    reap_storage_under,
+    storage_key,
+)
 
 StatusCallback = Callable[[str], None]
 
@@ -84,6 +92,7 @@ def check_supported(scenario: Scenario, where: str) -> None:
     _check_topology(scenario, where)
     check_faults(scenario, where)
     check_resources(scenario, where)
+    _check_storage(scenario, where)
     if scenario.server.target == "dsn":
         if not scenario.server.dsn:
             raise BadInput(f"{where}: server.dsn is empty: target = 'dsn' needs a connection "
@@ -102,6 +111,28 @@ def check_supported(scenario: Scenario, where: str) -> None:
                            "server.allow_writes = true")
     else:
         check_managed(scenario.server.settings, where)
+
+
+def _device_faults(scenario: Scenario) -> dict[str, str]:
+    """Nodes with a fault that acts on their volumes' devices: node -> the action."""
+    found: dict[str, str] = {}
+    for fault in scenario.faults:
+        if fault.action in DEVICE_FAULTS or (
+                fault.action == "throttle-disk"
+                and scenario.node_storage(fault.node).volumes()):
+            found.setdefault(fault.node, fault.action)
+    return found
+
+
+def _check_storage(scenario: Scenario, where: str) -> None:
+    for node in scenario.node_names():
+        envelope = node_envelope(scenario, node)
+        if scenario.node_storage(node).volumes() and resolve_envelope(envelope).has_disk:
+            key = "envelope" if node == "primary" else f"nodes.{node}.envelope"
+            raise BadInput(f"{where}: {key} has disk limits and {node} has a storage volume: "
+                           f"put the limits on {storage_key(node)}.device (write_mbps, "
+                           "read_mbps, iops, profile), where they hold for every byte")
+    check_storage(scenario, where, _device_faults(scenario))
 
 
 def _check_topology(scenario: Scenario, where: str) -> None:
@@ -163,6 +194,7 @@ class Lab:
         self.client_cgroup: list[Path] = []
         self.template: Template | None = None
         self.lab_dir = labs_dir() / run_id
+        self.storage = LabStorage(scenario, self.lab_dir, set(_device_faults(scenario)))
         self._dsn_env: dict[str, str] = {}
         # Where server logs go when the lab comes down (set by the run), on every path.
         self.logs_to: Path | None = None
@@ -197,11 +229,25 @@ class Lab:
         return dict(self._dsn_env)
 
     def fault_target(self, node: str) -> FaultTarget:
+        devices = self.storage.emulated(node)
+
         def set_disk_limits(overrides: dict[str, float]) -> dict[str, Any]:
+            if devices:  # the volume's device: the limit holds for every byte
+                return set_device_limits(devices, overrides)
             return self.resources.set_disk_limits(node, overrides)
 
+        def set_device(behaviour: dict[str, Any]) -> dict[str, Any]:
+            applied = {}
+            for volume in devices:
+                wanted = dict(behaviour)
+                if wanted.pop("restore", None) == "latency_s":  # the volume's own latency
+                    wanted["latency_s"] = volume.limits.latency_ms / 1000
+                applied[volume.role] = volume.set_behaviour(wanted)["behaviour"]
+            return applied
+
         return FaultTarget(node, self.server(node), set_disk_limits,
-                           self.resources.memory_cgroup(node))
+                           self.resources.memory_cgroup(node),
+                           set_device if devices else None)
 
     def connect(self) -> psycopg.Connection[tuple[Any, ...]]:
         if self.primary is not None:
@@ -219,7 +265,7 @@ class Lab:
                 return proc.pid if proc is not None and proc.poll() is None else None
 
             return NodeHandle(server.name, server.connect, server.data_dir, postmaster_pid,
-                              server.log_dir)
+                              server.log_dir, self.storage.storage_paths(server.name))
 
         return [handle(server) for server in self.servers]
 
@@ -302,11 +348,17 @@ class Lab:
         )
         ensure_dir(self.lab_dir.parent)
         ensure_dir(self.lab_dir)
-        (self.lab_dir / "owner.json").write_text(json.dumps({"pid": os.getpid()}))
-        server = LocalServer("primary", self.bins, self.lab_dir / "primary", self.user)
+        (self.lab_dir / "owner.json").write_text(json.dumps(
+            {"pid": os.getpid(), "started": psutil.Process().create_time()}))
+        volumes = self._make_volumes("primary")
+        server = LocalServer("primary", self.bins, self.lab_dir / "primary", self.user,
+                             data_root=volumes.get("data"))
         self.on_status("copying initialised data")
         copy_data_dir(self.template, server.data_dir)
         server.prepare_dirs()
+        if "wal" in volumes:
+            move_wal(server.data_dir, volumes["wal"], self.user.chown)
+        self.storage.apply_limits("primary")
         self.primary = server
         self._enter_envelope(server)
         self.client_cgroup = self.resources.enter_envelope("client", server.data_dir)
@@ -329,8 +381,11 @@ class Lab:
         topo = self.scenario.topology
         password = replication_login(primary)
         for name in standby_names(topo.standbys):
+            volumes = self._make_volumes(name)
             self.on_status(f"pg_basebackup for {name}")
-            standby = make_standby(primary, name, self.lab_dir / name, password)
+            standby = make_standby(primary, name, self.lab_dir / name, password,
+                                   data_root=volumes.get("data"), wal_root=volumes.get("wal"))
+            self.storage.apply_limits(name)
             self.standbys.append(standby)
             self._enter_envelope(standby)
             standby.start(timeout=300)  # recovery inside a throttled envelope can be slow
@@ -344,6 +399,18 @@ class Lab:
         self.on_status(f"waiting for {', '.join(names)} to stream"
                        + (f" ({topo.synchronous})" if topo.synchronous != "off" else ""))
         wait_for_replication(primary, self.standbys, topo.synchronous)
+
+    def _make_volumes(self, node: str) -> dict[str, Path]:
+        specs = self.scenario.node_storage(node).volumes()
+        if not specs:
+            return {}
+        self.on_status(f"making {node}'s storage: " + ", ".join(
+            f"{role} on {spec.filesystem if not spec.path else spec.path}"
+            for role, spec in specs.items()))
+        made = self.storage.make(node, self.lab_dir / node)
+        for path in made.values():
+            path.chmod(0o755)  # the server user reaches its data dir through it
+        return made
 
     def _enter_envelope(self, server: LocalServer) -> None:
         if not node_envelope(self.scenario, server.name).is_unlimited():
@@ -415,13 +482,47 @@ class Lab:
             if self.servers and self.logs_to is not None:
                 with contextlib.suppress(OSError):
                     self.collect_logs(self.logs_to)
-            self.resources.close()  # envelopes after their processes, kernel knobs last
+            try:
+                self.storage.close()  # volumes after their servers (logs copied first)
+            finally:
+                self.resources.close()  # envelopes after their processes, knobs last
             if not self.lab_dir.exists():
                 return
             if self.keep:
                 (self.lab_dir / "keep").write_text("kept by --keep; delete when done\n")
             else:
                 shutil.rmtree(self.lab_dir, ignore_errors=True)
+
+
+def set_device_limits(devices: list[Any], overrides: dict[str, float]) -> dict[str, Any]:
+    """throttle-disk on a node with emulated volumes: {} puts each device's own back."""
+    from pglab.storage.device_server import behaviour_from_limits
+
+    applied = {}
+    for volume in devices:
+        if overrides:
+            behaviour = behaviour_from_limits(
+                overrides.get("write_mbps", 0.0), overrides.get("read_mbps", 0.0),
+                overrides.get("write_iops", 0), overrides.get("read_iops", 0),
+                volume.limits.latency_ms, volume.limits.cache)
+        else:
+            behaviour = volume.limits.behaviour()
+        volume.set_behaviour(behaviour)
+        applied[volume.role] = {"write_mbps": behaviour["write_bps"] / 2**20,
+                                "read_mbps": behaviour["read_bps"] / 2**20,
+                                "write_iops": behaviour["write_iops"],
+                                "read_iops": behaviour["read_iops"], "on": "device"}
+    return applied.get("data") or next(iter(applied.values()))
+
+
+def _owner_alive(pid: int, started: float | None) -> bool:
+    """The pglab that made a lab is still running: its pid, and (where recorded) the
+    same start time, since a busy machine reuses a dead pglab's pid within minutes."""
+    try:
+        proc = psutil.Process(pid)
+        return started is None or abs(proc.create_time() - float(started)) < 1.0
+    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError, TypeError):
+        return bool(psutil.pid_exists(pid))
 
 
 def reap_stale_labs() -> list[Path]:
@@ -440,12 +541,14 @@ def reap_stale_labs() -> list[Path]:
     for lab in root.iterdir():
         owner = lab / "owner.json"
         try:
-            pid = int(json.loads(owner.read_text())["pid"])
+            record = json.loads(owner.read_text())
+            pid = int(record["pid"])
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        if psutil.pid_exists(pid) or (lab / "keep").exists():
+        if _owner_alive(pid, record.get("started")) or (lab / "keep").exists():
             continue
-        for pid_file in lab.glob("*/data/postmaster.pid"):
+        for pid_file in [*lab.glob("*/data/postmaster.pid"),
+                         *lab.glob("*/data-volume/data/postmaster.pid")]:
             with contextlib.suppress(OSError, ValueError, IndexError):
                 postmaster = int(pid_file.read_text().splitlines()[0])
                 proc = psutil.Process(postmaster)
@@ -454,6 +557,7 @@ def reap_stale_labs() -> list[Path]:
                     kill_tree(postmaster)
         for node_dir in lab.iterdir():
             remove_socket_dir(node_dir)
+        reap_storage_under(lab)  # unmounted before the dir goes: never delete through a mount
         shutil.rmtree(lab, ignore_errors=True)
         reaped.append(lab)
     return reaped

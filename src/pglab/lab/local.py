@@ -96,11 +96,13 @@ class LocalServer:
     extra_conf: dict[str, str] = field(default_factory=dict)
     # cgroup.procs files the postmaster joins before exec (its children inherit them).
     cgroup_procs: list[Path] = field(default_factory=list)
+    # The data dir's parent when it is on a volume of its own (storage/), else node_dir.
+    data_root: Path | None = None
     _socket_dir: Path | None = None
 
     @property
     def data_dir(self) -> Path:
-        return self.node_dir / "data"
+        return (self.data_root or self.node_dir) / "data"
 
     @property
     def socket_dir(self) -> Path:

@@ -61,11 +61,14 @@ def replication_login(primary: LocalServer) -> str:
     return password
 
 
-def make_standby(primary: LocalServer, name: str, node_dir: Path,
-                 password: str) -> LocalServer:
-    """A hot standby of `primary` from pg_basebackup, configured but not started."""
-    standby = LocalServer(name, primary.bins, node_dir, primary.user)
+def make_standby(primary: LocalServer, name: str, node_dir: Path, password: str,
+                 data_root: Path | None = None, wal_root: Path | None = None) -> LocalServer:
+    """A hot standby of `primary` from pg_basebackup, configured but not started (its
+    data dir under `data_root` and pg_wal under `wal_root` when they are volumes)."""
+    standby = LocalServer(name, primary.bins, node_dir, primary.user, data_root=data_root)
     standby.prepare_dirs()
+    if wal_root is not None:
+        primary.user.chown(wal_root)
     argv = [
         str(primary.bins.tool("pg_basebackup")), "-D", str(standby.data_dir),
         "-h", str(primary.socket_dir), "-p", str(primary.port), "-U", SUPERUSER,
@@ -73,6 +76,7 @@ def make_standby(primary: LocalServer, name: str, node_dir: Path,
         # fsync its whole data dir inside its (maybe throttled) envelope first.
         "-X", "stream", "-c", "fast",
         "-C", "-S", name,  # a physical slot named after the standby
+        *([f"--waldir={wal_root / 'pg_wal'}"] if wal_root is not None else []),
     ]
     result = subprocess.run(argv, capture_output=True, text=True, cwd=node_dir,
                             **primary.user.popen_kwargs())

@@ -45,6 +45,9 @@ class NodeHandle:
     data_dir: Path | None  # None for a server pglab did not start
     postmaster_pid: Callable[[], int | None]  # changes when a node restarts
     log_dir: Path | None = None
+    # Block devices and image files under the node's volumes (storage/): their I/O is
+    # the node's too, though no mount of its data dir shows them.
+    storage_paths: list[Path] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from pglab import __version__
 from pglab.report.findings import deficit, verdict_basis
 from pglab.report.html import ReportModel, build_model
 from pglab.report.html_series import WAIT_CLASS_COLORS
+from pglab.storage.describe import lines as storage_lines
 from pglab.store import write_text
 
 
@@ -243,6 +244,7 @@ def _scenario(model: ReportModel) -> str:
         ("rate limit", w.get("rate") or None), ("protocol", w.get("protocol")),
         ("topology", json.dumps(s.get("topology"))),
         ("envelope", json.dumps(model.run.manifest.get("envelope"))),
+        ("storage", "; ".join(storage_lines(model.run.manifest)) or "the host's directory"),
         ("faults", "; ".join(json.dumps(f) for f in s.get("faults") or [])),
         ("overrides", ", ".join(f"{k}={v}" for k, v in
                                 (model.run.manifest.get("overrides") or {}).items())),

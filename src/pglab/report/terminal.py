@@ -14,6 +14,7 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 from rich.table import Table
 
 from pglab.report.telemetry_summary import summarize, summary_lines
+from pglab.storage.describe import lines as storage_lines
 from pglab.store import StoredRun
 from pglab.workload.pgbench_output import ProgressLine
 
@@ -110,6 +111,8 @@ def print_summary(console: Console, run: StoredRun) -> None:
             clients = clients[0]
         console.print(f"  PostgreSQL {node.get('server_version')} "
                       f"({node.get('bin_source', node.get('target'))}), {clients} clients")
+    for line in storage_lines(manifest):
+        console.print(f"  storage {line}", highlight=False)
     if measured:
         table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
         for column in ("TPS", "avg ms", "p50 ms", "p95 ms", "p99 ms", "max ms", "failed"):

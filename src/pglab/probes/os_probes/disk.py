@@ -45,6 +45,8 @@ class DeviceResolver:
 
     def devices(self, path: Path, depth: int = 0) -> list[str]:
         real = Path(os.path.realpath(path))  # follows a pg_wal symlink to its own disk
+        if real.parent == Path("/dev") and real.name in self.disks:  # a device node itself
+            return list(dict.fromkeys([real.name, *self.underlying(real.name, depth)]))
         mount = procfs.mount_of(str(real), self.mounts)
         name = device_of_mount(mount, real, self.disks) if mount else None
         if name is None:
@@ -98,7 +100,7 @@ class DiskProbe(OsProbe):
         for node in nodes:
             if node.data_dir is None:
                 continue
-            for path in (node.data_dir, node.data_dir / "pg_wal"):
+            for path in (node.data_dir, node.data_dir / "pg_wal", *node.storage_paths):
                 for device in resolver.devices(path):
                     users.setdefault(device, set()).add(node.name)
         return {dev: next(iter(names)) if len(names) == 1 else HOST for dev, names in users.items()}

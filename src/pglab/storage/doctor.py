@@ -1,0 +1,184 @@
+"""`pglab doctor`: what the storage under a directory is, and what that means for PostgreSQL.
+
+The cheap facts (filesystem and mount options, block device, rotational, scheduler,
+read-ahead, the device's write cache mode) are read from /proc and /sys in
+milliseconds, so every run records them in its manifest and the recommendation rules
+can use them. `--fsync` adds the sync latency per wal_sync_method from pg_test_fsync of
+the binaries in use, which takes seconds and writes to the disk.
+
+A finding is a sentence a DBA acts on, e.g. that a write-back cache whose flush returns
+in microseconds is either protected against power loss or lying, and that only a power
+loss test can tell which.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from pglab.errors import BadInput, PglabError
+
+FAST_FLUSH_US = 100  # a flush this fast did not reach a platter or NAND without a cache
+NOT_DISKS = ("tmpfs", "ramfs", "overlay", "squashfs", "nfs", "nfs4", "cifs", "9p",
+             "virtiofs")
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def mount_of(path: Path) -> dict[str, Any]:
+    """The mount holding `path`: mount point, filesystem type, source, options."""
+    target = str(path.resolve())
+    best: dict[str, Any] = {}
+    for line in (_read(Path("/proc/self/mountinfo")) or "").splitlines():
+        left, _, right = line.partition(" - ")
+        fields, rest = left.split(), right.split()
+        if len(fields) < 6 or len(rest) < 2:
+            continue
+        point = fields[4].replace("\\040", " ")
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best.get("mount_point", "")):
+            options = sorted(set(fields[5].split(",")) | set(
+                (rest[2] if len(rest) > 2 else "").split(",")) - {""})
+            best = {"mount_point": point, "fstype": rest[0], "source": rest[1],
+                    "mount_options": ",".join(options)}
+    return best
+
+
+def block_device(path: Path) -> dict[str, Any]:
+    """The block device under `path`'s filesystem and its queue settings; {} when the
+    filesystem has none (tmpfs, overlay, FUSE, ZFS datasets)."""
+    dev = path.stat().st_dev
+    sysdir = Path(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}")
+    if os.major(dev) == 0 or not sysdir.exists():
+        return {}
+    real = sysdir.resolve()
+    facts: dict[str, Any] = {"name": real.name}
+    if (real / "partition").exists():
+        facts["partition"], real = real.name, real.parent
+        facts["name"] = real.name
+    queue = real / "queue"
+    scheduler = _read(queue / "scheduler") or ""
+    selected = re.search(r"\[([^\]]+)\]", scheduler)
+    facts.update(
+        rotational=_read(queue / "rotational") == "1",
+        scheduler=selected.group(1) if selected else (scheduler or None),
+        read_ahead_kb=_int(_read(queue / "read_ahead_kb")),
+        write_cache=_read(queue / "write_cache"),  # "write back" or "write through"
+        fua=_read(queue / "fua") == "1",
+        model=_read(real / "device" / "model"),
+        size_bytes=(_int(_read(real / "size")) or 0) * 512 or None,
+    )
+    backing = _read(real / "loop" / "backing_file")
+    if backing:
+        facts["loop_backing_file"] = backing
+    return facts
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def cheap_facts(path: Path) -> dict[str, Any]:
+    """What every run's manifest records about the storage under its data dir."""
+    facts: dict[str, Any] = {"path": str(path), **mount_of(path)}
+    try:
+        facts["block_device"] = block_device(path)
+    except OSError:
+        facts["block_device"] = {}
+    return facts
+
+
+# pg_test_fsync's "Compare file sync methods using one 8kB write" section
+_METHOD_LINE = re.compile(r"^\s+(\S+)\s+([\d.]+) ops/sec\s+(\d+) usecs/op", re.M)
+
+
+def parse_pg_test_fsync(text: str) -> dict[str, float]:
+    """wal_sync_method -> microseconds per 8 kB write + sync (the first section only)."""
+    section = text.split("Compare file sync methods using two 8kB writes", maxsplit=1)[0]
+    return {m.group(1): float(m.group(3)) for m in _METHOD_LINE.finditer(section)}
+
+
+def fsync_latency(path: Path, pg_test_fsync: Path, seconds: int = 2) -> dict[str, float]:
+    """Sync latency per wal_sync_method on `path`'s filesystem (writes a test file)."""
+    with tempfile.TemporaryDirectory(prefix="pglab-doctor-", dir=path) as tmp:
+        try:
+            result = subprocess.run(
+                [str(pg_test_fsync), "-s", str(seconds), "-f", str(Path(tmp) / "fsync.test")],
+                capture_output=True, text=True, timeout=120)
+        except subprocess.TimeoutExpired:
+            raise PglabError(f"pg_test_fsync on {path} did not finish in 120 s") from None
+    if result.returncode != 0:
+        last = (result.stderr.strip() or result.stdout.strip() or "?").splitlines()[-1]
+        raise PglabError(f"pg_test_fsync on {path} failed: {last}")
+    found = parse_pg_test_fsync(result.stdout)
+    if not found:
+        raise PglabError(f"pg_test_fsync on {path} printed no sync method timings")
+    return found
+
+
+def findings(facts: dict[str, Any]) -> list[str]:
+    """What the facts mean for PostgreSQL, one sentence each."""
+    found: list[str] = []
+    fstype = str(facts.get("fstype") or "")
+    options = str(facts.get("mount_options") or "").split(",")
+    dev = facts.get("block_device") or {}
+    if fstype in NOT_DISKS:
+        found.append(f"{fstype} is not a local disk: fsync timings and durability there say "
+                     "nothing about a server's real storage")
+    if "nobarrier" in options or "barrier=0" in options:
+        found.append("mounted without barriers: cache flushes are not sent, so a power loss "
+                     "can lose or corrupt committed data")
+    if fstype in ("zfs", "fuse.zfs", "btrfs"):
+        found.append(f"{fstype.removeprefix('fuse.')} is copy-on-write: wal_init_zero = off "
+                     "and wal_recycle = off usually help (test them with pglab run --set)")
+    if dev.get("rotational"):
+        found.append(f"{dev.get('name')} is rotational: random reads and WAL syncs cost "
+                     "milliseconds each")
+    ahead = dev.get("read_ahead_kb")
+    if isinstance(ahead, int) and ahead > 4096:
+        found.append(f"read-ahead of {ahead} kB on {dev.get('name')}: random 8 kB reads "
+                     "drag in much more than they need")
+    sync = facts.get("fsync_us") or {}
+    fastest = min(sync.values()) if sync else None
+    cache = dev.get("write_cache")
+    if fastest is not None and fastest < FAST_FLUSH_US:
+        if cache == "write back":
+            found.append(f"the device has a write-back cache and a sync returns in "
+                         f"{fastest:.0f} µs: its cache is either protected against power loss "
+                         "or lying about flushes, and only a power-loss test tells which "
+                         "(a durability scenario with power-loss faults)")
+        else:
+            found.append(f"a sync returns in {fastest:.0f} µs: faster than stable storage "
+                         "without a protected cache; check what is under this filesystem")
+    if sync:
+        best = min(sync, key=lambda k: sync[k])
+        if best != "fdatasync" and "fdatasync" in sync and sync[best] < 0.7 * sync["fdatasync"]:
+            found.append(f"wal_sync_method = {best} syncs in {sync[best]:.0f} µs against "
+                         f"{sync['fdatasync']:.0f} µs for fdatasync (the Linux default): "
+                         "worth a pglab run --set server.settings.wal_sync_method=" + best)
+    return found
+
+
+def doctor(path: Path, pg_test_fsync: Path | None) -> dict[str, Any]:
+    if not path.exists():
+        raise BadInput(f"doctor: {path} does not exist")
+    if not path.is_dir():
+        raise BadInput(f"doctor: {path} is not a directory")
+    facts = cheap_facts(path)
+    if pg_test_fsync is not None:
+        facts["fsync_us"] = fsync_latency(path, pg_test_fsync)
+        facts["fsync_tool"] = str(pg_test_fsync)
+    facts["findings"] = findings(facts)
+    return facts

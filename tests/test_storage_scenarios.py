@@ -1,0 +1,96 @@
+"""The built-in storage scenarios, run for real (shortened), each showing its signal
+from the recorded data alone (as tests/test_builtin_scenarios.py does for the rest)."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import run_cli
+from test_builtin_scenarios import _run, low_seconds, measured_tps, top_cause, wait_shares
+
+pytestmark = [pytest.mark.root,
+              pytest.mark.skipif(os.geteuid() != 0, reason="storage volumes need root")]
+
+
+def _manifest(run: Path) -> dict[str, Any]:
+    manifest: dict[str, Any] = json.loads((run / "manifest.json").read_text())
+    return manifest
+
+
+def _volume(run: Path, node: str = "primary", role: str = "data") -> dict[str, Any]:
+    volumes = _manifest(run)["nodes"][node]["storage"]
+    found: dict[str, Any] = next(v for v in volumes if v["role"] == role)
+    return found
+
+
+def test_wal_init_zero_on_and_off(storage_packages: None, tmp_path: Path) -> None:
+    # Two of the four points (XFS; the filesystem axis is the same code path), with WAL
+    # switches so that the shortened run needs new segments at once.
+    runs = _run(tmp_path, "wal-init-ext4-vs-xfs", "workload.duration=10s",
+                "workload.warmup=2s", "storage.filesystem=xfs",
+                'matrix={"server.settings.wal_init_zero" = ["on", "off"]}',
+                'faults=[{at="2s", action="switch-wal"}, {at="6s", action="switch-wal"}]')
+    by_zero = {_manifest(r)["variant"]["server.settings.wal_init_zero"]: r for r in runs}
+    for run in runs:
+        assert _volume(run)["filesystem"] == "xfs"
+        assert _volume(run)["device"]["write_mbps"] == 8
+    # One session measured 52 samples of backends in IO:WalInitSync with zero-filling on
+    # and 1 with it off, and 34 against 131 TPS.
+    init = {zero: _wal_init_samples(run) for zero, run in by_zero.items()}
+    assert init["on"] >= 15, init  # backends waited while new segments were zero-filled
+    assert init["off"] <= init["on"] / 4, init
+    tps = {zero: statistics.fmean(measured_tps(run).to_list()) for zero, run in by_zero.items()}
+    assert tps["off"] > 1.5 * tps["on"], tps
+
+
+def _wal_init_samples(run: Path) -> float:
+    import polars as pl
+
+    waits = pl.read_parquet(run / "timeseries.parquet").filter(
+        (pl.col("source") == "db.waits") & (pl.col("node") == "primary")
+        & pl.col("metric").str.starts_with("IO:WalInit"))
+    return float(waits["value"].sum())
+
+
+def test_zfs_recordsize_read_back(storage_packages: None, tmp_path: Path) -> None:
+    runs = _run(tmp_path, "zfs-recordsize", "workload.duration=4s", "workload.warmup=1s",
+                "workload.scale=2")
+    found = sorted(_volume(r)["options"]["recordsize"] for r in runs)
+    assert found == ["16k", "8k"]
+    for run in runs:
+        options = _volume(run)["options"]
+        assert options["compression"] == "off" and options["logbias"] == "throughput"
+        assert measured_tps(run).sum() > 0
+    # compare's environment diff names the storage difference, and only as what is compared
+    result = run_cli("compare", str(runs[0]), str(runs[1]))
+    assert result.returncode == 0, result.stderr
+    storage_rows = [line for line in result.stdout.splitlines() if "primary.data" in line]
+    assert storage_rows and "recordsize=8k" in storage_rows[0] + result.stdout
+    assert "NOT COMPARABLE" not in result.stdout
+
+
+def test_wal_on_its_own_fast_volume_wins(storage_packages: None, tmp_path: Path) -> None:
+    runs = _run(tmp_path, "wal-on-own-volume", "workload.duration=10s", "workload.warmup=2s")
+    tps = {_volume(r, role="wal")["device"]["write_mbps"]:
+           statistics.fmean(measured_tps(r).to_list()) for r in runs}
+    # one session measured 147 TPS with WAL on the 8 MB/s volume and 219 on the fast one
+    assert tps[0] > 1.2 * tps[8], tps
+
+
+def test_standby_slow_volume_makes_commits_wait_on_syncrep(storage_packages: None,
+                                                           tmp_path: Path) -> None:
+    (run,) = _run(tmp_path, "standby-slow-volume", "workload.duration=12s",
+                  "workload.warmup=2s",
+                  'faults=[{at="3s", action="bulk-update", args={rows=100000}}]')
+    assert low_seconds(run) >= 3
+    standby = _volume(run, node="standby1")
+    assert standby["device"]["write_mbps"] == 4 and standby["device"]["latency_ms"] == 3
+    shares = wait_shares(run)
+    assert max(shares, key=lambda k: shares[k]) == "IPC:SyncRep", shares
+    assert top_cause(run) == "sync-replication"
