@@ -90,7 +90,7 @@ def main() -> int:
             print(line)
         if not tuned.get("winning_overrides"):
             print("  no change kept")
-        if done.returncode not in (0, 1):
+        if done.returncode not in (0, 1) or not tuned:
             print("  " + (done.stderr.strip().splitlines() or ["?"])[-1])
         sys.stdout.flush()
     print(f"results: {results}")
