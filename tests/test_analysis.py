@@ -43,7 +43,7 @@ def _analysis(name: str) -> dict[str, Any]:
 
 
 def _worst(analysis: dict[str, Any]) -> dict[str, Any]:
-    return max(analysis["stalls"], key=lambda s: s["lost_transactions"])
+    return max(analysis["stalls"], key=lambda s: s["deficit_transactions"])
 
 
 def _events(name: str, kind: str) -> pl.DataFrame:
@@ -130,7 +130,8 @@ def test_a_queue_on_one_row_without_a_stall_is_lock_contention() -> None:
                      top["evidence"][0])
     assert share and int(share[1]) >= 50, top
     assert any("backends blocked on locks on average" in line for line in top["evidence"])
-    assert "lock-timeout" in [r["rule"] for r in analysis["recommendations"]]
+    # one hot row: a lock timeout would only turn the queue into errors (issue 17)
+    assert "hot-row" in [r["rule"] for r in analysis["recommendations"]]
 
 
 def test_a_connection_per_transaction_is_too_many_connections() -> None:
@@ -336,10 +337,15 @@ def test_cli_analyze_prints_findings_and_json(lock_copy: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "lock-contention" in result.stdout and "TPS 0 for" in result.stdout
     assert "lock-timeout" in result.stdout
+    # a stall's cost is a deficit; "lost" is for commits a crash takes away
+    assert re.search(r"about [\d,]+ fewer transactions", result.stdout), result.stdout
+    assert " lost" not in result.stdout
     result = run_cli("analyze", str(lock_copy), "--json")
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
-    assert document["format"] == 1 and document["stalls"]
+    assert document["format"] == 2 and document["stalls"]
+    assert all("deficit_transactions" in s and "lost_transactions" not in s
+               for s in document["stalls"])
 
 
 def test_cli_analyze_on_a_folder_that_is_not_a_run(tmp_path: Path) -> None:
@@ -491,3 +497,83 @@ def test_the_run_level_verdict_is_printed_and_reported(tmp_path: Path) -> None:
     html = (copy / "report.html").read_text()
     assert "Top cause: <b>lock-contention</b>" in html
     assert "What held the whole run back" in html and "heavyweight locks" in html
+
+
+# --- advice that fits the sub-cause -------------------------------------------------------
+
+
+def test_a_paused_standby_gets_quorum_advice_a_slow_one_a_faster_disk() -> None:
+    """The same cause (sync-replication, ranked first in both), two kinds: a standby
+    that stopped answering (sample sync-paused: SIGSTOP for 6 s) and one whose disk is
+    too slow (sync-slow-disk). The fault events are not what tells them apart."""
+    paused, slow = _analysis("sync-paused"), _analysis("sync-slow-disk")
+    for analysis, kind in ((paused, "standby-unresponsive"), (slow, "standby-slow-disk")):
+        top = _worst(analysis)["causes"][0]
+        assert top["cause"] == "sync-replication" and top["sub_cause"] == kind, top
+    rules = {r["rule"]: r for r in paused["recommendations"]}
+    assert rules["quorum-commit"]["change"] == {"topology.standbys": 2,
+                                                "topology.synchronous": "any:1"}
+    assert rules["quorum-commit"]["test"].startswith("pglab run sync-standby-paused")
+    assert "ha-synchronous-role" in rules and rules["ha-synchronous-role"][
+        "not_testable_because"]
+    assert "synchronous-commit-local" in rules
+    assert not {"standby-wal-disk", "walreceiver-cpu"} & set(rules)
+    rules = {r["rule"]: r for r in slow["recommendations"]}
+    assert "standby-wal-disk" in rules and "synchronous-commit-local" in rules
+    assert not {"quorum-commit", "ha-synchronous-role"} & set(rules)
+    for analysis in (paused, slow):  # the WAL-flush advice is not the standby's
+        assert all(r["rule"] != "synchronous-commit-off" or "sync-replication" not in
+                   r["because"] for r in analysis["recommendations"])
+
+
+def test_one_hot_row_and_a_table_lock_get_different_advice() -> None:
+    hot = _analysis("hot-row")
+    (steady,) = hot["steady_state"]["causes"]
+    assert steady["cause"] == "lock-contention" and steady["sub_cause"] == "hot-row"
+    assert [r["rule"] for r in hot["recommendations"]] == ["hot-row"]
+    table = _worst(_analysis("lock"))["causes"][0]
+    assert table["sub_cause"] == "table-lock", table
+    assert "lock-timeout" in [r["rule"] for r in _analysis("lock")["recommendations"]]
+
+
+def test_every_rule_says_when_it_does_not_apply() -> None:
+    from pglab.analysis.recommendations import RULES
+
+    for rule in RULES:
+        assert rule.not_when, rule.id
+        assert rule.testable or rule.why_untestable, rule.id
+
+
+def test_a_queue_on_walwrite_is_blamed_on_what_its_holder_does() -> None:
+    """Two draws of one scenario (1 MB WAL segments on an 8 MB/s disk): commits queue
+    on WALWriteLock (74%), whose holder spends a third of its WAL IO zero-filling new
+    segments. Both must name wal-segment-init, with the evidence of the holder's work;
+    before, one said wal-write and the other checkpoint-io (one 1-s dip)."""
+    for name in ("walinit-small", "walinit-small-2"):
+        analysis = _analysis(name)
+        verdict = analysis["summary"]["verdict"]
+        assert verdict["cause"] == "wal-segment-init", (name, verdict)
+        top = analysis["steady_state"]["causes"][0]
+        assert top["cause"] == "wal-segment-init", (name, top)
+        assert any("zero-filled new segments (pg_stat_io wal/init writes)" in line
+                   for line in top["evidence"]), top
+        assert "wal-write" not in [c["cause"] for c in analysis["steady_state"]["causes"]]
+        assert analysis["recommendations"][0]["because"] == ["wal-segment-init"]
+    assert _analysis("walinit-small-2")["summary"]["verdict"]["minor_stalls"] is True
+
+
+def test_connection_churn_gets_a_pooler_and_persistent_connections() -> None:
+    churn = _analysis("churn")
+    (steady,) = churn["steady_state"]["causes"]
+    assert steady["sub_cause"] == "connection-churn", steady
+    rules = {r["rule"]: r for r in churn["recommendations"]}
+    assert rules["persistent-connections"]["change"] == {"workload.reconnect": False}
+    assert churn["recommendations"][0]["rule"] == "pgbouncer"  # it answers both kinds
+
+
+def test_a_checkpoint_started_by_wal_volume_gets_max_wal_size() -> None:
+    analysis = _analysis("checkpoint-storm")
+    checkpoint = [c for s in analysis["stalls"] for c in s["causes"][:1]
+                  if c["cause"] == "checkpoint-io"]
+    assert checkpoint and all(c["sub_cause"] == "wal-volume" for c in checkpoint), checkpoint
+    assert "max-wal-size" in [r["rule"] for r in analysis["recommendations"]]

@@ -42,7 +42,7 @@ SideAction = Callable[[psycopg.Connection[Any], Path], None]  # connection, lab 
 class Pathology:
     name: str
     scenario: str  # TOML body after `name = ...`
-    # the run's top cause (summary.verdict: first in the stalls that lost the most, or,
+    # the run's top cause (summary.verdict: first in the stalls with the largest deficit, or,
     # without a stall, what held the whole run back); None: a healthy run
     cause: str | None
     action: SideAction | None = None

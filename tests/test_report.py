@@ -73,7 +73,7 @@ def _analysis_for(run: Path) -> dict[str, Any]:
         "stalls": [{
             "start": start.isoformat().replace("+00:00", "Z"),
             "end": end.isoformat().replace("+00:00", "Z"),
-            "kind": "drop-to-zero", "depth": 1.0, "lost_transactions": 1234,
+            "kind": "drop-to-zero", "depth": 1.0, "deficit_transactions": 1234,
             "causes": [{"cause": "checkpoint-io", "confidence": 0.8,
                         "evidence": ["checkpoint sync phase during the window"]},
                        {"cause": "wal-write", "confidence": 0.3, "evidence": ["WalSync waits"]}],

@@ -3,8 +3,9 @@
 The real tune runs a connection-per-transaction load (pgbench -C, no pool): the analysis
 finds too-many-connections over the whole run and recommends PgBouncer; tune then runs
 the baseline and the pooled variant interleaved and must keep the pooler, measured
-several times better. A tune on a checkpoint storm is measured by hand (its short form
-did not storm on every run; see the closing notes)."""
+several times better; a second step starts from the pooled runs. A tune on a
+checkpoint storm is measured by hand (its short form did not storm on every run; see
+the closing notes)."""
 
 from __future__ import annotations
 
@@ -29,11 +30,13 @@ warmup = "1s"
 """
 
 
-def test_tune_refuses_a_sweep(tmp_path: Path) -> None:
+def test_tune_refuses_bad_options(tmp_path: Path) -> None:
     scenario = write_scenario(tmp_path, "[workload]\nclients = [1, 2]\nscale = 1\n")
-    result = run_cli("tune", str(scenario), "--results", str(tmp_path / "r"))
-    assert result.returncode == 2
-    assert "tune needs a single run" in result.stderr and "Traceback" not in result.stderr
+    for option in ("--repeats", "--steps", "--top"):
+        result = run_cli("tune", str(scenario), "--results", str(tmp_path / "r"), option, "0")
+        assert result.returncode == 2
+        assert result.stderr.startswith(f"pglab: {option} 0: expected at least 1")
+        assert "Traceback" not in result.stderr
 
 
 @pytest.mark.live  # interleaved repeats: made for a shared machine
@@ -41,7 +44,7 @@ def test_tune_keeps_a_pooler_for_a_connection_per_transaction(
         tmp_path: Path, pgbouncer_binary: str) -> None:
     scenario = write_scenario(tmp_path, CHURN, name="churn")
     result = run_cli("tune", str(scenario), "--results", str(tmp_path / "r"),
-                     "--repeats", "2", "--top", "1", timeout=600)
+                     "--repeats", "2", "--top", "1", "--steps", "2", timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     (tune_file,) = (tmp_path / "r" / "churn").glob("*.tune.json")
     tuned = json.loads(tune_file.read_text())
@@ -53,5 +56,15 @@ def test_tune_keeps_a_pooler_for_a_connection_per_transaction(
     assert tps["verdict"] == "better" and tps["delta_pct"] > 100, tps
     assert tps["ci_pct"][0] > 0  # the whole interval is an improvement
     assert candidate["kept"] is True
-    assert tuned["winning_overrides"] == ['topology.pooler="pgbouncer"']
+    assert tuned["winning_overrides"][0] == 'topology.pooler="pgbouncer"'
     assert "topology.pooler" in result.stdout
+    # step 2 starts from the pooled runs: analysed again, the pooler not tried again
+    step1, step2 = tuned["steps"]
+    assert step1["winner"] == "pgbouncer" and step2["analysed"] == candidate["runs"]
+    assert step2["overrides"] == ['topology.pooler="pgbouncer"']
+    assert all(c["rule"] != "pgbouncer" for c in step2["candidates"])
+    if step2["winner"] is None:  # the path is the pooler alone, measured in step 1
+        assert tuned["combined"] is None
+        assert tuned["winning_overrides"] == ['topology.pooler="pgbouncer"']
+    else:  # both together, against the original baseline
+        assert tuned["combined"]["metrics"] and len(tuned["winning_overrides"]) >= 2

@@ -213,13 +213,16 @@ def compare(base: str, contenders: tuple[str, ...], fail_if: tuple[str, ...], fm
 @click.option("--top", default=3, show_default=True, help="Recommendations to test.")
 @click.option("--noise", default=10.0, show_default=True,
               help="Assumed run-to-run noise in % (used only with --repeats 1).")
+@click.option("--steps", default=1, show_default=True,
+              help="Rounds of fixing: each keeps its winner, analyses the new baseline and "
+                   "tests what its top cause recommends.")
 def tune(scenario: str, overrides: tuple[str, ...], results: Path, pg_bin: str | None,
-         repeats: int, top: int, noise: float) -> int:
+         repeats: int, top: int, noise: float, steps: int) -> int:
     """Run SCENARIO, test its top recommendations interleaved with the baseline, keep
     only what is significantly better."""
     from pglab.commands import runs
 
-    return runs.tune(scenario, overrides, results, pg_bin, repeats, top, noise)
+    return runs.tune(scenario, overrides, results, pg_bin, repeats, top, noise, steps)
 
 
 @cli.command()

@@ -1,18 +1,32 @@
-"""`pglab tune SCENARIO`: check the analysis's advice by measurement.
+"""`pglab tune SCENARIO`: check the analysis's advice by measurement, in steps.
 
-1. Run the baseline once and read its analysis (stalls, causes, recommendations).
-2. Take the top recommendations that pglab can test (a scenario change), one at a time.
+One step:
+1. Run the step's baseline once and read its analysis (stalls, causes, recommendations).
+2. Take the top recommendations that pglab can test (a scenario change), one at a time,
+   and have the server check each before any of its runs: a lab with the candidate's
+   initdb options and settings is started and stopped again (PostgreSQL refuses some
+   combinations only at start, e.g. min_wal_size under two WAL segments).
 3. Run them interleaved with the baseline, round after round (B, C1, C2, ... then again),
    so that a slow phase of a shared machine hits every variant alike; `repeats` rounds.
 4. Compare each candidate's runs with the baseline's (compare/: block bootstrap over the
    per-second samples and over repeats) on stall seconds, TPS and p99.
-5. Keep a change only when at least one of those is significantly better and none is
-   significantly worse; print the kept changes as --set overrides.
+5. A candidate is kept when at least one of those is significantly better and none is
+   significantly worse; the step's winner is the best kept one.
+
+With `steps` > 1 the winner becomes the next step's baseline: its runs are analysed
+again and what their top cause recommends is tested next (the report's loop: find the
+bottleneck, fix it, find the next). When more than one step found a winner, the
+combined changes are measured as a whole against the original baseline, interleaved.
+
+A candidate that the server refuses, that cannot start or whose run fails is marked with
+the reason and the tune goes on; the result file is written on every path (a Ctrl-C
+too, with status "interrupted").
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,13 +35,16 @@ from typing import Any
 from pglab.compare.comparison import MetricResult, compare
 from pglab.compare.groups import Group
 from pglab.compare.rundata import RunData
-from pglab.errors import BadInput, PglabError
+from pglab.errors import BadInput, Interrupted, PglabError
+from pglab.lab.lab import Lab
+from pglab.processes import shielded
 from pglab.results.files import TUNE_SUFFIX, new_run_id, write_json
 from pglab.results.folder import StoredRun
 from pglab.runner import RunOptions, RunUI, run_scenario
 from pglab.scenario import LoadedScenario
 
 TUNE_METRICS = ["stall_seconds", "tps", "p99"]  # what a candidate is judged by
+TUNE_FORMAT = 2  # 1: one step (baseline, candidates); 2: + steps, combined, status
 
 
 @dataclass(frozen=True)
@@ -52,44 +69,121 @@ class CandidateResult:
     metrics: list[MetricResult] = field(default_factory=list)
     kept: bool = False
     why: str = ""
-    not_applicable: str | None = None  # this server refused the change (e.g. lz4 missing)
+    # why it could not be measured (fully): refused by the scenario or the server, or a
+    # run that failed; the tune goes on without it
+    failed: str | None = None
+
+    def fail(self, reason: str) -> None:
+        self.failed = reason
+        self.kept = False
+        self.why = reason
+
+    def delta(self, metric: str) -> float | None:
+        return next((m.delta_pct for m in self.metrics if m.metric.name == metric), None)
+
+
+@dataclass
+class Step:
+    number: int
+    overrides: list[str]  # the step's baseline: the original overrides + earlier winners
+    baseline: list[StoredRun] = field(default_factory=list)
+    analysed: list[str] = field(default_factory=list)  # runs whose analysis gave candidates
+    top_cause: str | None = None
+    candidates: list[CandidateResult] = field(default_factory=list)
+    baseline_failures: list[str] = field(default_factory=list)
+
+    @property
+    def winner(self) -> CandidateResult | None:
+        kept = [c for c in self.candidates if c.kept]
+        return min(kept, key=_rank) if kept else None
 
 
 @dataclass
 class TuneResult:
     tune_id: str
-    baseline: list[StoredRun]
-    candidates: list[CandidateResult]
     noise: float
+    steps: list[Step] = field(default_factory=list)
+    # the winners of all steps together, measured against the original baseline (only
+    # when more than one step found a winner; otherwise step 1's winner is that)
+    combined: CandidateResult | None = None
+    combined_baseline: list[StoredRun] = field(default_factory=list)
+    point: dict[str, Any] = field(default_factory=dict)  # of a sweep: the point tuned
+    status: str = "running"  # completed | failed | interrupted
+    reason: str | None = None
+    path: Path | None = None  # the .tune.json file
+
+    @property
+    def baseline(self) -> list[StoredRun]:
+        return self.steps[0].baseline if self.steps else []
+
+    @property
+    def candidates(self) -> list[CandidateResult]:
+        return self.steps[0].candidates if self.steps else []
+
+    def path_winners(self) -> list[CandidateResult]:
+        return [w for s in self.steps if (w := s.winner) is not None]
 
     def winning_overrides(self) -> list[str]:
-        return [o for c in self.candidates if c.kept for o in c.candidate.overrides()]
+        return [o for w in self.path_winners() for o in w.candidate.overrides()]
 
 
-def candidates_from(run: StoredRun, top: int) -> list[Candidate]:
-    """The first `top` distinct recommendations of the run's analysis that pglab can test."""
-    analysis = run.analysis()
-    if analysis is None:
-        return []
-    found: list[Candidate] = []
-    for rec in analysis.recommendations:
-        change = rec.get("change") or {}
-        if not change or not str(rec.get("test", "")).startswith("pglab run"):
-            continue  # filesystem or hardware advice: nothing pglab can run here
-        if any(c.change == change for c in found):
-            continue
-        found.append(Candidate(str(rec.get("rule")), dict(change),
-                               list(rec.get("because") or [])))
-        if len(found) == top:
-            break
-    return found
+def _rank(c: CandidateResult) -> tuple[int, float, float]:
+    """Best first: most metrics significantly better, then the largest cut in stall
+    seconds, then the largest TPS gain."""
+    better = sum(1 for m in c.metrics if m.verdict == "better")
+    return (-better, c.delta("stall_seconds") or 0.0, -(c.delta("tps") or 0.0))
+
+
+def _analysis(run: StoredRun) -> dict[str, Any]:
+    """The run's analysis.json as a document ({} when there is none or it is unreadable:
+    a candidate's run without an analysis recommends nothing)."""
+    try:
+        found = run.analysis()
+    except BadInput:
+        return {}
+    return found.to_json() if found is not None else {}
+
+
+def candidates_from(runs: list[StoredRun], top: int,
+                    tried: list[dict[str, Any]] | None = None) -> list[Candidate]:
+    """The first `top` distinct testable recommendations of the runs' analyses, those
+    that most of the runs recommend first (one noisy run does not set the course);
+    changes in `tried` are left out."""
+    seen: dict[str, tuple[int, int, Candidate]] = {}
+    order = 0
+    for run in runs:
+        for rec in _analysis(run).get("recommendations", []):
+            change = rec.get("change") or {}
+            if not change or not str(rec.get("test", "")).startswith("pglab run"):
+                continue  # filesystem or hardware advice: nothing pglab can run here
+            if tried and change in tried:
+                continue
+            key = json.dumps(change, sort_keys=True)
+            if key in seen:
+                count, first, cand = seen[key]
+                seen[key] = (count + 1, first, cand)
+            else:
+                seen[key] = (1, order, Candidate(str(rec.get("rule")), dict(change),
+                                                 list(rec.get("because") or [])))
+                order += 1
+    ranked = sorted(seen.values(), key=lambda item: (-item[0], item[1]))
+    return [cand for _, _, cand in ranked[:top]]
+
+
+def _top_cause(runs: list[StoredRun]) -> str | None:
+    """The verdict most of the runs give (the first run's on a tie)."""
+    verdicts = [str(v.get("cause")) for r in runs
+                if isinstance(v := (_analysis(r).get("summary") or {}).get("verdict"), dict)]
+    return max(verdicts, key=verdicts.count) if verdicts else None
 
 
 def _decide(result: CandidateResult) -> None:
     verdicts = {m.metric.name: m.verdict for m in result.metrics}
     better = [n for n, v in verdicts.items() if v == "better"]
     worse = [n for n, v in verdicts.items() if v == "worse"]
-    result.kept = bool(better) and not worse
+    result.kept = bool(better) and not worse and result.failed is None
+    if result.failed is not None:
+        return
     if worse:
         result.why = f"significantly worse on {', '.join(worse)}"
     elif better:
@@ -98,77 +192,256 @@ def _decide(result: CandidateResult) -> None:
         result.why = "no significant difference"
 
 
-def tune(loaded_for: Callable[[list[str]], LoadedScenario], base_overrides: list[str],
-         options: RunOptions, ui: RunUI, repeats: int = 3, top: int = 3, noise: float = 0.10,
-         on_run: Callable[[StoredRun], None] | None = None) -> TuneResult:
-    """Baseline, then `repeats` interleaved rounds of baseline + each candidate."""
-    if repeats < 1:
-        raise BadInput(f"--repeats {repeats}: expected at least 1")
-    base = loaded_for(base_overrides)
-    if len(base.variants) != 1:
-        raise BadInput(f"{base.where}: tune needs a single run (no client list, no "
-                       f"[matrix]); this scenario makes {len(base.variants)}")
-    tune_id = new_run_id()
+def _measure(base: list[StoredRun], cand: CandidateResult, noise: float) -> None:
+    if not base or not cand.runs:
+        if cand.failed is None:
+            cand.why = "no baseline run completed: nothing to compare with"
+        return
+    base_group = Group("baseline", [RunData(r) for r in base])
+    group = Group(cand.candidate.label, [RunData(r) for r in cand.runs])
+    cand.metrics = compare(base_group, [group], noise, metric_names=TUNE_METRICS
+                           ).contenders[0].metrics
+    _decide(cand)
 
-    def run(loaded: LoadedScenario) -> StoredRun:
-        stored = run_scenario(loaded, options, ui, on_run=on_run)[0]
+
+class _Tuner:
+    def __init__(self, loaded_for: Callable[[list[str]], LoadedScenario],
+                 options: RunOptions, ui: RunUI, repeats: int, top: int,
+                 on_run: Callable[[StoredRun], None] | None, result: TuneResult,
+                 steps: int) -> None:
+        self.loaded_for = loaded_for
+        self.steps = steps
+        self.options = options
+        self.ui = ui
+        self.repeats = repeats
+        self.top = top
+        self.on_run = on_run
+        self.result = result
+        self.save: Callable[[], None] = lambda: None
+
+    def attempt(self, loaded: LoadedScenario) -> StoredRun | str:
+        """One run: the stored run, or why it failed (a Ctrl-C is raised)."""
+        try:
+            stored = run_scenario(loaded, self.options, self.ui, on_run=self.on_run)[0]
+        except PglabError as exc:
+            return str(exc)
         if stored.status != "completed":
-            raise PglabError(f"tune: a run did not complete ({stored.path}: {stored.reason})")
+            return f"{stored.path.name}: {stored.status}: {stored.reason}"
         return stored
 
-    ui.status("tune: baseline run")
-    baseline = [run(base)]
-    candidates = [CandidateResult(c) for c in candidates_from(baseline[0], top)]
-    loaded: dict[str, LoadedScenario] = {}
-    for cand in candidates:
+    def check(self, loaded: LoadedScenario) -> str | None:
+        """Start and stop a lab with the scenario: None when the server takes it, else
+        what refused it. Cheaper than finding out in round 1, after a baseline run."""
+        variant = loaded.variants[0]
         try:
-            loaded[cand.candidate.label] = loaded_for(base_overrides
-                                                      + cand.candidate.overrides())
-        except BadInput as exc:  # the scenario cannot take the change: skip, go on
-            cand.not_applicable = str(exc)
-            cand.why = f"not applicable here: {exc}"
-    result = TuneResult(tune_id, baseline, candidates, noise)
-    if candidates:
-        for round_ in range(1, repeats + 1):
-            ui.status(f"tune: round {round_}/{repeats}: baseline")
-            baseline.append(run(base))
-            for cand in candidates:
-                if cand.not_applicable:
-                    continue
-                ui.status(f"tune: round {round_}/{repeats}: {cand.candidate.label}")
-                try:
-                    cand.runs.append(run(loaded[cand.candidate.label]))
-                except BadInput as exc:  # the server refused the setting: skip, go on
-                    cand.not_applicable = str(exc)
-                    cand.why = f"not applicable here: {exc}"
-        base_group = Group("baseline", [RunData(r) for r in baseline])
-        for cand in candidates:
-            if cand.not_applicable:
+            with Lab(variant.scenario, loaded.where, f"tune-check-{secrets.token_hex(3)}",
+                     pg_bin=self.options.pg_bin, on_status=self.ui.status):
+                pass
+        except PglabError as exc:
+            return str(exc)
+        return None
+
+    def prepare(self, cands: list[CandidateResult], base: list[str]
+                ) -> dict[str, LoadedScenario]:
+        loaded: dict[str, LoadedScenario] = {}
+        for cand in cands:
+            label = cand.candidate.label
+            try:
+                scenario = self.loaded_for(base + cand.candidate.overrides())
+            except BadInput as exc:  # the scenario cannot take the change
+                cand.fail(f"not applicable here: {exc}")
                 continue
-            group = Group(cand.candidate.label, [RunData(r) for r in cand.runs])
-            comparison = compare(base_group, [group], noise, metric_names=TUNE_METRICS)
-            cand.metrics = comparison.contenders[0].metrics
-            _decide(cand)
-    write_tune_file(options.results_root / base.scenario.name / (tune_id + TUNE_SUFFIX),
-                    result)
+            self.ui.status(f"tune: checking {label}")
+            refused = self.check(scenario)
+            if refused is not None:
+                cand.fail(f"refused before its runs: {refused}")
+                continue
+            loaded[label] = scenario
+        return loaded
+
+    def rounds(self, base: LoadedScenario, baseline: list[StoredRun],
+               cands: list[CandidateResult], loaded: dict[str, LoadedScenario],
+               failures: list[str], what: str) -> None:
+        """`repeats` interleaved rounds of the baseline and every live candidate."""
+        for round_ in range(1, self.repeats + 1):
+            live = [c for c in cands if c.failed is None]
+            if not live:
+                return
+            self.ui.status(f"tune: {what}round {round_}/{self.repeats}: baseline")
+            got = self.attempt(base)
+            if isinstance(got, str):
+                failures.append(f"round {round_}: {got}")
+            else:
+                baseline.append(got)
+            for cand in live:
+                label = cand.candidate.label
+                self.ui.status(f"tune: {what}round {round_}/{self.repeats}: {label}")
+                got = self.attempt(loaded[label])
+                if isinstance(got, str):
+                    cand.fail(f"run failed in round {round_}: {got}")
+                else:
+                    cand.runs.append(got)
+                self.save()
+
+    def step(self, number: int, overrides: list[str], first: list[StoredRun],
+             tried: list[dict[str, Any]]) -> Step:
+        """One step from `first` (the runs of its baseline so far, already analysed)."""
+        step = Step(number, list(overrides))
+        self.result.steps.append(step)
+        step.analysed = [r.path.name for r in first]
+        step.top_cause = _top_cause(first)
+        step.candidates = [CandidateResult(c) for c in candidates_from(first, self.top, tried)]
+        what = f"step {number}/{self.steps}: " if self.steps > 1 else ""
+        if number == 1:
+            step.baseline.extend(first)
+        self.save()
+        if not step.candidates:
+            return step
+        base = self.loaded_for(overrides)
+        loaded = self.prepare(step.candidates, overrides)
+        self.rounds(base, step.baseline, step.candidates, loaded, step.baseline_failures,
+                    what)
+        for cand in step.candidates:
+            _measure(step.baseline, cand, self.result.noise)
+        self.save()
+        return step
+
+
+def tune(loaded_for: Callable[[list[str]], LoadedScenario], base_overrides: list[str],
+         options: RunOptions, ui: RunUI, repeats: int = 3, top: int = 3, noise: float = 0.10,
+         on_run: Callable[[StoredRun], None] | None = None, steps: int = 1) -> TuneResult:
+    """Baseline, then per step `repeats` interleaved rounds of baseline + each candidate;
+    the result file is written whatever happens (Interrupted is re-raised after)."""
+    if repeats < 1:
+        raise BadInput(f"--repeats {repeats}: expected at least 1")
+    if steps < 1:
+        raise BadInput(f"--steps {steps}: expected at least 1")
+    if top < 1:
+        raise BadInput(f"--top {top}: expected at least 1")
+    base = loaded_for(base_overrides)
+    point: dict[str, Any] = {}
+    if len(base.variants) != 1:
+        # A sweep (a client list, a [matrix]) is tuned at its first point, the one its
+        # author put first (too-many-connections: without the pooler): its overrides are
+        # pinned and the matrix emptied, so a candidate's change is not overwritten by a
+        # matrix value of the same key.
+        point = dict(base.variants[0].overrides)
+        count = len(base.variants)
+        base_overrides = [*base_overrides, "matrix={}",
+                          *(f"{k}={json.dumps(v)}" for k, v in point.items())]
+        base = loaded_for(base_overrides)
+        ui.status(f"tune: {count} runs in the sweep; tuning its first point: "
+                  + ", ".join(f"{k}={v}" for k, v in point.items()))
+    tune_id = new_run_id()
+    result = TuneResult(tune_id, noise, point=point)
+    result.path = options.results_root / base.scenario.name / (tune_id + TUNE_SUFFIX)
+    tuner = _Tuner(loaded_for, options, ui, repeats, top, on_run, result, steps)
+
+    def save() -> None:
+        assert result.path is not None
+        with shielded():
+            write_tune_file(result.path, result)
+
+    tuner.save = save
+    try:
+        _run_steps(tuner, base, base_overrides, steps)
+        if result.status == "running":
+            result.status = "completed"
+    except Interrupted as exc:
+        result.status, result.reason = "interrupted", f"{exc.signal_name} received"
+        raise
+    except BaseException as exc:
+        result.status = "failed"
+        result.reason = str(exc) if isinstance(exc, PglabError) else (
+            f"internal error: {type(exc).__name__}: {exc}")
+        raise
+    finally:
+        save()
     return result
 
 
-def write_tune_file(path: Path, result: TuneResult) -> None:
-    def metric(m: MetricResult) -> dict[str, Any]:
-        ci = m.ci_pct
-        return {"metric": m.metric.name, "base": m.base, "contender": m.contender,
-                "delta_pct": m.delta_pct, "ci_pct": list(ci) if ci else None,
-                "verdict": m.verdict, "note": m.note}
+def _run_steps(tuner: _Tuner, base: LoadedScenario, base_overrides: list[str],
+               steps: int) -> None:
+    result = tuner.result
+    tuner.ui.status("tune: baseline run")
+    got = tuner.attempt(base)
+    if isinstance(got, str):  # nothing to tune against
+        result.status, result.reason = "failed", f"the baseline run failed: {got}"
+        return
+    first = [got]
+    overrides = list(base_overrides)
+    tried: list[dict[str, Any]] = []
+    for number in range(1, steps + 1):
+        step = tuner.step(number, overrides, first, tried)
+        tried.extend(c.candidate.change for c in step.candidates)
+        winner = step.winner
+        if winner is None:
+            break  # nothing better: the path ends here
+        overrides = overrides + winner.candidate.overrides()
+        first = winner.runs  # the new baseline's runs, analysed like any other
+    winners = result.path_winners()
+    if len(winners) > 1:
+        _measure_combined(tuner, base, base_overrides)
 
+
+def _measure_combined(tuner: _Tuner, base: LoadedScenario, base_overrides: list[str]
+                      ) -> None:
+    """All the path's winners at once against the original baseline, interleaved."""
+    result = tuner.result
+    winners = result.path_winners()
+    change: dict[str, Any] = {}
+    for w in winners:
+        change.update(w.candidate.change)
+    because = list(dict.fromkeys(c for w in winners for c in w.candidate.because))
+    combined = CandidateResult(Candidate("+".join(w.candidate.rule for w in winners),
+                                         change, because))
+    result.combined = combined
+    # checked like any candidate: changes that each started may still clash together
+    loaded = tuner.prepare([combined], base_overrides)
+    if combined.failed is not None:
+        return
+    failures: list[str] = []
+    tuner.rounds(base, result.combined_baseline, [combined], loaded, failures, "combined: ")
+    _measure(result.combined_baseline, combined, result.noise)
+
+
+def _runs(runs: list[StoredRun]) -> list[str]:
+    return [r.path.name for r in runs]
+
+
+def _metric(m: MetricResult) -> dict[str, Any]:
+    ci = m.ci_pct
+    return {"metric": m.metric.name, "base": m.base, "contender": m.contender,
+            "delta_pct": m.delta_pct, "ci_pct": list(ci) if ci else None,
+            "verdict": m.verdict, "note": m.note}
+
+
+def _candidate(c: CandidateResult) -> dict[str, Any]:
+    return {"rule": c.candidate.rule, "change": c.candidate.change,
+            "overrides": c.candidate.overrides(), "because": c.candidate.because,
+            "runs": _runs(c.runs), "metrics": [_metric(m) for m in c.metrics],
+            "kept": c.kept, "why": c.why, "failed": c.failed}
+
+
+def write_tune_file(path: Path, result: TuneResult) -> None:
+    """Format 2; its top-level `baseline` and `candidates` are step 1's, as in format 1."""
+    steps = [{"step": s.number, "overrides": s.overrides, "baseline": _runs(s.baseline),
+              "baseline_failures": s.baseline_failures, "analysed": s.analysed,
+              "top_cause": s.top_cause,
+              "candidates": [_candidate(c) for c in s.candidates],
+              "winner": s.winner.candidate.rule if s.winner else None} for s in result.steps]
     write_json(path, {
-        "format": 1,
+        "format": TUNE_FORMAT,
         "tune_id": result.tune_id,
+        "status": result.status,
+        "reason": result.reason,
         "noise": result.noise,
-        "baseline": [r.path.name for r in result.baseline],
-        "candidates": [{"rule": c.candidate.rule, "change": c.candidate.change,
-                        "because": c.candidate.because, "runs": [r.path.name for r in c.runs],
-                        "metrics": [metric(m) for m in c.metrics], "kept": c.kept,
-                        "why": c.why} for c in result.candidates],
+        "sweep_point": result.point or None,
+        "baseline": _runs(result.baseline),
+        "candidates": steps[0]["candidates"] if steps else [],
+        "steps": steps,
+        "combined": ({**_candidate(result.combined),
+                      "baseline": _runs(result.combined_baseline)}
+                     if result.combined else None),
         "winning_overrides": result.winning_overrides(),
     })

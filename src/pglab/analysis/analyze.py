@@ -23,6 +23,12 @@ from pglab.errors import EnvironmentProblem
 from pglab.results.analysis_doc import AnalysisDocument, write_analysis
 from pglab.results.files import ANALYSIS, iso
 
+# A run held back over its whole length whose stalls cover less than this share of its
+# seconds: the whole-run cause is its verdict, as sure as the stalls' cause or more. A
+# one-second dip would otherwise decide (a CI draw of 1 MB WAL segments: checkpoint-io
+# for one dip, where the run next to it, without the dip, said wal-segment-init).
+MINOR_STALLS_PCT = 10.0
+
 
 @dataclass(frozen=True)
 class Analysis:
@@ -52,7 +58,7 @@ def _summary(report: StallReport, data: RunFrames) -> dict[str, Any]:
         "stall_seconds": steady.degraded_seconds,
         "zero_tps_seconds": steady.zero_seconds,
         "stalls": len(report.windows),
-        "lost_transactions": sum(w.lost_transactions for w in report.windows),
+        "deficit_transactions": sum(w.deficit_transactions for w in report.windows),
         "periodic": None,
     }
     if report.periodic is not None:
@@ -73,7 +79,7 @@ def _stall(ev: WindowEvidence) -> dict[str, Any]:
     causes = ranked_causes(ev)
     return {
         "start": iso(w.start), "end": iso(w.end), "seconds": w.seconds, "kind": w.kind,
-        "depth": w.depth, "lost_transactions": w.lost_transactions,
+        "depth": w.depth, "deficit_transactions": w.deficit_transactions,
         "reference_tps": round(w.reference_tps, 1), "min_tps": w.min_tps,
         "p99_ms": round(w.p99_ms, 2) if w.p99_ms is not None else None,
         "max_latency_ms": round(w.max_latency_ms, 2) if w.max_latency_ms is not None else None,
@@ -116,32 +122,39 @@ def _checkpoint_flags(evidence: list[WindowEvidence]) -> frozenset[str]:
 
 def _finding(f: Finding) -> dict[str, Any]:
     return {"cause": f.cause, "confidence": f.confidence, "evidence": f.evidence,
-            **({"outside_the_lab": True} if f.outside else {})}
+            **({"outside_the_lab": True} if f.outside else {}),
+            **({"sub_cause": f.sub} if f.sub else {})}
 
 
 def _first_causes(stalls: list[dict[str, Any]]) -> tuple[dict[str, int], dict[str, float]]:
     """Per attributed first cause of stalls (neither unknown nor outside the lab): the
-    transactions its stalls lost together, and its best confidence."""
-    lost: dict[str, int] = {}
+    deficit of its stalls together (transactions not made), and its best confidence."""
+    deficit: dict[str, int] = {}
     best: dict[str, float] = {}
     for stall in stalls:
         first = stall["causes"][0] if stall["causes"] else None
         if first is None or first["cause"] == "unknown" or first.get("outside_the_lab"):
             continue
-        lost[first["cause"]] = lost.get(first["cause"], 0) + stall["lost_transactions"]
+        deficit[first["cause"]] = (deficit.get(first["cause"], 0)
+                                   + stall["deficit_transactions"])
         best[first["cause"]] = max(best.get(first["cause"], 0.0), first["confidence"])
-    return lost, best
+    return deficit, best
 
 
-def _verdict(stalls: list[dict[str, Any]], steady: list[dict[str, Any]]
-             ) -> dict[str, Any] | None:
-    """The run's top cause: the first cause of the stalls that lost the most transactions
-    together; for a run without an attributed stall, what held the whole run back."""
-    lost, best = _first_causes(stalls)
-    if lost:
-        cause = max(lost, key=lambda c: (lost[c], best[c]))
+def _verdict(stalls: list[dict[str, Any]], steady: list[dict[str, Any]],
+             degraded_pct: float = 100.0) -> dict[str, Any] | None:
+    """The run's top cause: the first cause of the stalls with the largest deficit
+    together; for a run without an attributed stall, or whose few stalls weigh less
+    than what held it back throughout (MINOR_STALLS_PCT), the whole-run cause."""
+    deficit, best = _first_causes(stalls)
+    if deficit and steady and degraded_pct < MINOR_STALLS_PCT \
+            and steady[0]["confidence"] >= max(best.values()):
+        return {"cause": steady[0]["cause"], "confidence": steady[0]["confidence"],
+                "basis": "steady-state", "minor_stalls": True}
+    if deficit:
+        cause = max(deficit, key=lambda c: (deficit[c], best[c]))
         return {"cause": cause, "confidence": best[cause], "basis": "stalls",
-                "lost_transactions": lost[cause]}
+                "deficit_transactions": deficit[cause]}
     if steady:
         return {"cause": steady[0]["cause"], "confidence": steady[0]["confidence"],
                 "basis": "steady-state"}
@@ -166,12 +179,22 @@ def _causes_found(stalls: list[dict[str, Any]],
     return found
 
 
+def _sub_causes(stalls: list[dict[str, Any]], steady: list[dict[str, Any]],
+                found: dict[str, float]) -> dict[str, frozenset[str]]:
+    """cause -> the sub-causes named by its findings that count (those in `found`)."""
+    subs: dict[str, set[str]] = {}
+    for cause in [*steady, *(c for stall in stalls for c in stall["causes"])]:
+        if cause["cause"] in found and cause.get("sub_cause"):
+            subs.setdefault(cause["cause"], set()).add(str(cause["sub_cause"]))
+    return {cause: frozenset(names) for cause, names in subs.items()}
+
+
 def _priority(stalls: list[dict[str, Any]], verdict: dict[str, Any] | None
               ) -> tuple[str, ...]:
     """Causes by what they cost: the verdict's first, then the other first causes of
-    stalls by the transactions those stalls lost (recommendations follow this order)."""
-    lost, _ = _first_causes(stalls)
-    ranked = sorted(lost, key=lambda c: lost[c], reverse=True)
+    stalls by their deficit (recommendations follow this order)."""
+    deficit, _ = _first_causes(stalls)
+    ranked = sorted(deficit, key=lambda c: deficit[c], reverse=True)
     head = [verdict["cause"]] if verdict else []
     return tuple(dict.fromkeys(head + ranked))
 
@@ -183,12 +206,14 @@ def build_analysis(data: RunFrames) -> AnalysisDocument:
     stalls = [_stall(ev) for ev in evidence]
     steady = [_finding(f) for f in steady_causes(whole_run)] if whole_run else []
     summary = _summary(report, data)
-    summary["verdict"] = _verdict(stalls, steady)
-    facts = Facts(_causes_found(stalls, steady), data.manifest, _fpi_surge(evidence),
+    summary["verdict"] = _verdict(stalls, steady, summary["degraded_pct"])
+    found = _causes_found(stalls, steady)
+    facts = Facts(found, data.manifest, _fpi_surge(evidence),
                   data.run.path, _checkpoint_flags(evidence),
                   data.events.filter(pl.col("kind") == "checkpoint-too-frequent").height > 0,
                   priority=_priority(stalls, summary["verdict"]),
-                  direct_reclaim=_direct_reclaim(evidence))
+                  direct_reclaim=_direct_reclaim(evidence),
+                  sub_causes=_sub_causes(stalls, steady, found))
     return AnalysisDocument(
         run_id=data.manifest.run_id,
         status=data.run.status,

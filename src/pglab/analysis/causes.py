@@ -26,6 +26,7 @@ from pglab.analysis.signals import (
     disk_limits,
     disk_write,
     foreign_writeback,
+    lock_kind,
     pct,
     setting,
     volume_devices,
@@ -112,6 +113,8 @@ def lock_contention(ev: WindowEvidence) -> Finding | None:
     deadlocks = ev.events_of("deadlock")
     if deadlocks:
         s.add(0.2, f"{len(deadlocks)} deadlock(s) detected")
+    if s.value > 0:
+        lock_kind(s, ev)
     return s.finding()
 
 
@@ -210,7 +213,23 @@ def checkpoint_io(ev: WindowEvidence) -> Finding | None:
     for e in ev.events_of("checkpoint-too-frequent")[:1]:
         s.add(0.1, f"checkpoints occurring too frequently "
                    f"({e.attrs.get('seconds_apart')} s apart)")
+    if s.value > 0:
+        _checkpoint_kind(s, ev)
     return s.finding()
+
+
+def _checkpoint_kind(s: Score, ev: WindowEvidence) -> None:
+    """Why the checkpoint hurt, which decides the advice: started by WAL volume (a small
+    max_wal_size: space them out), a surge of full-page images after it (compress them),
+    or a device that the checkpoint's writes saturate however they are spaced (spread
+    and hint the writes, or a faster disk)."""
+    flags = {str(f) for e in _checkpoints(ev) for f in (e.attrs.get("flags") or [])}
+    if "wal" in flags or ev.events_of("checkpoint-too-frequent"):
+        s.sub = "wal-volume"
+    elif any("full-page images/s" in line for line in s.lines):
+        s.sub = "full-page-images"
+    elif any(line.startswith(("disk write at its", "disk writes at the")) for line in s.lines):
+        s.sub = "device-saturated"
 
 
 def sync_replication(ev: WindowEvidence) -> Finding | None:
@@ -248,6 +267,8 @@ def sync_replication(ev: WindowEvidence) -> Finding | None:
             s.add(0.5, f"fault {action} on {e.node} from {at(e)} while commits waited on "
                        "SyncRep")
             break
+    if s.value > 0:
+        _standby_kind(s, ev)
     return s.finding()
 
 
@@ -262,6 +283,44 @@ def _name_the_standby(s: Score, ev: WindowEvidence, primary: str) -> None:
         if peak > 0 and peak > 2 * usual and not any(label in line for line in s.lines):
             s.add(0.1, f"standby {label} had up to {peak / 1024:,.0f} kB of WAL not yet "
                        f"confirmed flushed (healthy {usual / 1024:,.0f} kB)")
+
+
+SILENT_BELOW = 0.5  # of the healthy rate of wait samples: the standby did not answer
+RECEIVER_IO = 0.5  # share of the WAL receiver's samples writing or fsyncing WAL
+
+
+def _standby_kind(s: Score, ev: WindowEvidence) -> None:
+    """Unresponsive or slow: the advice differs (quorum commit vs a faster disk).
+
+    A standby that stopped answering (paused, hung, its host gone) also stops answering
+    the wait sampler's queries: its rate of samples falls, whatever its WAL receiver
+    last showed. A slow standby keeps answering, and its WAL receiver is seen busy:
+    writing and fsyncing WAL (its disk) or on CPU (its cores). The fault events are
+    left out on purpose: the verdict must hold for a standby nobody paused."""
+    for node in ev.nodes[1:]:
+        rate = ev.inside.total(node, "db.waits", "sampled") / max(1, ev.inside.seconds)
+        rate_h = ev.healthy.total(node, "db.waits", "sampled") / max(1, ev.healthy.seconds)
+        if rate_h > 0 and rate < SILENT_BELOW * rate_h:
+            s.sub = "standby-unresponsive"
+            s.lines.append(f"{node} answered {rate:.1f} telemetry samples/s (healthy "
+                           f"{rate_h:.1f}/s): the standby stopped responding, it was not "
+                           "merely slow")
+            return
+    for node in ev.nodes[1:]:
+        receiver = ev.inside.wait_shares(node, "walreceiver")
+        io = sum(v for w, v in receiver.items() if w.startswith("IO:Wal"))
+        if io >= RECEIVER_IO:
+            s.sub = "standby-slow-disk"
+            s.lines.append(f"the WAL receiver on {node} spent {pct(io)} of its samples "
+                           "writing or fsyncing WAL: the standby's disk is the limit")
+            return
+        idle, _ = cpu_busy(ev)
+        if receiver.get("CPU", 0.0) >= RECEIVER_IO and idle is not None and idle < 5:
+            s.sub = "standby-slow-cpu"
+            s.lines.append(f"the WAL receiver on {node} was on CPU in "
+                           f"{pct(receiver['CPU'])} of its samples with no idle CPU left: "
+                           "the standby's cores are the limit")
+            return
 
 
 def vacuum_io(ev: WindowEvidence) -> Finding | None:
@@ -372,6 +431,7 @@ def too_many_connections(ev: WindowEvidence) -> Finding | None:
     if clients <= 4 * ev.cores or spin[0] < 0.2 or spin[0] < spin[1] + 0.1:
         return None
     s = Score("too-many-connections")
+    s.sub = "too-many-sessions"
     s.add(0.3, f"{pct(spin[0])} waited on shared-memory locks (ProcArray, LockManager, "
                f"spin delays; healthy {pct(spin[1])})")
     s.add(0.2, f"{clients:.0f} client backends on {ev.cores} cores")
@@ -503,7 +563,8 @@ def network(ev: WindowEvidence) -> Finding | None:
 
 CAUSES: tuple[Cause, ...] = (
     Cause("checkpoint-io", "checkpoint flush IO saturation", checkpoint_io),
-    Cause("wal-segment-init", "WAL segment creation (zero-fill and fsync)", wal_segment_init),
+    Cause("wal-segment-init", "WAL segment creation (zero-fill and fsync)", wal_segment_init,
+          steady_state.wal_segment_init),
     Cause("wal-write", "WAL write/flush latency", wal_write, steady_state.wal_write),
     Cause("lock-contention", "row or relation lock contention", lock_contention,
           steady_state.lock_contention),

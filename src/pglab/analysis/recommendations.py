@@ -14,7 +14,7 @@ import json
 import shlex
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,8 @@ class Facts:
     checkpoints_too_frequent: bool = False  # the server logged it during the run
     priority: tuple[str, ...] = ()  # causes by what they cost, the run's top cause first
     direct_reclaim: bool = False  # processes stalled reclaiming memory in a stall window
+    # cause -> the sub-causes its findings named (Finding.sub), for the rules' `sub`
+    sub_causes: dict[str, frozenset[str]] = field(default_factory=dict)
 
     def setting(self, name: str) -> dict[str, Any] | None:
         value = self.manifest.node_settings().get(name)
@@ -95,6 +97,16 @@ class Facts:
         found = recorded.get(name)
         return [str(v) for v in found] if isinstance(found, list) else []
 
+    @property
+    def standbys(self) -> int:
+        topology = self.manifest.scenario.get("topology") or {}
+        return int(topology.get("standbys") or 0)
+
+    @property
+    def synchronous(self) -> str:
+        topology = self.manifest.scenario.get("topology") or {}
+        return str(topology.get("synchronous") or "off")
+
     def found(self, *causes: str) -> bool:
         return any(c in self.causes for c in causes)
 
@@ -109,6 +121,11 @@ class Rule:
     risk: str
     when: Callable[[Facts], bool] = lambda f: True
     testable: bool = True
+    not_when: str = ""  # when the rule does not apply, in words (every rule says)
+    # the sub-causes it answers (Finding.sub); () for any. A rule with sub-causes fires
+    # when one of them was found, or when the evidence told none of its cause's apart.
+    sub: tuple[str, ...] = ()
+    why_untestable: str = ""  # for testable=False: why pglab cannot try it here
 
 
 def _wal_compression(f: Facts) -> str:
@@ -137,6 +154,21 @@ def _mb(n: int) -> str:
     return f"{n // 2**30}GB" if n % 2**30 == 0 else f"{n // 2**20}MB"
 
 
+WAL_SEGMENT_MB = 64  # what wal-segment-size proposes
+
+
+def _wal_segment_change(f: Facts) -> dict[str, Any]:
+    """The new segment size and what depends on it: PostgreSQL refuses to start when
+    min_wal_size or max_wal_size is under two segments (checked against the control
+    file at start, so ALTER SYSTEM accepts it and the candidate's server dies)."""
+    change: dict[str, Any] = {"server.initdb.wal_segsize_mb": WAL_SEGMENT_MB}
+    floor = 2 * WAL_SEGMENT_MB * 2**20
+    for name, default in (("min_wal_size", 80 * 2**20), ("max_wal_size", 2**30)):
+        if f.bytes_of(name, default) < floor:
+            change[f"server.settings.{name}"] = _mb(floor)
+    return change
+
+
 RULES: tuple[Rule, ...] = (
     Rule("max-wal-size", ("checkpoint-io",),
          "raise max_wal_size so checkpoints are triggered by time, not WAL volume",
@@ -148,7 +180,11 @@ RULES: tuple[Rule, ...] = (
          "more disk for pg_wal and a longer crash recovery (up to max_wal_size of WAL to "
          "replay)",
          when=lambda f: f.bytes_of("max_wal_size", 2**30) < 16 * 2**30
-         and ("wal" in f.checkpoint_flags or f.checkpoints_too_frequent)),
+         and ("wal" in f.checkpoint_flags or f.checkpoints_too_frequent),
+         not_when="the checkpoints were timed (checkpoint_timeout), not forced by WAL volume: "
+                  "more room for WAL changes nothing; or pg_wal's disk cannot hold the larger "
+                  "max_wal_size",
+         sub=("wal-volume",)),
     Rule("checkpoint-timeout", ("checkpoint-io",),
          "lengthen checkpoint_timeout",
          lambda f: {"server.settings.checkpoint_timeout":
@@ -156,14 +192,18 @@ RULES: tuple[Rule, ...] = (
          "checkpoints further apart: each page written once for many changes, fewer "
          "full-page images",
          "longer crash recovery; standbys' restartpoints follow the same spacing",
-         when=lambda f: "time" in f.checkpoint_flags),
+         when=lambda f: "time" in f.checkpoint_flags,
+         not_when="the checkpoints were triggered by WAL volume (raise max_wal_size first), or "
+                  "crash recovery time is bounded by a recovery-time objective"),
     Rule("checkpoint-completion-target", ("checkpoint-io",),
          "spread checkpoint writes over 90% of the interval",
          lambda f: {"server.settings.checkpoint_completion_target": 0.9},
          "the write phase is paced instead of bursting", "none worth noting (0.9 is the "
          "default since PostgreSQL 14)",
          when=lambda f: float(f.text_of("checkpoint_completion_target", "0.9")) < 0.9
-         and bool({"time", "wal"} & f.checkpoint_flags)),
+         and bool({"time", "wal"} & f.checkpoint_flags),
+         not_when="it is 0.9 already, or the checkpoints were immediate (a CHECKPOINT command, a "
+                  "base backup), which write at full speed whatever it says"),
     Rule("forced-checkpoints", ("checkpoint-io",),
          "find what forces immediate checkpoints (a CHECKPOINT command, pg_basebackup "
          "--checkpoint=fast, CREATE DATABASE ... STRATEGY FILE_COPY) and let it wait for a "
@@ -172,13 +212,18 @@ RULES: tuple[Rule, ...] = (
          "the dirty buffers are written over checkpoint_completion_target of the interval "
          "instead of at full speed",
          "a base backup or the command starts later (up to a checkpoint interval)",
-         when=lambda f: "immediate" in f.checkpoint_flags, testable=False),
+         when=lambda f: "immediate" in f.checkpoint_flags, testable=False,
+         not_when="the checkpoints were timed or triggered by WAL volume",
+         why_untestable="what forces the checkpoints (a command, a backup tool) is outside the "
+                        "scenario's keys"),
     Rule("checkpoint-flush-after", ("checkpoint-io", "memory-reclaim"),
          "let the checkpointer ask the kernel to write back as it goes",
          lambda f: {"server.settings.checkpoint_flush_after": "256kB"},
          "no pile of dirty page cache for the sync phase's fsyncs to flush at once",
          "slightly more IO when the same pages are written again soon",
-         when=lambda f: f.text_of("checkpoint_flush_after", "32") == "0"),
+         when=lambda f: f.text_of("checkpoint_flush_after", "32") == "0",
+         not_when="it is on already (256kB, the Linux default), or the device itself is "
+                  "saturated: the hints only spread the same writes"),
     Rule("wal-init-zero-off", ("wal-segment-init",),
          "stop zero-filling new WAL segments (write only their last byte)",
          lambda f: {"server.settings.wal_init_zero": "off"},
@@ -187,7 +232,9 @@ RULES: tuple[Rule, ...] = (
          "on ext4/xfs the first write to each block of a sparse segment allocates it and can "
          "make steady WAL writes slower: test it; clearly better on copy-on-write "
          "filesystems (ZFS, btrfs)",
-         when=lambda f: f.text_of("wal_init_zero", "on") == "on"),
+         when=lambda f: f.text_of("wal_init_zero", "on") == "on",
+         not_when="segments are recycled (wal_recycle on with enough min_wal_size): none is "
+                  "created while commits wait"),
     Rule("wal-recycle", ("wal-segment-init",),
          "recycle old WAL segments (rename) instead of creating new ones; on a "
          "copy-on-write filesystem do the opposite",
@@ -197,15 +244,21 @@ RULES: tuple[Rule, ...] = (
          "on copy-on-write filesystems recycling buys nothing (every write goes to a new "
          "block) and keeps old segments' space",
          when=lambda f: f.text_of("wal_recycle", "on") == ("on" if f.fstype in COPY_ON_WRITE
-                                                            else "off")),
+                                                            else "off"),
+         not_when="on copy-on-write filesystems (ZFS, btrfs) the opposite holds; or segments are "
+                  "removed because max_wal_size is exceeded, not for want of recycling"),
     Rule("wal-segment-size", ("wal-segment-init", "wal-write"),
          "initialise the cluster with a different WAL segment size",
-         lambda f: {"server.initdb.wal_segsize_mb": 64},
+         _wal_segment_change,
          "64 MB segments: fewer creations and switches than 16 MB, and each creation "
-         "much shorter than with a segment of hundreds of MB",
+         "much shorter than with a segment of hundreds of MB; min_wal_size and "
+         "max_wal_size are raised to two segments where they were below (the server does "
+         "not start otherwise)",
          "needs a new cluster (initdb, dump/restore or a new replica); archiving tools must "
          "accept the size",
-         when=lambda f: f.wal_segment_mb != 64),
+         when=lambda f: f.wal_segment_mb != WAL_SEGMENT_MB,
+         not_when="archiving or backup tools assume 16 MB segments; or the time goes to "
+                  "zero-filling, which wal-init-zero-off answers without a new cluster"),
     Rule("wal-compression", ("checkpoint-io", "wal-write"),
          "compress full-page images in WAL",
          lambda f: {"server.settings.wal_compression": _wal_compression(f)},
@@ -213,7 +266,10 @@ RULES: tuple[Rule, ...] = (
          "some CPU per full-page image; lz4 needs PostgreSQL 15+ built with lz4 (pglz "
          "otherwise)",
          when=lambda f: f.text_of("wal_compression", "off") == "off"
-         and (f.fpi_surge or f.found("wal-write"))),
+         and (f.fpi_surge or f.found("wal-write")),
+         not_when="the CPU is saturated (compression costs CPU per full-page image), or few "
+                  "full-page images are written",
+         sub=("wal-volume", "full-page-images")),
     Rule("full-page-writes-off", ("checkpoint-io", "wal-write"),
          "turn off full_page_writes (only on storage that never tears an 8 kB page)",
          lambda f: {"server.settings.full_page_writes": "off"},
@@ -221,39 +277,51 @@ RULES: tuple[Rule, ...] = (
          "UNSAFE unless writes of 8 kB pages are atomic (ZFS with recordsize >= 8K is; ext4 "
          "and xfs on ordinary disks are not): a torn page after a power loss is corruption "
          "that recovery cannot repair",
-         when=lambda f: f.fstype == "zfs" and f.fpi_surge),
+         when=lambda f: f.fstype == "zfs" and f.fpi_surge,
+         not_when="any storage that can tear an 8 kB page (ext4, xfs on ordinary disks): only "
+                  "ZFS is safe"),
     Rule("wal-buffers", ("wal-write",),
          "enlarge wal_buffers",
          lambda f: {"server.settings.wal_buffers": "64MB"},
          "bursts of WAL stay in memory instead of forcing writes while backends wait",
          "a little shared memory; needs a restart",
-         when=lambda f: f.bytes_of("wal_buffers", 16 * 2**20) < 64 * 2**20),
-    Rule("synchronous-commit-off", ("wal-write", "sync-replication"),
+         when=lambda f: f.bytes_of("wal_buffers", 16 * 2**20) < 64 * 2**20,
+         not_when="the WAL buffers never filled (wal_buffers_full 0): the flush is slow, not the "
+                  "buffer small"),
+    Rule("synchronous-commit-off", ("wal-write",),
          "commit without waiting for the WAL flush (for the transactions that can afford it)",
          lambda f: {"server.settings.synchronous_commit": "off"},
          "commit latency no longer includes a WAL fsync or a standby round trip",
          "a crash loses the last commits (up to 3 x wal_writer_delay, ~0.6 s) that clients "
          "were told succeeded; no corruption. The same holds for ZFS sync=disabled, for "
-         "every fsync"),
+         "every fsync",
+         not_when="transactions whose acknowledged commits must survive a crash (payments, "
+                  "orders): keep those synchronous and set it per transaction for the rest"),
     Rule("shared-buffers-down", ("memory-reclaim",),
          "shrink shared_buffers to leave the kernel room",
          lambda f: {"server.settings.shared_buffers": _mb(max(f.memory // 4, 2**27))},
          "no direct reclaim stalls in backends",
          "more reads served from the page cache instead of shared buffers",
-         when=lambda f: f.memory > 0 and f.bytes_of("shared_buffers", 2**27) > f.memory * 0.4),
+         when=lambda f: f.memory > 0 and f.bytes_of("shared_buffers", 2**27) > f.memory * 0.4,
+         not_when="the memory pressure comes from other processes or dirty page cache, not from "
+                  "shared_buffers' size"),
     Rule("shared-buffers-up", ("vacuum-io",),
          "enlarge shared_buffers towards a quarter of RAM",
          lambda f: {"server.settings.shared_buffers": _mb(max(f.memory // 4, 2**27))},
          "vacuum and the load read pages from shared buffers instead of the disk; hot pages "
          "are written once per checkpoint rather than evicted and written by backends",
          "checkpoints have more to write; memory for the OS page cache shrinks",
-         when=lambda f: f.memory > 0 and f.bytes_of("shared_buffers", 2**27) < f.memory * 0.1),
+         when=lambda f: f.memory > 0 and f.bytes_of("shared_buffers", 2**27) < f.memory * 0.1,
+         not_when="the working set does not fit a quarter of RAM either, or the OS page cache "
+                  "serves it already"),
     Rule("dirty-background-bytes", ("memory-reclaim", "checkpoint-io"),
          "start kernel writeback earlier (a fixed vm.dirty_background_bytes)",
          lambda f: {"kernel.vm.dirty_background_bytes": 64 * 2**20},
          "the kernel writes dirty pages steadily instead of the fsyncs of a checkpoint "
          "flushing gigabytes at once",
-         "machine-wide: other workloads that rewrite files soon write more"),
+         "machine-wide: other workloads that rewrite files soon write more",
+         not_when="dirty memory never reached the threshold (writeback was not the stall), or "
+                  "other workloads on the machine rewrite files (the knob is machine-wide)"),
     Rule("huge-pages", ("memory-reclaim", "cpu-saturation"),
          "back shared memory with huge pages",
          lambda f: {"server.settings.huge_pages": "on",
@@ -265,7 +333,9 @@ RULES: tuple[Rule, ...] = (
          "reserved; reserved huge pages are lost to everything else",
          # for reclaim (page tables, shared memory pages), not for dirty-page writeback
          when=lambda f: f.bytes_of("shared_buffers", 2**27) >= 2**30
-         and (f.direct_reclaim or f.found("cpu-saturation"))),
+         and (f.direct_reclaim or f.found("cpu-saturation")),
+         not_when="shared_buffers is under 1 GB (few page-table entries to save), or huge pages "
+                  "cannot be reserved (a container without the right, a fragmented host)"),
     Rule("pgbouncer", ("too-many-connections", "cpu-saturation"),
          "put a transaction pooler in front of the server",
          lambda f: {"topology.pooler": "pgbouncer"},
@@ -273,30 +343,105 @@ RULES: tuple[Rule, ...] = (
          "ProcArray/lock manager, less memory",
          "transaction pooling breaks session state (SET, advisory locks, session prepared "
          "statements before PgBouncer 1.21)",
-         when=lambda f: f.found("too-many-connections") or _clients(f) > 4 * f.cores),
+         when=lambda f: f.found("too-many-connections") or _clients(f) > 4 * f.cores,
+         not_when="the application relies on session state (SET, advisory locks, LISTEN, session "
+                  "prepared statements before PgBouncer 1.21), or it pools its connections "
+                  "already"),
+    Rule("persistent-connections", ("too-many-connections",),
+         "keep connections open across transactions (a pool in the application or its "
+         "driver) instead of connecting for each one",
+         lambda f: {"workload.reconnect": False},
+         "no backend forked and initialised per transaction: the server's CPU goes to the "
+         "queries",
+         "idle connections hold a backend each; with many clients, a pooler is needed too",
+         not_when="the clients already keep their connections and there are simply too many "
+                  "sessions for the cores: see pgbouncer",
+         sub=("connection-churn",)),
     Rule("vacuum-cost-limit", ("vacuum-io",),
          "throttle autovacuum's IO",
          lambda f: {"server.settings.autovacuum_vacuum_cost_limit": 100,
                     "server.settings.autovacuum_vacuum_cost_delay": "10ms"},
          "autovacuum reads and dirties pages at a bounded rate instead of competing with "
          "the load",
-         "vacuum takes longer: bloat grows and anti-wraparound vacuums start later"),
+         "vacuum takes longer: bloat grows and anti-wraparound vacuums start later",
+         not_when="bloat or transaction-id wraparound is closer than the load's cost: a slower "
+                  "vacuum makes those worse"),
     Rule("lock-timeout", ("lock-contention",),
          "find the transaction holding the lock (the evidence names its pid); bound waits "
          "with lock_timeout and keep DDL/LOCK TABLE out of busy hours",
          lambda f: {"server.settings.lock_timeout": "2s"},
          "a blocked statement fails after 2 s instead of queueing everyone behind it",
-         "statements fail with an error the application must retry"),
+         "statements fail with an error the application must retry",
+         sub=('table-lock', 'row-locks'),
+         not_when="one hot row every transaction updates (a timeout only turns the queue into "
+                  "errors; see hot-row), or the application cannot retry a failed statement"),
+    Rule("hot-row", ("lock-contention",),
+         "spread or shorten the updates of the hot rows: split a counter row into N rows "
+         "summed on read, update the hot row last and commit at once, or batch its updates",
+         lambda f: {},
+         "waiters queue for one short update, not behind every transaction ahead of them",
+         "reads of a split counter sum N rows; batching delays what others see",
+         testable=False,
+         not_when="the waits are on many different rows or on a table lock",
+         sub=("hot-row",),
+         why_untestable="the fix is in the application's data model; pglab's pgbench "
+                        "scripts (tpcb-like's branch row) would only measure another workload"),
+    Rule("quorum-commit", ("sync-replication",),
+         "wait for any one of two synchronous standbys (synchronous_standby_names = "
+         "'ANY 1 (standby1, standby2)'), so that one standby that stops answering no longer "
+         "stops every commit",
+         lambda f: {"topology.standbys": max(2, f.standbys + 1), "topology.synchronous": "any:1"},
+         "commits go on while one standby is paused, hung or gone; each is still on two nodes",
+         "a second standby to run; a commit that only the other standby confirmed is lost "
+         "if the primary and that standby fail together",
+         when=lambda f: f.standbys < 2 or f.synchronous in ("on", "any:2"),
+         not_when="the standby is slow rather than unresponsive (both standbys on the same "
+                  "slow storage confirm no sooner), or there is no host for a second standby",
+         sub=("standby-unresponsive",)),
+    Rule("synchronous-commit-local", ("sync-replication",),
+         "let the transactions that can afford it commit after the local flush only "
+         "(SET synchronous_commit = local per transaction or role)",
+         lambda f: {"server.settings.synchronous_commit": "local"},
+         "those commits no longer wait for the standby; the others still do",
+         "a failover to the standby loses the local-only commits it had not received yet",
+         when=lambda f: f.text_of("synchronous_commit", "on") not in ("local", "off"),
+         not_when="transactions that must survive a failover, the reason for synchronous "
+                  "replication: keep them on and set it per transaction for the rest"),
+    Rule("ha-synchronous-role", ("sync-replication",),
+         "let the HA manager take the synchronous role from a standby that stops answering "
+         "(Patroni synchronous_mode, pg_auto_failover number_sync_standbys, CloudNativePG "
+         "quorum) within a bounded time",
+         lambda f: {},
+         "commits wait until synchronous_standby_names is rewritten (seconds), not until the "
+         "standby is back",
+         "meanwhile a commit is on one node only (Patroni's synchronous_mode_strict refuses "
+         "that and waits)",
+         testable=False,
+         not_when="the standby is only slow: taking the role from it makes the guarantee "
+                  "flap with the load",
+         sub=("standby-unresponsive",),
+         why_untestable="pglab runs no HA manager: nothing would rewrite "
+                        "synchronous_standby_names during a run"),
     Rule("standby-wal-disk", ("sync-replication",),
          "give the synchronous standby's pg_wal a disk as fast as the primary's",
          lambda f: {},
          "the standby flushes WAL as fast as the primary produces it",
-         "cost of faster storage on the standby", testable=False),
+         "cost of faster storage on the standby", testable=False,
+         sub=('standby-slow-disk',),
+         not_when="the standby stopped answering (paused, hung, its host gone): no disk helps "
+                  "then; see quorum-commit",
+         why_untestable="the standby's disk in the lab is the scenario's envelope (or this "
+                        "machine's disk): lifting the limit says nothing about the standby's "
+                        "real storage"),
     Rule("walreceiver-cpu", ("sync-replication",),
          "pin the standby's WAL receiver and startup process to cores of their own",
          lambda f: {},
          "the standby confirms flushes without queueing behind other work",
-         "pinned cores are unavailable to queries on the standby", testable=False),
+         "pinned cores are unavailable to queries on the standby", testable=False,
+         sub=('standby-slow-cpu',),
+         not_when="the standby had idle CPU, or it stopped answering",
+         why_untestable="pglab limits whole nodes with cgroups and pins no single process; a "
+                        "2-core machine has no core to spare"),
     Rule("zfs-dataset", ("checkpoint-io", "wal-write", "vacuum-io", "wal-segment-init"),
          "ZFS: recordsize=16K (data; 8K for heavy random updates), compression=lz4, "
          "logbias=throughput on the data dataset, primarycache=metadata when "
@@ -308,18 +453,23 @@ RULES: tuple[Rule, ...] = (
          "sync=disabled would lose the last seconds of commits on a crash (never use it "
          "for data you need)",
          when=lambda f: f.fstype == "zfs" and (bool(_zfs_dataset(f))
-                                                or f.data_volume().get("filesystem") != "zfs")),
+                                                or f.data_volume().get("filesystem") != "zfs"),
+         not_when="the data directory is not on ZFS",
+         why_untestable="on a ZFS dataset pglab did not make, the properties belong to the "
+                        "filesystem: put the data on a [storage] ZFS volume to test them"),
     Rule("pgbench-jobs", ("client-bound",),
          "give pgbench more threads (the load generator, not the server, was the limit)",
          lambda f: {"workload.jobs": max(2, min(_clients(f), f.cores))},
          "the measurement reflects the server again",
-         "pgbench threads compete with the server for the same cores on one machine"),
+         "pgbench threads compete with the server for the same cores on one machine",
+         not_when="pgbench has a thread per core or per client already"),
     Rule("fewer-clients", ("cpu-saturation",),
          "measure with fewer clients (about 2 per core) or more CPUs",
          lambda f: {"workload.clients": 2 * f.cores},
          "same throughput, much lower latency: the excess clients only queue",
          "none for the server; it changes what is measured",
-         when=lambda f: _clients(f) > 2 * f.cores),
+         when=lambda f: _clients(f) > 2 * f.cores,
+         not_when="the clients are the real workload's concurrency: add CPUs or a pooler instead"),
 )
 
 
@@ -364,20 +514,33 @@ def _test_line(f: Facts, rule: Rule, change: dict[str, Any]) -> str:
     return f"pglab run {_scenario_argument(f)} {flags}"
 
 
+def _answers(rule: Rule, facts: Facts, cause: str) -> bool:
+    """Whether the rule fits what `cause` was found to be: any rule without sub-causes;
+    one with them when its sub-cause was found, or when none was told apart (then the
+    advice for every kind stands, each saying when it does not apply)."""
+    found = facts.sub_causes.get(cause, frozenset())
+    return not rule.sub or not found or bool(found & set(rule.sub))
+
+
 def recommend(facts: Facts) -> list[dict[str, Any]]:
     """The rules that fire: those addressing the costliest cause first (facts.priority),
     then by the confidence of their cause."""
     fired = []
     for rule in RULES:
-        because = [c for c in rule.because if c in facts.causes]
+        because = [c for c in rule.because if c in facts.causes and _answers(rule, facts, c)]
         if not because or not rule.when(facts):
             continue
         change = rule.change(facts)
+        test = _test_line(facts, rule, change)
         rank = min((facts.priority.index(c) for c in because if c in facts.priority),
                    default=len(facts.priority))
         fired.append((rank, -max(facts.causes[c] for c in because), {
             "rule": rule.id, "action": rule.action, "change": change, "because": because,
-            "effect": rule.effect, "risk": rule.risk, "test": _test_line(facts, rule, change),
+            "effect": rule.effect, "risk": rule.risk, "test": test,
+            "not_when": rule.not_when,
+            **({"sub_causes": list(rule.sub)} if rule.sub else {}),
+            **({"not_testable_because": rule.why_untestable}
+               if rule.why_untestable and test == NOT_TESTABLE else {}),
         }))
     fired.sort(key=lambda item: (item[0], item[1]))
     return [item for _, _, item in fired]

@@ -20,6 +20,10 @@ class Finding:
     confidence: float
     evidence: list[str]
     outside: bool = False  # only signals from outside the lab: nothing to change in it
+    # which kind of the cause the evidence shows (recommendation rules answer it): e.g.
+    # sync-replication's standby-unresponsive or standby-slow-disk; None when it cannot
+    # tell them apart
+    sub: str | None = None
 
 
 def pct(x: float) -> str:
@@ -38,6 +42,7 @@ class Score:
         self.value = 0.0
         self.outside_value = 0.0
         self.lines: list[str] = []
+        self.sub: str | None = None
 
     def add(self, weight: float, line: str, outside: bool = False) -> None:
         """One signal; `outside` when it points outside the lab (another process)."""
@@ -49,7 +54,7 @@ class Score:
         if self.value <= 0:
             return None
         return Finding(self.cause, round(min(0.99, self.value), 2), list(self.lines),
-                       outside=self.outside_value >= self.value)
+                       outside=self.outside_value >= self.value, sub=self.sub)
 
 
 def wait_signal(s: Score, ev: WindowEvidence, waits: tuple[str, ...] | None, what: str,
@@ -66,6 +71,33 @@ def wait_signal(s: Score, ev: WindowEvidence, waits: tuple[str, ...] | None, wha
                   f"(healthy seconds {pct(healthy)})")
             best = max(best, inside)
     return best
+
+
+HOT_ROW_TUPLE = 0.05  # share of Lock:tuple samples from which waiters queue on one row
+
+
+def lock_kind(s: Score, ev: WindowEvidence) -> None:
+    """Which locks the queue is on (the advice differs): a table lock (DDL, LOCK TABLE:
+    Lock:relation), one hot row (Lock:tuple: a second waiter on the same row queues on
+    its tuple lock behind the first, so it appears only where rows are shared), or many
+    row locks (Lock:transactionid alone: each waits for another transaction's row)."""
+    shares = ev.inside.wait_shares(ev.nodes[0])
+    relation = shares.get("Lock:relation", 0.0)
+    tuple_ = shares.get("Lock:tuple", 0.0)
+    rows = tuple_ + shares.get("Lock:transactionid", 0.0)
+    if relation > 0 and relation >= rows:
+        s.sub = "table-lock"
+        s.lines.append(f"the queue is on a table lock (Lock:relation {pct(relation)}): DDL, "
+                       "LOCK TABLE or a long transaction holding a strong lock")
+    elif rows > 0 and tuple_ >= HOT_ROW_TUPLE:
+        s.sub = "hot-row"
+        s.lines.append(f"waiters queued on the same rows (Lock:tuple {pct(tuple_)}, "
+                       f"row locks {pct(rows)} in all): a few hot rows every transaction "
+                       "updates")
+    elif rows > 0:
+        s.sub = "row-locks"
+        s.lines.append(f"row locks of many rows (Lock:transactionid {pct(rows - tuple_)}, "
+                       "no queue on one row): transactions that hold rows long")
 
 
 def setting(manifest: Manifest, name: str, node: str = "primary") -> str | None:

@@ -14,7 +14,9 @@ for half of a window would have a median of a few TPS, its stall would look heal
 its healthy seconds would be polluted with the stall's. Where a window has no working
 second, the reference is the median of the run's working seconds. Adjacent degraded
 seconds make one window; its kind is the worst of its seconds, its depth 1 - min TPS /
-reference, and its lost transactions the sum of (reference - TPS) over its seconds.
+reference, and its deficit the sum of (reference - TPS) over its seconds: the
+transactions it did not make (never "lost", the word for acknowledged commits that a
+crash takes away).
 Four or more windows (all, or all of one kind) whose starts are regularly spaced
 (intervals within PERIOD_TOLERANCE of their median) are reported as periodic.
 """
@@ -43,7 +45,7 @@ class StallWindow:
     end: dt.datetime  # end of the last degraded second (exclusive)
     kind: str
     depth: float  # 1 - min TPS / reference
-    lost_transactions: int
+    deficit_transactions: int
     reference_tps: float
     min_tps: float
     p99_ms: float | None  # worst p99 in the window
@@ -127,7 +129,7 @@ def _windows(seconds: pl.DataFrame) -> list[StallWindow]:
         pl.col("kind"),
         pl.col("tps").min().alias("min_tps"),
         pl.col("reference").median().alias("reference"),
-        (pl.col("reference") - pl.col("tps")).clip(lower_bound=0).sum().alias("lost"),
+        (pl.col("reference") - pl.col("tps")).clip(lower_bound=0).sum().alias("deficit"),
         pl.col("lat_p99_ms").max().alias("p99"),
         pl.col("lat_max_ms").max().alias("max_lat"),
     )
@@ -139,7 +141,7 @@ def _windows(seconds: pl.DataFrame) -> list[StallWindow]:
         depth = 1.0 - float(row["min_tps"]) / reference if reference > 0 else 0.0
         windows.append(StallWindow(
             start=row["start"], end=row["last"] + dt.timedelta(seconds=1), kind=kind,
-            depth=round(max(0.0, depth), 3), lost_transactions=round(float(row["lost"])),
+            depth=round(max(0.0, depth), 3), deficit_transactions=round(float(row["deficit"])),
             reference_tps=reference, min_tps=float(row["min_tps"]),
             p99_ms=row["p99"], max_latency_ms=row["max_lat"],
         ))

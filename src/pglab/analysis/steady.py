@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pglab.analysis.evidence import EventView, WindowEvidence
 from pglab.analysis.names import busiest_queue
-from pglab.analysis.signals import Finding, Score, cpu_busy, pct
+from pglab.analysis.signals import Finding, Score, cpu_busy, lock_kind, pct
 
 STEADY_FLOOR = 0.4
 DOMINANT = 0.3  # share of client-backend samples from which a wait holds a run back
@@ -24,6 +24,12 @@ CHURN_PER_COMMIT = 0.3  # new sessions per commit from which connections are chu
 CHURN_MIN_PER_S = 10.0
 WAL_WAITS = ("IO:WalWrite", "IO:WalSync", "LWLock:WALWrite", "LWLock:WALInsert",
              "LWLock:WALBufMapping")
+WAL_INIT = ("IO:WalInitWrite", "IO:WalInitSync")
+WAL_FLUSH = ("IO:WalWrite", "IO:WalSync")
+# from this share of the WAL IO of WALWriteLock's holders spent creating segments, the
+# queue on that lock is the segments' (a quarter: the zero-fill is then a cost as large
+# as a third of the WAL itself, on the same disk)
+INIT_HEAD = 0.25
 
 
 def _top(ev: WindowEvidence, prefix: str = "", waits: tuple[str, ...] = ()) -> str:
@@ -70,6 +76,7 @@ def lock_contention(ev: WindowEvidence) -> Finding | None:
     deadlocks = ev.events_of("deadlock")
     if deadlocks:
         s.add(0.1, f"{len(deadlocks)} deadlock(s) detected")
+    lock_kind(s, ev)
     _behind_slow_commits(s, ev)
     return s.finding()
 
@@ -125,6 +132,8 @@ def too_many_connections(ev: WindowEvidence) -> Finding | None:
                    "waiting on shared-memory locks (ProcArray, LockManager, spin delays)")
     if not (churn or crowded):
         return None
+    # churn first: a pool of persistent connections answers it whatever the count
+    s.sub = "connection-churn" if churn else "too-many-sessions"
     idle, _ = cpu_busy(ev)
     system = ev.inside.mean("host", "os.cpu", "system_pct")
     if idle is not None and idle < 10:
@@ -149,12 +158,61 @@ def sync_replication(ev: WindowEvidence) -> Finding | None:
     return s.finding()
 
 
+def wal_init_head(ev: WindowEvidence) -> tuple[float, str] | None:
+    """What share of the WAL IO of WALWriteLock's holders went to creating segments,
+    and the line that shows it. The backends queued on the lock wait for its holder,
+    which writes and flushes WAL or, when it needs a new segment, zero-fills and fsyncs
+    it (IO:WalInit*): the queue is what the holder does. pg_stat_io's WAL bytes (PG 18:
+    wal/init vs wal/normal writes) measure it on the same disk; wait samples otherwise,
+    though at 10 Hz a creation of a few ms is seldom caught."""
+    node = ev.nodes[0]
+    writes = ev.inside.labels(node, "db.io", "write_bytes")
+    init = sum(v for label, v in writes.items() if label.endswith("/wal/init"))
+    normal = sum(v for label, v in writes.items() if label.endswith("/wal/normal"))
+    if init + normal > 0:
+        return init / (init + normal), (
+            f"{init / 2**20:.0f} MB of the {(init + normal) / 2**20:.0f} MB of WAL IO "
+            f"{_span(ev)} zero-filled new segments (pg_stat_io wal/init writes)")
+    creating, flushing = ev.wait_count(node, WAL_INIT), ev.wait_count(node, WAL_FLUSH)
+    if creating + flushing > 0:
+        return creating / (creating + flushing), (
+            f"{creating:.0f} of {creating + flushing:.0f} wait samples of WAL IO {_span(ev)} "
+            "were a process creating a segment (IO:WalInitWrite/WalInitSync)")
+    return None
+
+
+def wal_segment_init(ev: WindowEvidence) -> Finding | None:
+    """A queue on WALWriteLock whose holder spends a good part of its IO creating
+    segments (tiny segments, wal_recycle off, a slow disk): the segments' doing."""
+    node = ev.nodes[0]
+    queue, _ = ev.shares(node, ("LWLock:WALWrite", *WAL_INIT))
+    head = wal_init_head(ev)
+    if queue < DOMINANT or head is None or head[0] < INIT_HEAD:
+        return None
+    s = Score("wal-segment-init")
+    s.add(0.6 * min(1.0, queue / 0.6),
+          f"{pct(queue)} of sampled client backends queued on LWLock:WALWrite (or a new "
+          f"segment) {_span(ev)}, behind a holder that spent {pct(head[0])} of its WAL IO "
+          "creating segments")
+    s.add(0.2, head[1])
+    added = sum(int(e.attrs.get("wal_added") or 0) for e in ev.events_of("checkpoint"))
+    if added:
+        s.add(0.1, f"{added} WAL file(s) added by the checkpoints")
+    return s.finding()
+
+
 def wal_write(ev: WindowEvidence) -> Finding | None:
     s = Score("wal-write")
     share = _dominant(s, ev, "WAL write/flush (WalWrite, WalSync, WALWrite lock)",
                       waits=WAL_WAITS, weight=0.5)
     if share < DOMINANT:
         return None
+    head = wal_init_head(ev)
+    if head is not None and head[0] >= INIT_HEAD:
+        # as in a stall window: the queue is then the symptom of segment creation
+        s.value /= 2
+        s.lines.append(f"(halved: the WALWrite lock's holder spent {pct(head[0])} of its "
+                       "WAL IO creating segments: wal-segment-init)")
     full = ev.inside.mean(ev.nodes[0], "db.wal", "wal_buffers_full") or 0.0
     if full > 0:
         s.add(0.1, f"WAL buffers full {full:.0f} times/s")

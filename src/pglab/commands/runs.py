@@ -54,13 +54,14 @@ def validate(scenario: str, overrides: tuple[str, ...]) -> int:
 
 
 def tune(scenario: str, overrides: tuple[str, ...], results: Path, pg_bin: str | None,
-         repeats: int, top: int, noise: float) -> int:
+         repeats: int, top: int, noise: float, steps: int = 1) -> int:
     from pglab.terminal.tune_result import print_tune
     from pglab.tune import tune as run_tune
 
     check_variants(load_scenario(scenario, overrides))
     result = run_tune(lambda extra: load_scenario(scenario, tuple(extra)), list(overrides),
                       RunOptions(results, False, pg_bin), TerminalUI(err), repeats, top,
-                      noise / 100.0, on_run=lambda run: print_summary(out, run))
+                      noise / 100.0, on_run=lambda run: print_summary(out, run),
+                      steps=steps)
     print_tune(out, result)
-    return ExitCode.OK
+    return ExitCode.OK if result.status == "completed" else ExitCode.RUN_FAILED

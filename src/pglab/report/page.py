@@ -17,7 +17,7 @@ from pglab import __version__
 from pglab.report.html_series import WAIT_CLASS_COLORS
 from pglab.report.model import ReportModel, build_model
 from pglab.results import files
-from pglab.results.analysis_doc import verdict_basis
+from pglab.results.analysis_doc import deficit, verdict_basis
 from pglab.results.files import write_text
 from pglab.results.manifest import Manifest
 from pglab.storage.describe import lines as storage_lines
@@ -137,8 +137,9 @@ def _stall_html(stall: dict[str, Any], t0: int) -> str:
         facts.append(f"TPS {stall['reference_tps']:,.0f} → {stall['min_tps']:,.0f}")
     if isinstance(stall.get("p99_ms"), (int, float)):
         facts.append(f"p99 {stall['p99_ms']:,.1f} ms")
-    if isinstance(stall.get("lost_transactions"), (int, float)):
-        facts.append(f"~{stall['lost_transactions']:,.0f} transactions lost")
+    fewer = deficit(stall)
+    if fewer is not None:
+        facts.append(f"~{fewer:,} fewer transactions")
     for fault in stall.get("faults") or []:
         if isinstance(fault, dict):
             facts.append(f"fault {fault.get('action', fault.get('kind', '?'))} on "

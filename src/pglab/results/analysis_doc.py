@@ -22,7 +22,10 @@ from pglab.results.files import ANALYSIS, write_json
 #   1 (2026-11-21): first format (summary, stalls with ranked causes, recommendations).
 #   Later additions that format-1 readers can ignore: `steady_state` (causes that held
 #   the whole run back) and `summary.verdict` (the run's top cause).
-ANALYSIS_FORMAT = 1
+#   2 (2026-11-23): `lost_transactions` (stalls, summary, verdict) is now
+#   `deficit_transactions`: a stall's throughput cost, transactions not made; "lost" is
+#   kept for acknowledged commits that a crash takes away. Readers take either.
+ANALYSIS_FORMAT = 2
 
 
 @dataclass
@@ -75,15 +78,25 @@ class AnalysisDocument:
         return AnalysisDocument(**known, extra=extra)
 
 
+def deficit(item: dict[str, Any]) -> int | None:
+    """A stall's (or verdict's) throughput cost: transactions not made. Format 1 called it
+    lost_transactions; "lost" now means commits a crash took away."""
+    value = item.get("deficit_transactions", item.get("lost_transactions"))
+    return int(value) if isinstance(value, (int, float)) else None
+
+
 def verdict_basis(verdict: dict[str, Any]) -> str:
     """Why the verdict's cause is the run's top cause, in words."""
     conf = verdict.get("confidence")
     conf_text = f"confidence {conf:.2f}, " if isinstance(conf, (int, float)) else ""
     if verdict.get("basis") == "steady-state":
+        if verdict.get("minor_stalls"):
+            return f"{conf_text}held the whole run back; its stalls were minor"
         return f"{conf_text}held the whole run back; no stall"
-    lost = verdict.get("lost_transactions")
-    if isinstance(lost, int):
-        return f"{conf_text}first cause of the stalls that lost {lost:,} transactions"
+    fewer = deficit(verdict)
+    if fewer is not None:
+        return (f"{conf_text}first cause of the stalls that cost about {fewer:,} "
+                "transactions")
     return "no stall could be attributed"
 
 

@@ -7,7 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from pglab.results.analysis_doc import AnalysisDocument, verdict_basis
+from pglab.results.analysis_doc import AnalysisDocument, deficit, verdict_basis
 
 MAX_STALLS = 8  # the worst ones; the rest are in analysis.json
 
@@ -24,15 +24,16 @@ def _stall_line(stall: dict[str, Any]) -> str:
         head = f"TPS down {100 * stall['depth']:.0f}% for {seconds} s"
     else:
         head = f"latency spike for {seconds} s (max {stall.get('max_latency_ms') or 0:.0f} ms)"
-    return (f"{head} at {_time(stall['start'])} (about {stall['lost_transactions']:,} "
-            f"transactions lost)")
+    return (f"{head} at {_time(stall['start'])} (about {deficit(stall) or 0:,} fewer "
+            "transactions)")
 
 
 def _print_causes(console: Console, causes: list[dict[str, Any]], indent: str) -> None:
     for cause in causes[:3]:
         style = "dim" if cause["cause"] == "unknown" else "cyan"
         outside = ", outside the lab" if cause.get("outside_the_lab") else ""
-        console.print(f"{indent}[{style}]{cause['cause']}[/{style}] "
+        kind = f": {cause['sub_cause']}" if cause.get("sub_cause") else ""
+        console.print(f"{indent}[{style}]{cause['cause']}{kind}[/{style}] "
                       f"(confidence {cause['confidence']:.2f}{outside})")
         for line in cause["evidence"][:4]:
             console.print(f"{indent}  - {escape(line)}", highlight=False)
@@ -61,7 +62,7 @@ def print_findings(console: Console, analysis: AnalysisDocument) -> None:
     if steady:
         console.print("  [bold]held back over the whole run[/bold]")
         _print_causes(console, steady, "    ")
-    stalls = sorted(analysis.stalls, key=lambda s: s["lost_transactions"],
+    stalls = sorted(analysis.stalls, key=lambda s: deficit(s) or 0,
                     reverse=True)
     for stall in stalls[:MAX_STALLS]:
         console.print(f"  [bold]{escape(_stall_line(stall))}[/bold]")
@@ -76,4 +77,7 @@ def print_findings(console: Console, analysis: AnalysisDocument) -> None:
                       f"{escape(rec['action'])}", highlight=False)
         console.print(f"      effect: {escape(rec['effect'])}", highlight=False)
         console.print(f"      risk: {escape(rec['risk'])}", highlight=False)
-        console.print(f"      test: {escape(rec['test'])}", highlight=False)
+        if rec.get("not_when"):
+            console.print(f"      not when: {escape(rec['not_when'])}", highlight=False)
+        why = f": {rec['not_testable_because']}" if rec.get("not_testable_because") else ""
+        console.print(f"      test: {escape(rec['test'] + why)}", highlight=False)

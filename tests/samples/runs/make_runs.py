@@ -27,7 +27,7 @@ from test_analysis_live import PATHOLOGIES, run_pathology  # noqa: E402
 KEEP_RAW = ("pgbench.stdout", "pgbench.argv")  # small; server logs and txlogs are not
 
 # sample name: built-in scenario and the --set values shortening it
-BUILTIN_RUNS = {
+BUILTIN_RUNS: dict[str, tuple[str, tuple[str, ...]]] = {
     "dirty-storm": ("dirty-writeback-storm", (
         "workload.duration=15s", "workload.warmup=2s", 'faults=[{at="6s", action="checkpoint"}]',
     )),
@@ -37,6 +37,21 @@ BUILTIN_RUNS["dirty-storm-3"] = BUILTIN_RUNS["dirty-storm"]
 BUILTIN_RUNS["sync-slow-disk"] = ("sync-standby-slow-disk", (  # as its test in CI runs it
     "workload.duration=15s", "workload.warmup=2s",
     'faults=[{at="5s", action="bulk-update", args={rows=50000}}]',
+))
+# 1 MB WAL segments on the built-in's 8 MB/s disk: a segment is created every few
+# hundred transactions, and commits queue on WALWriteLock behind its creator (issue 17:
+# one run of this was called wal-write, another wal-segment-init)
+BUILTIN_RUNS["walinit-small"] = ("wal-segment-init-stall", (
+    "workload.duration=15s", "workload.warmup=2s", "server.initdb.wal_segsize_mb=1",
+    'server.settings.min_wal_size="2MB"', 'server.settings.max_wal_size="16MB"',
+))
+BUILTIN_RUNS["walinit-small-2"] = BUILTIN_RUNS["walinit-small"]
+BUILTIN_RUNS["checkpoint-storm"] = ("checkpoint-flush-storm", (  # max_wal_size 64MB
+    "workload.duration=45s", "workload.warmup=2s",
+))
+BUILTIN_RUNS["sync-paused"] = ("sync-standby-paused", (  # a standby that stops answering
+    "workload.duration=15s", "workload.warmup=2s",
+    'faults=[{at="4s", action="pause-standby", node="standby1", duration="6s"}]',
 ))
 
 
