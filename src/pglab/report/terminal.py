@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from pglab.durability import durability_lines
 from pglab.report.telemetry_summary import summarize, summary_lines
 from pglab.storage.describe import lines as storage_lines
 from pglab.store import StoredRun
@@ -104,6 +105,8 @@ def print_summary(console: Console, run: StoredRun) -> None:
     console.print(f"[bold]{title}[/bold]  [{colour}]{status}[/{colour}]")
     if run.reason:
         console.print(f"  reason: {run.reason}")
+    for line in durability_lines(manifest):  # first: data lost matters more than speed
+        console.print(f"  {line}", highlight=False)
     node = (manifest.get("nodes") or {}).get("primary") or {}
     if node:
         clients = (manifest.get("scenario") or {}).get("workload", {}).get("clients")
