@@ -76,14 +76,19 @@ def _present(conn: psycopg.Connection[Any]) -> set[LedgerId]:
 
 
 def lost_commits(ledger: Ledger, conn: psycopg.Connection[Any],
-                 cut_epoch: float | None) -> dict[str, Any]:
+                 cuts: list[float]) -> dict[str, Any]:
+    """Acknowledged ids missing now; `cuts` (epoch seconds) place each loss before the cut
+    that lost it, as a window of seconds before its cut."""
     present = _present(conn)
     lost = sorted(t for i, t in ledger.acked.items() if i not in present)
     found: dict[str, Any] = {"acknowledged": len(ledger.acked), "lost": len(lost)}
-    if lost and cut_epoch is not None:
-        # How far before the cut the lost commits were acknowledged: the loss window.
-        found["lost_window_s"] = [round(cut_epoch - lost[-1] / 1e6, 3),
-                                  round(cut_epoch - lost[0] / 1e6, 3)]
+    before = []
+    for t in lost:
+        after = [c for c in cuts if c * 1e6 >= t]
+        if after:
+            before.append(after[0] - t / 1e6)
+    if before:
+        found["lost_window_s"] = [round(min(before), 3), round(max(before), 3)]
     return found
 
 
@@ -121,7 +126,7 @@ def amcheck(bins: PgBinaries, server: LocalServer) -> dict[str, Any]:
 
 def verify(server: LocalServer, bins: PgBinaries, ledger: Ledger | None,
            ledger_problem: str | None, accounts_only: bool,
-           cut_epoch: float | None) -> dict[str, Any]:
+           cuts: list[float]) -> dict[str, Any]:
     """The integrity verdict of a node now (no load running)."""
     started = time.monotonic()
     verdict: dict[str, Any] = {"server_up": server.is_running()}
@@ -134,7 +139,7 @@ def verify(server: LocalServer, bins: PgBinaries, ledger: Ledger | None,
             verdict["synchronous_commit"] = setting[0] if setting else None
             verdict["tpcb"] = tpcb_invariants(conn, accounts_only)
             if ledger is not None:
-                verdict["commits"] = lost_commits(ledger, conn, cut_epoch)
+                verdict["commits"] = lost_commits(ledger, conn, cuts)
             else:
                 verdict["commits"] = {"not_counted": ledger_problem}
     except psycopg.Error as exc:
@@ -157,7 +162,7 @@ def summary_line(what: str, verdict: dict[str, Any]) -> str:
     if "lost" in commits:
         text = f"{commits['lost']} acknowledged commits lost"
         if window := commits.get("lost_window_s"):
-            text += f" (acknowledged {window[0]:g}-{window[1]:g} s before the cut)"
+            text += f" (acknowledged {window[0]:.1f}-{window[1]:.1f} s before the cut)"
         if commits["lost"] and commits.get("allowed"):
             text += " (allowed by synchronous_commit = off)"
         parts.append(text)

@@ -277,7 +277,8 @@ class _Durability:
 
         assert self.lab.primary is not None and self.lab.bins is not None
         verdict = durability.verify(self.lab.primary, self.lab.bins, self.ledger,
-                                    self.ledger_problem, self.accounts_only, cut_epoch)
+                                    self.ledger_problem, self.accounts_only,
+                                    list(self.timeline.cut_times))
         if cut_epoch is None:
             self.record["final"] = verdict
             return verdict
