@@ -146,7 +146,7 @@ def test_damaged_page_is_found_naming_the_relation(tmp_path: Path) -> None:
             f.seek(8192 + 24)
             f.write(b"\xff" * 64)
         server.start()
-        verdict = verify(server, bins, Ledger(()), None, False, [])
+        verdict = verify(server, bins, Ledger(()), None, ("accounts",), [])
     check = verdict["amcheck"]
     assert not check["clean"]
     assert any("pgbench_accounts_pkey" in r for r in check["relations"]), check

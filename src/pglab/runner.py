@@ -219,14 +219,16 @@ def run_variant(loaded: LoadedScenario, variant: Variant, options: RunOptions, u
         if result.timed_out:
             raise PglabError(f"pgbench did not finish within {pgbench.FINISH_GRACE_S:.0f}s "
                              "after its duration (stuck transactions?)")
-        if result.returncode != 0:
-            last = result.stderr_tail[-1] if result.stderr_tail else "(no message)"
+        failed = [r for r in segments if r.returncode != 0]
+        if failed:
+            last = failed[-1].stderr_tail[-1] if failed[-1].stderr_tail else "(no message)"
             if timeline.cut_times:
-                # A crash fault cuts every client's connection and pgbench does not
-                # reconnect: the seconds after it are the point of the run, not a failure.
+                # A crash or power loss cuts every client's connection and pgbench does
+                # not reconnect (the load restarts once the node is back): the seconds
+                # after it are the point of the run, not a failure.
                 manifest["results"]["clients_aborted_by_crash"] = last
             else:
-                raise PglabError(f"pgbench exited with code {result.returncode}: {last}")
+                raise PglabError(f"pgbench exited with code {failed[-1].returncode}: {last}")
     except BaseException as exc:
         error = exc
         raise
@@ -260,8 +262,12 @@ class _Durability:
         self.ledger = (durability.Ledger(cmd.ledger_scripts) if cmd.ledger_scripts
                        else None)
         self.ledger_problem = ledger_problem
-        self.accounts_only = not any(n == "tpcb-like" for n, _ in
-                                     scenario.workload.expanded_mix())
+        mix = [n for n, _ in scenario.workload.expanded_mix()]
+        compared = [] if any(f.action == "bulk-update" for f in scenario.faults) else [
+            "accounts"]  # a bulk update moves account balances alone
+        if "simple-update" not in mix and "tpcb-like" in mix:
+            compared += ["tellers", "branches"]  # simple-update moves accounts alone
+        self.compared = tuple(compared)
         self.measured_start = measured_start
         self.timeline = timeline
         self.record: dict[str, Any] = {"ledger": self.ledger is not None,
@@ -277,7 +283,7 @@ class _Durability:
 
         assert self.lab.primary is not None and self.lab.bins is not None
         verdict = durability.verify(self.lab.primary, self.lab.bins, self.ledger,
-                                    self.ledger_problem, self.accounts_only,
+                                    self.ledger_problem, self.compared,
                                     list(self.timeline.cut_times))
         if cut_epoch is None:
             self.record["final"] = verdict
