@@ -62,13 +62,13 @@ device = { cache = "honest" }
 scale = 1
 clients = 4
 jobs = 2
-duration = "36s"
+duration = "30s"
 warmup = "1s"
 [[faults]]
 at = "3s"
 action = "power-loss"
 repeat = 3
-every = "11s"
+every = "9s"
 """)
     manifest = _manifest(run)
     record = manifest["durability"]

@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import os
 import secrets
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -282,9 +283,13 @@ class _Durability:
         from pglab import durability
 
         assert self.lab.primary is not None and self.lab.bins is not None
-        verdict = durability.verify(self.lab.primary, self.lab.bins, self.ledger,
-                                    self.ledger_problem, self.compared,
-                                    list(self.timeline.cut_times))
+        try:
+            verdict = durability.verify(self.lab.primary, self.lab.bins, self.ledger,
+                                        self.ledger_problem, self.compared,
+                                        list(self.timeline.cut_times))
+        except (OSError, subprocess.SubprocessError) as exc:  # a verdict, not a failed run
+            verdict = {"server_up": self.lab.primary.is_running(),
+                       "error": f"{type(exc).__name__}: {exc}"}
         if cut_epoch is None:
             self.record["final"] = verdict
             return verdict

@@ -297,8 +297,9 @@ class Volume:
     def remove(self) -> None:
         fs = self.filesystem
         if self.emulator is not None:  # a paused or failing device would hang the unmount
-            with contextlib.suppress(OSError):
-                self.emulator.set_behaviour({"paused": False, "failing": False})
+            with contextlib.suppress(OSError):  # (and one cut mid-power-loss, by Ctrl-C)
+                self.emulator.set_behaviour({"paused": False, "failing": False,
+                                             "powered": True})
         if self.spec.path:
             shutil.rmtree(self.mountpoint, ignore_errors=True)
         elif self.zfs is not None:
