@@ -150,3 +150,22 @@ def test_damaged_page_is_found_naming_the_relation(tmp_path: Path) -> None:
     check = verdict["amcheck"]
     assert not check["clean"]
     assert any("pgbench_accounts_pkey" in r for r in check["relations"]), check
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ('[storage]\nfilesystem = "btrfs"\n[[faults]]\nat = "2s"\naction = "power-loss"\n',
+     "faults[0]: 'power-loss' cannot cut storage: filesystem 'btrfs' cannot be shut down"),
+    ('[[faults]]\nat = "2s"\naction = "power-loss"\n',
+     "the 'power-loss' fault acts on primary's storage volume device, and primary has none"),
+    ('[storage]\nfilesystem = "xfs"\n[[faults]]\nat = "2s"\naction = "power-loss"\n'
+     'repeat = 3\n', "faults[0]: repeat = 3 needs every"),
+    ('[storage]\nfilesystem = "xfs"\n[[faults]]\nat = "2s"\naction = "power-loss"\n'
+     'repeat = 3\nevery = "4s"\n', "faults[0]: the last repeat falls at 10s, after the run"),
+])
+@root
+def test_power_loss_refused_before_the_run(tmp_path: Path, body: str, message: str) -> None:
+    scenario = write_scenario(tmp_path, '[workload]\nduration = "8s"\n' + body)
+    result = run_cli("validate", str(scenario))
+    assert result.returncode != 0
+    assert message in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
