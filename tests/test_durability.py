@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pytest
 
 from conftest import processes_under, run_cli, write_scenario
@@ -85,6 +86,10 @@ every = "9s"
     # the series as seconds without transactions
     assert len(manifest["workload"]["segments"]) >= 2
     assert (run / "raw" / "pgbench-2.stdout").exists()
+    series = pl.read_parquet(run / "client.parquet").filter(
+        pl.col("job").is_null() & ~pl.col("warmup")).sort("t")["tps"].to_list()
+    first_zero = series.index(0)
+    assert any(tps > 0 for tps in series[first_zero:]), series  # the outage, then the load
     assert "3 power losses: 0 acknowledged commits lost, integrity clean" in stdout
     assert stdout.index("power losses") < stdout.index("TPS")  # printed first
     assert processes_under(run) == []
