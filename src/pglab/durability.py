@@ -214,6 +214,8 @@ def durability_lines(manifest: dict[str, Any]) -> list[str]:
     head = f"{count} {noun if count == 1 else plural}: "
     head += (f"{lost} acknowledged commits lost" if lost is not None
              else "acknowledged commits not counted")
+    if lost and (final.get("commits") or {}).get("allowed"):
+        head += " (allowed by synchronous_commit = off)"
     head += ", integrity clean" if clean else ", integrity NOT clean"
     lines.append(head)
     for cut in cuts:
