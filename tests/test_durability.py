@@ -5,17 +5,22 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import polars as pl
+import psutil
 import pytest
 
 from conftest import processes_under, run_cli, write_scenario
 from pglab.durability import Ledger, verify
 from pglab.lab.lab import Lab
 from pglab.scenario import load_text
+from test_storage import leftovers
 
 needs_root = [pytest.mark.root,
               pytest.mark.skipif(os.geteuid() != 0, reason="storage volumes need root")]
@@ -174,3 +179,75 @@ def test_power_loss_refused_before_the_run(tmp_path: Path, body: str, message: s
     assert result.returncode != 0
     assert message in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def _pgbench_gone_after_start(parent: int, timeout: float = 240) -> None:
+    """Until pglab's pgbench has run and ended: the cut killed the load."""
+    seen = False
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            running = any(c.name() == "pgbench" for c in psutil.Process(parent).children(True))
+        except psutil.NoSuchProcess:
+            return
+        if running:
+            seen = True
+        elif seen:
+            return
+        time.sleep(0.1)
+    raise AssertionError("pgbench never ran and ended")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+@root
+def test_signal_during_a_cut_leaves_nothing(storage_packages: None, pglab_home: Path,
+                                            tmp_path: Path, sig: signal.Signals) -> None:
+    # The device is off and the filesystem shut down for 20 s: the signal lands there.
+    scenario = write_scenario(tmp_path, """
+[storage]
+filesystem = "xfs"
+device = { cache = "volatile" }
+[workload]
+scale = 1
+clients = 2
+duration = "30s"
+warmup = "1s"
+[[faults]]
+at = "2s"
+action = "power-loss"
+duration = "20s"
+""", "cut")
+    proc = subprocess.Popen([sys.executable, "-m", "pglab", "run", str(scenario),
+                             "--results", str(tmp_path / "r")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _pgbench_gone_after_start(proc.pid)
+        time.sleep(1)
+        proc.send_signal(sig)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    (run,) = [p for p in (tmp_path / "r" / "cut").iterdir() if p.is_dir()]
+    if sig == signal.SIGINT:
+        assert proc.returncode == 128 + sig
+        assert _manifest(run)["status"] == "interrupted"
+        assert leftovers(pglab_home) == []
+    # the next pglab reaps whatever a kill left; the folder reads as interrupted
+    after = run_cli("run", str(write_scenario(tmp_path, TINY_RUN, "next")),
+                    "--results", str(tmp_path / "r2"))
+    assert after.returncode == 0, after.stderr[-2000:]
+    assert leftovers(pglab_home) == []
+    shown = run_cli("show", str(run))
+    assert shown.returncode == 0 and "interrupted" in shown.stdout, shown.stdout
+
+
+TINY_RUN = """
+[storage]
+filesystem = "ext4"
+[workload]
+scale = 1
+clients = 1
+duration = "1s"
+warmup = "0s"
+"""

@@ -549,6 +549,16 @@ def _owner_alive(pid: int, started: float | None) -> bool:
         return bool(psutil.pid_exists(pid))
 
 
+def _postmaster_pid_files(lab: Path) -> list[Path]:
+    found: list[Path] = []
+    for pattern in ("*/data/postmaster.pid", "*/data-volume/data/postmaster.pid"):
+        # A volume left mid-power-loss (pglab killed during the cut) is a filesystem
+        # shut down: any look inside fails with EIO, and its server is dead already.
+        with contextlib.suppress(OSError):
+            found += lab.glob(pattern)
+    return found
+
+
 def reap_stale_labs() -> list[Path]:
     """Stop servers and remove dirs of labs whose pglab process no longer exists."""
     from pglab.lab.cgroups import reap_stale_cgroups
@@ -571,8 +581,7 @@ def reap_stale_labs() -> list[Path]:
             continue
         if _owner_alive(pid, record.get("started")) or (lab / "keep").exists():
             continue
-        for pid_file in [*lab.glob("*/data/postmaster.pid"),
-                         *lab.glob("*/data-volume/data/postmaster.pid")]:
+        for pid_file in _postmaster_pid_files(lab):
             with contextlib.suppress(OSError, ValueError, IndexError):
                 postmaster = int(pid_file.read_text().splitlines()[0])
                 proc = psutil.Process(postmaster)
