@@ -7,6 +7,7 @@ a `kill -9` of pglab does not leave a postmaster or pgbench running.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import ctypes
 import os
@@ -18,11 +19,13 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
 
 import psutil
 
 from pglab.errors import Interrupted
+
+T = TypeVar("T")
 
 _PR_SET_PDEATHSIG = 1
 _libc: Any = None
@@ -195,3 +198,17 @@ def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 
             return True
         time.sleep(interval)
     return predicate()
+
+
+_KEEPER = concurrent.futures.ThreadPoolExecutor(max_workers=1,
+                                                thread_name_prefix="pglab-keeper")
+
+
+def in_keeper_thread(fn: Callable[[], T]) -> T:
+    """Run `fn` in a thread that lives as long as pglab, and wait for it.
+
+    Linux sends a parent-death signal when the *thread* that forked the child ends, not
+    the process: a server restarted from a short-lived thread (the fault timeline's)
+    would get SIGQUIT when that thread is done. The keeper thread never ends by itself.
+    """
+    return _KEEPER.submit(fn).result()

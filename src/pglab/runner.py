@@ -11,11 +11,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
+
+import polars as pl
 
 from pglab.errors import Interrupted, PglabError
 from pglab.hostfacts import host_facts
@@ -26,7 +29,7 @@ from pglab.probes import make_probes
 from pglab.probes.base import NodeHandle, ProbeContext, ProbeOutput
 from pglab.probes.dbsessions import DbSessions
 from pglab.probes.sink import TelemetrySink, consolidate
-from pglab.processes import pending_signal, shielded
+from pglab.processes import deliver_pending, pending_signal, shielded
 from pglab.results import files
 from pglab.results.files import iso, new_run_id, utc_now, write_parquet, write_text
 from pglab.results.folder import RunFolder, StoredRun, create_run_folder, load_run
@@ -101,6 +104,10 @@ def _process_client_data(folder: RunFolder, cmd: pgbench.PgbenchCommand, warmup_
     if not logs:
         return {}
     tx = read_txlogs(logs, cmd.txlog_spec)
+    segment = 2  # a load restarted after crashes: each pgbench's logs, one series
+    while more := pgbench.txlog_files(folder.raw, pgbench.segment_prefix(segment)):
+        tx = pl.concat([tx, read_txlogs(more, cmd.txlog_spec)], how="vertical")
+        segment += 1
     series = per_second_series(tx, warmup_s, cmd.txlog_spec.sampling_rate)
     write_parquet(folder.file(files.CLIENT), series)
     stats = measured_window_stats(tx, series, cmd.txlog_spec.sampling_rate, duration_s)
@@ -123,9 +130,12 @@ def run_variant(loaded: LoadedScenario, variant: Variant, options: RunOptions, u
                  pg_bin=options.pg_bin, on_status=ui.status) as lab:
             lab.logs_to = folder.raw
             assert lab.bins is not None
+            cuts = [f for f in scenario.faults if f.action in CUT_ACTIONS]
+            ledger_problem = pgbench.ledger_problem(scenario.workload)
             cmd = pgbench.build_command(lab.bins, scenario.workload, variant.clients,
                                         folder.raw, loaded.base_dir,
-                                        pgbench.txlog_spool_dir())
+                                        pgbench.txlog_spool_dir(),
+                                        ledger=bool(cuts) and ledger_problem is None)
             data_dir = lab.primary.data_dir if lab.primary else None
             manifest.host = host_facts(data_dir)
             manifest.nodes = lab.nodes_facts()
@@ -152,17 +162,22 @@ def run_variant(loaded: LoadedScenario, variant: Variant, options: RunOptions, u
                 scenario.faults, lab.fault_target,
                 lambda event: sink.write(ProbeOutput(events=[event])) if sink else None)
 
+            measured_start: list[float] = []
+            durability = _Durability(lab, cmd, ledger_problem, scenario, measured_start,
+                                     timeline) if cuts else None
+
             def load_started(pid: int) -> None:
                 client_pids.append(pid)
-                timeline.start(time.time() + scenario.workload.warmup)
+                if not measured_start:  # the first segment starts the timeline
+                    measured_start.append(time.time() + scenario.workload.warmup)
+                    timeline.start(measured_start[0])
 
             try:  # from the probes' start: a Ctrl-C at any point still stops and writes them
                 if telemetry is not None:  # before the load, so the first second has a baseline
                     telemetry.start()
                 ui.load_started(cmd.total_s, variant.label() or scenario.name)
-                result = pgbench.run(cmd, lab.client_env(), folder.raw, ui.progress,
-                                     on_started=load_started,
-                                     cgroup_procs=lab.client_cgroup)
+                segments = _run_load(cmd, lab, folder, ui, load_started, timeline, durability)
+                result = segments[-1]
             finally:
                 ui.load_finished()
                 with shielded():
@@ -173,23 +188,36 @@ def run_variant(loaded: LoadedScenario, variant: Variant, options: RunOptions, u
                         manifest.telemetry = telemetry.summary()
                     if sink is not None:
                         sink.close()
+                    if durability is not None:
+                        manifest.durability = durability.record
+            if durability is not None:  # the end-of-run verdict, with the lab still up
+                durability.verify_now("end of run", None)
+                manifest.durability = durability.record
         manifest.workload.update(
-            started_at=iso(result.started_at), ended_at=iso(result.ended_at),
+            started_at=iso(segments[0].started_at), ended_at=iso(result.ended_at),
             returncode=result.returncode,
         )
+        if len(segments) > 1:
+            manifest.workload["segments"] = [
+                {"started_at": iso(r.started_at), "ended_at": iso(r.ended_at),
+                 "returncode": r.returncode,
+                 "last_error": r.stderr_tail[-1] if r.stderr_tail else None}
+                for r in segments]
         summary = parse_summary(result.stdout)
         manifest.results["pgbench"] = summary_to_dict(summary)
         if result.timed_out:
             raise PglabError(f"pgbench did not finish within {pgbench.FINISH_GRACE_S:.0f}s "
                              "after its duration (stuck transactions?)")
-        if result.returncode != 0:
-            last = result.stderr_tail[-1] if result.stderr_tail else "(no message)"
-            if any(e.attrs.get("action") == "crash" for e in timeline.recorded):
-                # A crash fault cuts every client's connection and pgbench does not
-                # reconnect: the seconds after it are the point of the run, not a failure.
+        failed = [r for r in segments if r.returncode != 0]
+        if failed:
+            last = failed[-1].stderr_tail[-1] if failed[-1].stderr_tail else "(no message)"
+            if timeline.cut_times:
+                # A crash or power loss cuts every client's connection and pgbench does
+                # not reconnect (the load restarts once the node is back): the seconds
+                # after it are the point of the run, not a failure.
                 manifest.results["clients_aborted_by_crash"] = last
             else:
-                raise PglabError(f"pgbench exited with code {result.returncode}: {last}")
+                raise PglabError(f"pgbench exited with code {failed[-1].returncode}: {last}")
     except BaseException as exc:
         error = exc
         raise
@@ -203,6 +231,121 @@ def run_variant(loaded: LoadedScenario, variant: Variant, options: RunOptions, u
     _analyze(folder, manifest)
     _write_report(folder, manifest)  # after the analysis, so the report has its verdict
     return load_run(folder.path)
+
+
+CUT_ACTIONS = ("crash", "power-loss")
+# A restarted load shorter than this measures nothing: pgbench needs a moment to connect.
+MIN_SEGMENT_S = 2
+
+
+class _Durability:
+    """The ledger and the integrity verdicts of a run with crashes or power losses."""
+
+    def __init__(self, lab: Lab, cmd: pgbench.PgbenchCommand, ledger_problem: str | None,
+                 scenario: Scenario, measured_start: list[float],
+                 timeline: FaultTimeline) -> None:
+        from pglab import durability
+
+        self.lab = lab
+        self.cmd = cmd
+        self.ledger = (durability.Ledger(cmd.ledger_scripts) if cmd.ledger_scripts
+                       else None)
+        self.ledger_problem = ledger_problem
+        mix = [n for n, _ in scenario.workload.expanded_mix()]
+        compared = [] if any(f.action == "bulk-update" for f in scenario.faults) else [
+            "accounts"]  # a bulk update moves account balances alone
+        if "simple-update" not in mix and "tpcb-like" in mix:
+            compared += ["tellers", "branches"]  # simple-update moves accounts alone
+        self.compared = tuple(compared)
+        self.measured_start = measured_start
+        self.timeline = timeline
+        self.record: dict[str, Any] = {"ledger": self.ledger is not None,
+                                       "ledger_problem": ledger_problem if self.ledger is None
+                                       else None, "cuts": [], "final": None}
+
+    def segment_done(self, segment: int) -> None:
+        if self.ledger is not None:
+            self.ledger.read_segment(self.cmd.txlog_dir, segment)
+
+    def verify_now(self, what: str, cut_epoch: float | None) -> dict[str, Any]:
+        from pglab import durability
+
+        assert self.lab.primary is not None and self.lab.bins is not None
+        try:
+            verdict = durability.verify(self.lab.primary, self.lab.bins, self.ledger,
+                                        self.ledger_problem, self.compared,
+                                        list(self.timeline.cut_times))
+        except (OSError, subprocess.SubprocessError) as exc:  # a verdict, not a failed run
+            verdict = {"server_up": self.lab.primary.is_running(),
+                       "error": f"{type(exc).__name__}: {exc}"}
+        if cut_epoch is None:
+            self.record["final"] = verdict
+            return verdict
+        t0 = self.measured_start[0] if self.measured_start else cut_epoch
+        verdict["at_s"] = round(cut_epoch - t0, 3)
+        verdict["action"] = what
+        event = next((e for e in reversed(self.timeline.recorded)
+                      if e.attrs.get("action") in CUT_ACTIONS), None)
+        if event is not None:
+            for key in ("recovery_s", "downtime_s", "lost_bytes", "lost_blocks", "mount_s",
+                        "recovery_log", "start_error"):
+                if key in event.attrs:
+                    verdict[key] = event.attrs[key]
+        self.record["cuts"].append(verdict)
+        return verdict
+
+
+def _run_load(cmd: pgbench.PgbenchCommand, lab: Lab, folder: RunFolder, ui: RunUI,
+              load_started: Callable[[int], None], timeline: FaultTimeline,
+              durability: _Durability | None) -> list[pgbench.PgbenchRun]:
+    """pgbench for the whole load; after a crash or power loss cut it short, once the
+    node is back (and verified), pgbench again for what is left of the duration: pgbench
+    cannot reconnect, and the seconds after the cut are the point of such a run."""
+    segments: list[pgbench.PgbenchRun] = []
+    segment = cmd
+    load_end: float | None = None
+    handled = 0  # cuts whose node is back and verified
+    while True:
+        result = pgbench.run(segment, lab.client_env(), folder.raw, ui.progress,
+                             on_started=load_started, cgroup_procs=lab.client_cgroup)
+        segments.append(result)
+        if load_end is None:
+            load_end = result.started_at + cmd.total_s
+        if durability is not None:
+            durability.segment_done(segment.segment)
+        if result.returncode == 0 or len(timeline.cut_times) == handled:
+            return segments  # the load ended by itself, or failed for its own reasons
+        while True:  # until a verification no cut interrupted (repeated cuts)
+            while timeline.cut_active() and time.time() < load_end + FINISH_WAIT_S:
+                time.sleep(0.1)
+                deliver_pending()
+            cuts = len(timeline.cut_times)
+            primary = lab.primary
+            up = primary is not None and primary.is_running()
+            if durability is not None:
+                ui.status("verifying integrity after the cut")
+                verdict = durability.verify_now(_cut_action(timeline), timeline.cut_times[-1])
+                if up and (len(timeline.cut_times) != cuts or timeline.cut_active()):
+                    durability.record["cuts"].pop()  # the next cut came mid-check
+                    continue
+                verdict["cuts_covered"] = cuts - handled
+            handled = cuts
+            break
+        if not up:
+            return segments
+        left = int(load_end - time.time())
+        if left < MIN_SEGMENT_S:
+            return segments
+        segment = segment.continued(left)
+
+
+FINISH_WAIT_S = 300.0  # how long past the load's end a node may take to come back
+
+
+def _cut_action(timeline: FaultTimeline) -> str:
+    event = next((e for e in reversed(timeline.recorded)
+                  if e.attrs.get("action") in CUT_ACTIONS), None)
+    return str(event.attrs["action"]) if event is not None else "cut"
 
 
 def _analyze(folder: RunFolder, manifest: Manifest) -> None:

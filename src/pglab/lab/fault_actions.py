@@ -8,6 +8,7 @@ returns is recorded in the fault's event. Actions that run SQL for as long as th
 from __future__ import annotations
 
 import contextlib
+import json
 import signal
 import subprocess
 import sys
@@ -16,14 +17,16 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import psutil
 import psycopg
 from psycopg import sql
 
+from pglab.errors import PglabError
 from pglab.lab.local import LocalServer
-from pglab.processes import kill_tree, spawn
+from pglab.processes import in_keeper_thread, kill_tree, spawn
 
 ArgSpec = tuple[type, Any]  # (type, default)
 
@@ -38,6 +41,11 @@ class FaultTarget:
     memory_cgroup_procs: list[Any] | None = None  # cgroup.procs paths of the node, if any
     # Changes the behaviour of the node's emulated volume devices (storage/), if any.
     set_device: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    # A power loss of the node's volumes (storage/volume.py): the cut (filesystem shut
+    # down, device cache dropped; returns what was dropped) and the reboot (returns the
+    # seconds each mount took), when the node's data is on an emulated device.
+    power_cut: Callable[[], dict[str, Any]] | None = None
+    power_restore: Callable[[], dict[str, float]] | None = None
 
 
 class FaultAction(ABC):
@@ -47,6 +55,7 @@ class FaultAction(ABC):
     duration: ClassVar[Literal["required", "optional", "none"]] = "optional"
     args: ClassVar[dict[str, ArgSpec]] = {}
     runs_until_done: ClassVar[bool] = False  # ends by itself (a statement), not by duration
+    cuts_node: ClassVar[bool] = False  # kills the node: the load restarts once it is back
     default_duration: ClassVar[float | None] = None  # None: active until the run ends
 
     def __init__(self, args: dict[str, Any]) -> None:
@@ -237,10 +246,12 @@ class SwitchWal(FaultAction):
 
 class Crash(FaultAction):
     name = "crash"
-    help = ("kill -9 every process of the node (like a power loss), keep it down for "
-            "`duration` (default 0), restart it and record the recovery time")
+    help = ("kill -9 every process of the node (the kernel keeps its writes: a process "
+            "crash, not a power loss), keep it down for `duration` (default 0), restart it "
+            "and record the recovery time")
     duration = "optional"
     default_duration = 0.0
+    cuts_node = True
 
     def begin(self, target: FaultTarget) -> dict[str, Any]:
         server = target.server
@@ -253,9 +264,95 @@ class Crash(FaultAction):
         server = target.server
         if server.is_running():
             return {}
-        started = time.monotonic()
-        server.start(timeout=300)
-        return {"recovery_s": round(time.monotonic() - started, 3)}
+        return restart_after_cut(server)
+
+
+RECOVERY_PHRASES = ("not properly shut down", "was interrupted", "automatic recovery",
+                    "redo starts", "redo done", "invalid record length", "PANIC",
+                    "could not", "checkpoint complete", "database system is ready")
+
+
+def _log_sizes(server: LocalServer) -> dict[Path, int]:
+    sizes = {}
+    for path in [server.postmaster_out, *server.log_dir.glob("postgresql.*")]:
+        with contextlib.suppress(OSError):
+            sizes[path] = path.stat().st_size
+    return sizes
+
+
+def _new_log_lines(server: LocalServer, before: dict[Path, int]) -> list[str]:
+    """What the server logged since `before` about its recovery (messages only)."""
+    found: list[str] = []
+    for path in [server.postmaster_out, *sorted(server.log_dir.glob("postgresql.*"))]:
+        try:
+            with path.open("rb") as f:
+                f.seek(before.get(path, 0))
+                text = f.read().decode(errors="replace")
+        except OSError:
+            continue
+        for raw in text.splitlines():
+            line = raw
+            if raw.startswith("{"):
+                with contextlib.suppress(ValueError):
+                    record = json.loads(raw)
+                    line = f"{record.get('error_severity')}:  {record.get('message')}"
+            if any(p in line for p in RECOVERY_PHRASES) and line not in found:
+                found.append(line.strip())
+    return found[:20]
+
+
+def restart_after_cut(server: LocalServer) -> dict[str, Any]:
+    """Start a node that was killed; the recovery time and log lines, or why it cannot
+    start (the PANIC or FATAL line): a node that does not come back is a finding."""
+    before = _log_sizes(server)
+    started = time.monotonic()
+    try:
+        in_keeper_thread(lambda: server.start(timeout=300))
+    except PglabError as exc:
+        return {"recovered": False, "start_error": str(exc),
+                "recovery_log": _new_log_lines(server, before)}
+    return {"recovered": True, "recovery_s": round(time.monotonic() - started, 3),
+            "recovery_log": _new_log_lines(server, before)}
+
+
+class PowerLoss(FaultAction):
+    name = "power-loss"
+    help = ("cut the node's power: its filesystems stop without flushing (dirty pages and "
+            "unflushed journal lost), its emulated devices drop their volatile caches, every "
+            "process is killed; after `duration` (default 0) the volumes are remounted "
+            "(journal replay) and the node restarts (needs an ext4 or XFS volume)")
+    duration = "optional"
+    default_duration = 0.0
+    cuts_node = True
+
+    def __init__(self, args: dict[str, Any]) -> None:
+        super().__init__(args)
+        self._cut_at: float | None = None
+
+    def begin(self, target: FaultTarget) -> dict[str, Any]:
+        assert target.power_cut is not None  # checked before the run
+        self._cut_at = time.monotonic()
+        # The filesystem and device first, at one instant: nothing the processes or the
+        # kernel's flusher do after this reaches the medium.
+        dropped = target.power_cut()
+        server = target.server
+        if server.process is not None:
+            kill_tree(server.process.pid)
+            server.process.wait(timeout=30)
+        return {"dropped": dropped,
+                "lost_bytes": sum(int(d.get("lost_bytes", 0)) for d in dropped.values()),
+                "lost_blocks": sum(int(d.get("lost_blocks", 0)) for d in dropped.values())}
+
+    def end(self, target: FaultTarget) -> dict[str, Any]:
+        if self._cut_at is None or target.power_restore is None:
+            return {}
+        cut_at = self._cut_at
+        self._cut_at = None
+        mount_s = target.power_restore()
+        attrs: dict[str, Any] = {"mount_s": mount_s}
+        attrs.update(restart_after_cut(target.server))
+        attrs["downtime_s"] = round(time.monotonic() - cut_at, 3)
+        return attrs
 
 
 class MemoryPressure(FaultAction):
@@ -344,7 +441,7 @@ class SlowDisk(_DeviceState):
 
 
 ACTIONS: tuple[type[FaultAction], ...] = (
-    PauseStandby, ThrottleDisk, Vacuum, BulkUpdate, Checkpoint, SwitchWal, Crash,
+    PauseStandby, ThrottleDisk, Vacuum, BulkUpdate, Checkpoint, SwitchWal, Crash, PowerLoss,
     MemoryPressure, PauseDisk, FailDisk, SlowDisk,
 )
 DEVICE_FAULTS = tuple(a.name for a in ACTIONS if issubclass(a, _DeviceState))

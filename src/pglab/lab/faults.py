@@ -80,6 +80,18 @@ def check_faults(scenario: Scenario, where: str) -> None:
             raise BadInput(f"{at}: at = {fault.at:g}s is after the run ends (the measured "
                            f"window is workload.duration = {measured:g}s; `at` counts from "
                            "the end of the warmup)")
+        if fault.repeat > 1 and fault.every is None:
+            raise BadInput(f"{at}: repeat = {fault.repeat} needs every, like every = \"10s\"")
+        if fault.every is not None and fault.repeat == 1:
+            raise BadInput(f"{at}: every = {fault.every:g}s needs repeat (how many times)")
+        last = fault.occurrences()[-1].at
+        if last >= measured:
+            raise BadInput(f"{at}: the last repeat falls at {last:g}s, after the run ends "
+                           f"(workload.duration = {measured:g}s)")
+        if (fault.every is not None and fault.duration is not None
+                and fault.duration >= fault.every):
+            raise BadInput(f"{at}: duration = {fault.duration:g}s is not shorter than every = "
+                           f"{fault.every:g}s: repeats would overlap")
         if action.duration == "required" and fault.duration is None:
             raise BadInput(f"{at}: '{fault.action}' needs a duration, like duration = \"10s\"")
         if action.duration == "none" and fault.duration is not None:
@@ -124,7 +136,7 @@ class FaultTimeline:
     def __init__(self, faults: list[Fault], targets: Callable[[str], FaultTarget],
                  record: Callable[[Event], None], clock: Callable[[], float] = time.time
                  ) -> None:
-        self.faults = sorted(faults, key=lambda f: f.at)
+        self.faults = sorted((o for f in faults for o in f.occurrences()), key=lambda f: f.at)
         self.targets = targets
         self.record = record
         self.clock = clock
@@ -133,6 +145,8 @@ class FaultTimeline:
         self._active: list[_Active] = []
         self._lock = threading.Lock()
         self.recorded: list[Event] = []
+        self.cut_times: list[float] = []  # when each crash or power loss began (epoch)
+        self._open_cuts = 0  # begun and not yet ended (the node restarted) or given up
 
     def start(self, measured_start: float) -> None:
         """Begin the timeline; `measured_start` is the epoch second the window opens."""
@@ -178,6 +192,9 @@ class FaultTimeline:
         active = _Active(fault, action, target, started)
         with self._lock:
             self._active.append(active)
+            if action.cuts_node:  # before it acts: the load sees the cut only after this
+                self.cut_times.append(started)
+                self._open_cuts += 1
         try:
             active.attrs.update(action.begin(target))
         except Exception as exc:  # recorded, never fatal to the run
@@ -201,12 +218,20 @@ class FaultTimeline:
             active.attrs.update(active.action.end(active.target))
         except Exception as exc:
             active.attrs["end_error"] = f"{type(exc).__name__}: {exc}"
+        if active.action.cuts_node:  # its end restarted the node (or found it cannot)
+            with self._lock:
+                self._open_cuts -= 1
         fault = active.fault
         event = Event(_utc(active.started), "fault", fault.node, _utc(self.clock()),
                       {"action": fault.action, "at_s": fault.at, "args": dict(fault.args),
                        **active.attrs})
         self.recorded.append(event)
         self.record(event)
+
+    def cut_active(self) -> bool:
+        """A crash or power loss has begun and its node is not back yet."""
+        with self._lock:
+            return self._open_cuts > 0
 
     def stop(self) -> None:
         """Stop firing, undo every active fault (resume, unthrottle, cancel, restart)."""

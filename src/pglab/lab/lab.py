@@ -53,6 +53,7 @@ from pglab.storage.volume import (
     LabStorage,
     check_storage,
     move_wal,
+    power_loss_problem,
     reap_storage_under,
     storage_key,
 )
@@ -116,7 +117,7 @@ def _device_faults(scenario: Scenario) -> dict[str, str]:
     """Nodes with a fault that acts on their volumes' devices: node -> the action."""
     found: dict[str, str] = {}
     for fault in scenario.faults:
-        if fault.action in DEVICE_FAULTS or (
+        if fault.action in DEVICE_FAULTS or fault.action == "power-loss" or (
                 fault.action == "throttle-disk"
                 and scenario.node_storage(fault.node).volumes()):
             found.setdefault(fault.node, fault.action)
@@ -132,6 +133,15 @@ def _check_storage(scenario: Scenario, where: str) -> None:
                            f"put the limits on {storage_key(node)}.device (write_mbps, "
                            "read_mbps, iops, profile), where they hold for every byte")
     check_storage(scenario, where, _device_faults(scenario))
+    for index, fault in enumerate(scenario.faults):
+        if fault.action != "power-loss":
+            continue
+        volumes = scenario.node_storage(fault.node).volumes()
+        for role, spec in volumes.items():
+            if why := power_loss_problem(spec):
+                key = storage_key(fault.node) + (".wal" if role == "wal" else "")
+                raise BadInput(f"{where}: faults[{index}]: 'power-loss' cannot cut {key}: "
+                               f"{why}")
 
 
 def _check_topology(scenario: Scenario, where: str) -> None:
@@ -244,9 +254,17 @@ class Lab:
                 applied[volume.role] = volume.set_behaviour(wanted)["behaviour"]
             return applied
 
+        def power_cut() -> dict[str, Any]:
+            return self.storage.power_cut(node)
+
+        def power_restore() -> dict[str, float]:
+            return self.storage.power_restore(node)
+
         return FaultTarget(node, self.server(node), set_disk_limits,
                            self.resources.memory_cgroup(node),
-                           set_device if devices else None)
+                           set_device if devices else None,
+                           power_cut if devices else None,
+                           power_restore if devices else None)
 
     def connect(self) -> psycopg.Connection[tuple[Any, ...]]:
         if self.primary is not None:
@@ -337,6 +355,12 @@ class Lab:
         volumes = self._make_volumes("primary")
         server = LocalServer("primary", self.bins, self.lab_dir / "primary", self.user,
                              data_root=volumes.get("data"))
+        if volumes and self.bins.major >= 14 and any(
+                f.action in ("crash", "power-loss") for f in self.scenario.faults):
+            # Crash recovery first fsyncs every file of the data dir, one device flush
+            # each (15 s at scale 2 on an emulated device); syncfs is one per filesystem
+            # and as safe. server.settings can still say otherwise (ALTER SYSTEM wins).
+            server.extra_conf["recovery_init_sync_method"] = "syncfs"
         self.on_status("copying initialised data")
         copy_data_dir(self.template, server.data_dir)
         server.prepare_dirs()
@@ -509,6 +533,16 @@ def _owner_alive(pid: int, started: float | None) -> bool:
         return bool(psutil.pid_exists(pid))
 
 
+def _postmaster_pid_files(lab: Path) -> list[Path]:
+    found: list[Path] = []
+    for pattern in ("*/data/postmaster.pid", "*/data-volume/data/postmaster.pid"):
+        # A volume left mid-power-loss (pglab killed during the cut) is a filesystem
+        # shut down: any look inside fails with EIO, and its server is dead already.
+        with contextlib.suppress(OSError):
+            found += lab.glob(pattern)
+    return found
+
+
 def reap_stale_labs() -> list[Path]:
     """Stop servers and remove dirs of labs whose pglab process no longer exists."""
     from pglab.lab.cgroups import reap_stale_cgroups
@@ -528,8 +562,7 @@ def reap_stale_labs() -> list[Path]:
             continue
         if _owner_alive(pid, record.get("started")) or (lab / "keep").exists():
             continue
-        for pid_file in [*lab.glob("*/data/postmaster.pid"),
-                         *lab.glob("*/data-volume/data/postmaster.pid")]:
+        for pid_file in _postmaster_pid_files(lab):
             with contextlib.suppress(OSError, ValueError, IndexError):
                 postmaster = int(pid_file.read_text().splitlines()[0])
                 proc = psutil.Process(postmaster)

@@ -258,6 +258,10 @@ class LocalServer:
         except OSError:
             return False
         # Line 8 of postmaster.pid is the postmaster's status ("ready" once it accepts).
+        # Line 1 is its pid: after a kill -9 the old file still says "ready" until the
+        # new postmaster rewrites it, so it counts only when it is this process's.
+        if self.process is not None and lines and lines[0].strip() != str(self.process.pid):
+            return False
         return len(lines) >= 8 and lines[7].strip() == "ready"
 
     def _startup_output(self) -> str:

@@ -35,7 +35,8 @@ RunStatus = Literal["running", "completed", "failed", "interrupted"]
 RUN_STATUSES: tuple[RunStatus, ...] = ("running", "completed", "failed", "interrupted")
 
 # Sections written only when they hold something, as format 1 always did.
-_OPTIONAL = ("pid", "kernel", "faults", "telemetry", "source", "analysis", "report_error")
+_OPTIONAL = ("pid", "kernel", "faults", "durability", "telemetry", "source", "analysis",
+             "report_error")
 
 
 @dataclass
@@ -59,6 +60,9 @@ class Manifest:
     results: dict[str, Any] = field(default_factory=dict)  # pgbench, measured, errors
     kernel: dict[str, Any] | None = None  # the kernel knobs set for the run
     faults: list[dict[str, Any]] | None = None  # fired faults, as event records
+    # The integrity verdict of a run with crash or power-loss faults (durability.py):
+    # one per cut and one at the end.
+    durability: dict[str, Any] | None = None
     telemetry: dict[str, Any] | None = None  # probes, sampling statistics, observer cost
     source: dict[str, Any] | None = None  # {"kind": "import", ...} for imported runs
     analysis: dict[str, Any] | None = None  # {"error": ...} when the analysis failed

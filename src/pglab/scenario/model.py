@@ -363,6 +363,16 @@ class Fault(StrictModel):
     node: str = "primary"
     duration: Duration | None = None
     args: dict[str, Any] = Field(default_factory=dict)
+    repeat: int = Field(1, ge=1)  # this many times, `every` apart
+    every: Duration | None = Field(None, gt=0)
+
+    def occurrences(self) -> list[Fault]:
+        """The fault once per repeat, each with its own `at`."""
+        if self.repeat == 1:
+            return [self]
+        step = self.every or 0.0
+        return [self.model_copy(update={"at": self.at + i * step, "repeat": 1,
+                                        "every": None}) for i in range(self.repeat)]
 
 
 class NodeSpec(StrictModel):

@@ -178,6 +178,10 @@ class EmulatedDevice:
         if line.strip() != b"ready":
             err = self.server.stderr.read().decode() if self.server.stderr else ""
             raise PglabError(f"the emulated device did not start: {err.strip()[-300:]}")
+        return self.attach()
+
+    def attach(self) -> Path:
+        """nbdfuse and a loop device over the running server (again after detach())."""
         self.fuse_dir.mkdir(exist_ok=True)
         self.fuse = subprocess.Popen(
             ["nbdfuse", "-o", "allow_other", str(self.fuse_dir / "disk"), "--unix",
@@ -202,6 +206,14 @@ class EmulatedDevice:
 
     def stats(self) -> dict[str, Any]:
         return self.control({"op": "stats"})
+
+    def power_loss(self) -> dict[str, Any]:
+        """The device loses power: its volatile cache is dropped (what it held is
+        returned: lost_bytes, lost_blocks) and every request fails until power_on()."""
+        return self.control({"op": "power-loss"})
+
+    def power_on(self) -> None:
+        self.set_behaviour({"powered": True})
 
     def detach(self) -> None:
         """Loop device and FUSE file gone, the server still up (a power cut's reboot)."""

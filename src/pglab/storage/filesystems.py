@@ -166,6 +166,10 @@ class _Mkfs(Filesystem):
                label: str) -> None:
         run_tool(self.mkfs_argv(device, options, label), f"mkfs {self.name}", timeout=300)
         mountpoint.mkdir(parents=True, exist_ok=True)
+        self.mount(device, mountpoint, options)
+
+    def mount(self, device: Path, mountpoint: Path, options: dict[str, str]) -> None:
+        """Mount a made filesystem (after a power cut: the journal is replayed here)."""
         argv = ["mount", "-t", self.fstype]
         if opts := self.mount_options(options):
             argv += ["-o", ",".join(opts)]

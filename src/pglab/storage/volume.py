@@ -16,10 +16,13 @@ nothing the next pglab does not remove.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import stat
+import struct
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +41,7 @@ from pglab.storage.devices import (
 )
 from pglab.storage.filesystems import (
     Filesystem,
+    _Mkfs,
     mount_entry,
     option_text,
     run_tool,
@@ -45,6 +49,27 @@ from pglab.storage.filesystems import (
 )
 from pglab.storage.registry import FILESYSTEMS
 from pglab.storage.zfs import Zfs, destroy, reap_stale_zfs, release_daemon, zfs_name
+
+# FS_IOC_SHUTDOWN (XFS_IOC_GOINGDOWN, EXT4_IOC_SHUTDOWN) = _IOR('X', 125, __u32), with
+# NOLOGFLUSH: the filesystem stops at once and neither its dirty pages nor its journal's
+# uncommitted part reach the device, as at a power cut (xfstests' shutdown tests).
+FS_IOC_SHUTDOWN = 0x8004587D
+SHUTDOWN_NOLOGFLUSH = 2
+
+
+def power_loss_problem(spec: VolumeSpec) -> str | None:
+    """Why a power loss cannot be made on this volume, or None when it can."""
+    if spec.path or spec.pool or spec.block_device:
+        return ("it needs a volume pglab makes on its emulated device, not the user's own "
+                "storage (path, pool, block_device)")
+    if spec.device.kind == "loop":
+        return "it needs device.kind = 'auto' or 'emulated', not 'loop'"
+    fs = FILESYSTEMS.get(spec.filesystem)
+    if fs is None or not fs.shutdown_ioctl:
+        able = ", ".join(f.name for f in FILESYSTEMS.entries.values() if f.shutdown_ioctl)
+        return (f"filesystem '{spec.filesystem}' cannot be shut down without flushing its "
+                f"journal (the kernel's FS_IOC_SHUTDOWN); use one of {able}")
+    return None
 
 
 def storage_key(node: str) -> str:
@@ -256,11 +281,41 @@ class Volume:
             raise PglabError(f"{self.node}'s {self.role} volume has no emulated device")
         return self.emulator.set_behaviour(behaviour)
 
+    def power_cut(self) -> dict[str, Any]:
+        """The first half of a power loss: the filesystem stops where it is (its dirty
+        pages and unflushed journal never reach the device) and the device drops its
+        volatile cache. The processes using it are the caller's to kill before
+        power_restore()."""
+        assert self.emulator is not None
+        fd = os.open(self.mountpoint, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.ioctl(fd, FS_IOC_SHUTDOWN, struct.pack("I", SHUTDOWN_NOLOGFLUSH))
+        finally:
+            os.close(fd)
+        return self.emulator.power_loss()
+
+    def power_restore(self) -> float:
+        """The reboot: unmount, a fresh FUSE file and loop device (no page or buffer
+        cache survives), power on, mount (the journal is replayed). Returns the seconds
+        the mount took."""
+        assert self.emulator is not None
+        fs = self.filesystem
+        assert fs is not None and isinstance(fs, _Mkfs)
+        unmount(self.mountpoint)
+        self.emulator.detach()
+        self.device = None
+        self.emulator.power_on()
+        self.device = self.emulator.attach()
+        started = time.monotonic()
+        fs.mount(self.device, self.mountpoint, self.options)
+        return time.monotonic() - started
+
     def remove(self) -> None:
         fs = self.filesystem
         if self.emulator is not None:  # a paused or failing device would hang the unmount
-            with contextlib.suppress(OSError):
-                self.emulator.set_behaviour({"paused": False, "failing": False})
+            with contextlib.suppress(OSError):  # (and one cut mid-power-loss, by Ctrl-C)
+                self.emulator.set_behaviour({"paused": False, "failing": False,
+                                             "powered": True})
         if self.spec.path:
             shutil.rmtree(self.mountpoint, ignore_errors=True)
         elif self.zfs is not None:
@@ -365,6 +420,13 @@ class LabStorage:
 
     def storage_paths(self, node: str) -> list[Path]:
         return [p for v in self.volumes if v.node == node for p in v.storage_paths()]
+
+    def power_cut(self, node: str) -> dict[str, Any]:
+        """Every volume of the node at once; what each device's cache dropped."""
+        return {v.role: v.power_cut() for v in self.emulated(node)}
+
+    def power_restore(self, node: str) -> dict[str, float]:
+        return {v.role: round(v.power_restore(), 3) for v in self.emulated(node)}
 
     def manifest(self) -> dict[str, list[dict[str, Any]]]:
         found: dict[str, list[dict[str, Any]]] = {}

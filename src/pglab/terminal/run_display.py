@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from pglab.durability import durability_lines
 from pglab.results.folder import StoredRun
 from pglab.storage.describe import lines as storage_lines
 from pglab.terminal.telemetry_summary import summarize, summary_lines
@@ -104,6 +105,8 @@ def print_summary(console: Console, run: StoredRun) -> None:
     console.print(f"[bold]{title}[/bold]  [{colour}]{status}[/{colour}]")
     if run.reason:
         console.print(f"  reason: {run.reason}")
+    for line in durability_lines(manifest):  # first: data lost matters more than speed
+        console.print(f"  {line}", highlight=False)
     node = manifest.node()
     if node:
         clients = manifest.clients

@@ -9,6 +9,7 @@ Aggregated logs are not used, so their constraints (-T a multiple of the interva
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -70,6 +71,56 @@ def reap_stale_spools() -> list[Path]:
     return reaped
 
 
+# The built-in scripts that write pgbench_history, as pgbench 13-18 has them, with one
+# change: each history row carries the id of its transaction (segment:client:number) in
+# `filler`, which pgbench leaves NULL. Each client counts its transactions in `seq`
+# (pgbench variables live as long as the client), so every transaction pgbench logged as
+# committed can be looked for after a power loss (durability.py).
+LEDGER_SCRIPTS = {
+    "tpcb-like": """\\set aid random(1, 100000 * :scale)
+\\set bid random(1, 1 * :scale)
+\\set tid random(1, 10 * :scale)
+\\set delta random(-5000, 5000)
+\\set seq :seq + 1
+BEGIN;
+UPDATE pgbench_accounts SET abalance = abalance + :delta WHERE aid = :aid;
+SELECT abalance FROM pgbench_accounts WHERE aid = :aid;
+UPDATE pgbench_tellers SET tbalance = tbalance + :delta WHERE tid = :tid;
+UPDATE pgbench_branches SET bbalance = bbalance + :delta WHERE bid = :bid;
+INSERT INTO pgbench_history (tid, bid, aid, delta, mtime, filler)
+  VALUES (:tid, :bid, :aid, :delta, CURRENT_TIMESTAMP,
+          concat_ws(':', :segment::int, :client_id::int, :seq::int));
+END;
+""",
+    "simple-update": """\\set aid random(1, 100000 * :scale)
+\\set bid random(1, 1 * :scale)
+\\set tid random(1, 10 * :scale)
+\\set delta random(-5000, 5000)
+\\set seq :seq + 1
+BEGIN;
+UPDATE pgbench_accounts SET abalance = abalance + :delta WHERE aid = :aid;
+SELECT abalance FROM pgbench_accounts WHERE aid = :aid;
+INSERT INTO pgbench_history (tid, bid, aid, delta, mtime, filler)
+  VALUES (:tid, :bid, :aid, :delta, CURRENT_TIMESTAMP,
+          concat_ws(':', :segment::int, :client_id::int, :seq::int));
+END;
+""",
+}
+
+
+def ledger_problem(workload: Workload) -> str | None:
+    """Why acknowledged commits cannot be counted exactly for this workload, or None."""
+    if not any(name in LEDGER_SCRIPTS for name, _ in workload.expanded_mix()):
+        return "the workload writes no pgbench_history rows (tpcb-like or simple-update)"
+    if workload.max_tries != 1:
+        return "with max_tries a retried transaction counts twice"
+    if workload.latency_limit > 0:
+        return "with latency_limit skipped transactions are not in the ledger"
+    if workload.log_sampling < 1:
+        return "with log_sampling not every committed transaction is logged"
+    return None
+
+
 @dataclass(frozen=True)
 class PgbenchCommand:
     argv: list[str]
@@ -77,10 +128,36 @@ class PgbenchCommand:
     total_s: int  # warmup + duration + EXTRA_SECONDS: one pgbench process for it all
     jobs: int
     txlog_dir: Path  # where pgbench writes its transaction logs (moved to raw/ after)
+    # Script numbers (as in the transaction log) of the ledger scripts, when used.
+    ledger_scripts: tuple[int, ...] = ()
+    segment: int = 1  # the load's nth pgbench process (after a crash, the load restarts)
+
+    @property
+    def txlog_prefix(self) -> str:
+        return segment_prefix(self.segment)
+
+    def continued(self, seconds: int) -> PgbenchCommand:
+        """The same load for `seconds` more, as the next segment (after a crash)."""
+        segment = self.segment + 1
+        argv = list(self.argv)
+        argv[argv.index("-T") + 1] = str(seconds)
+        for i, arg in enumerate(argv):
+            if arg.startswith("--log-prefix="):
+                argv[i] = f"--log-prefix={self.txlog_dir / segment_prefix(segment)}"
+            if arg == f"segment={self.segment}" and argv[i - 1] == "-D":
+                argv[i] = f"segment={segment}"
+        if "-n" not in argv:  # pgbench's own vacuum would truncate pgbench_history
+            argv.insert(1, "-n")
+        return dataclasses.replace(self, argv=argv, total_s=seconds, segment=segment)
+
+
+def segment_prefix(segment: int) -> str:
+    return TXLOG_PREFIX if segment == 1 else f"{TXLOG_PREFIX}-{segment}"
 
 
 def build_command(bins: PgBinaries, workload: Workload, clients: int, raw_dir: Path,
-                  scripts_base: Path, txlog_dir: Path | None = None) -> PgbenchCommand:
+                  scripts_base: Path, txlog_dir: Path | None = None,
+                  ledger: bool = False) -> PgbenchCommand:
     jobs = min(workload.jobs, clients)  # pgbench refuses more threads than clients
     # Two more seconds than asked: only whole seconds are measured, the load starts
     # mid-second, and pgbench's -T clock starts before its clients have connected; the
@@ -93,10 +170,20 @@ def build_command(bins: PgBinaries, workload: Workload, clients: int, raw_dir: P
         "-P", "1", "--progress-timestamp",
         "-l", f"--log-prefix={(txlog_dir or raw_dir) / TXLOG_PREFIX}",
     ]
-    for name, weight in workload.expanded_mix():
-        argv += ["-b", f"{name}@{weight}"]
+    ledger_scripts: list[int] = []
+    for script_no, (name, weight) in enumerate(workload.expanded_mix()):
+        if ledger and name in LEDGER_SCRIPTS:
+            ledger_file = raw_dir / f"ledger-{name}.sql"
+            ledger_file.write_text(LEDGER_SCRIPTS[name])
+            argv += ["-f", f"{ledger_file}@{weight}"]
+            ledger_scripts.append(script_no)
+        else:
+            argv += ["-b", f"{name}@{weight}"]
     for path, weight in workload.script_files():
         argv += ["-f", f"{(scripts_base / path).resolve()}@{weight}"]
+    if ledger_scripts:
+        # pgbench sets :scale from pgbench_branches only when a built-in script runs
+        argv += ["-D", f"scale={workload.scale}", "-D", "seq=0", "-D", "segment=1"]
     if workload.rate > 0:
         argv += ["-R", f"{workload.rate:g}"]
     if workload.latency_limit > 0:
@@ -116,7 +203,7 @@ def build_command(bins: PgBinaries, workload: Workload, clients: int, raw_dir: P
         has_retries=workload.max_tries != 1,
         sampling_rate=workload.log_sampling,
     )
-    return PgbenchCommand(argv, spec, total, jobs, txlog_dir or raw_dir)
+    return PgbenchCommand(argv, spec, total, jobs, txlog_dir or raw_dir, tuple(ledger_scripts))
 
 
 @dataclass(frozen=True)
@@ -134,15 +221,15 @@ def collect_txlogs(cmd: PgbenchCommand, raw_dir: Path) -> None:
     """Move the transaction logs from their spool dir into raw/ (no-op if already there)."""
     if cmd.txlog_dir == raw_dir or not cmd.txlog_dir.exists():
         return
-    for path in cmd.txlog_dir.glob(f"{TXLOG_PREFIX}.*"):
+    for path in cmd.txlog_dir.glob(f"{TXLOG_PREFIX}*"):
         shutil.move(str(path), raw_dir / path.name)
     shutil.rmtree(cmd.txlog_dir, ignore_errors=True)
 
 
-def txlog_files(raw_dir: Path) -> dict[int, Path]:
+def txlog_files(raw_dir: Path, prefix: str = TXLOG_PREFIX) -> dict[int, Path]:
     """Job index -> per-transaction log: PREFIX.<pid> is job 0, PREFIX.<pid>.N is job N."""
     files: dict[int, Path] = {}
-    for path in raw_dir.glob(f"{TXLOG_PREFIX}.*"):
+    for path in raw_dir.glob(f"{prefix}.*"):
         parts = path.name.split(".")
         if len(parts) == 2 and parts[1].isdigit():
             files[0] = path
@@ -173,9 +260,11 @@ def run(
     cgroup_procs: list[Path] | None = None,
 ) -> PgbenchRun:
     """Run pgbench to completion, streaming its progress lines to `on_progress`."""
-    stdout_path = raw_dir / "pgbench.stdout"
-    stderr_path = raw_dir / "pgbench.stderr"
-    (raw_dir / "pgbench.argv").write_text(" ".join(cmd.argv) + "\n")
+    # The first segment's files keep their names; a restarted load's get its number.
+    stem = "pgbench" if cmd.segment == 1 else f"pgbench-{cmd.segment}"
+    stdout_path = raw_dir / f"{stem}.stdout"
+    stderr_path = raw_dir / f"{stem}.stderr"
+    (raw_dir / f"{stem}.argv").write_text(" ".join(cmd.argv) + "\n")
     progress: list[ProgressLine] = []
     tail: list[str] = []
     started = time.time()

@@ -1,0 +1,234 @@
+"""The integrity verdict after a crash or power loss, and at the end of such a run.
+
+What is checked, with no load running (between the load's segments, and after the last):
+- the server came back (or the line that says why not: a PANIC in recovery);
+- `pg_amcheck --heapallindexed --parent-check` from the binaries in use (heap and B-tree),
+  clean or its findings with the relations they name;
+- the TPC-B invariant: the sums of account, teller and branch balances each equal the
+  sum of the history deltas (pgbench -i starts them all at 0; simple-update moves only
+  accounts, and a bulk-update fault moves accounts alone, so those are left out);
+- acknowledged commits lost: every transaction pgbench logged as done (its
+  per-transaction log is written after the COMMIT's reply arrived) carries an id in its
+  history row (pgbench.LEDGER_SCRIPTS); an acknowledged id missing from pgbench_history
+  after recovery is a lost commit. The count is exact: ids are per segment, client and
+  the client's own count of ledger transactions, so neither clocks nor the transaction
+  that was in flight at the cut (committed or not, never acknowledged) enter it.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from pglab.lab.binaries import PgBinaries
+from pglab.lab.local import LocalServer
+from pglab.results.manifest import Manifest
+from pglab.workload import pgbench
+
+LedgerId = tuple[int, int, int]  # (segment, client, seq)
+AMCHECK_RELATION = re.compile(r'^(heap table|btree index|table|index) "([^"]+)"')
+
+
+@dataclass
+class Ledger:
+    """What pgbench acknowledged, read from the transaction logs of finished segments."""
+
+    ledger_scripts: tuple[int, ...]
+    acked: dict[LedgerId, int] = field(default_factory=dict)  # id -> completion, epoch µs
+    read_segments: set[int] = field(default_factory=set)
+
+    def read_segment(self, txlog_dir: Path, segment: int) -> None:
+        """Add a finished segment's acknowledged transactions (once per segment)."""
+        if segment in self.read_segments:
+            return
+        self.read_segments.add(segment)
+        scripts = set(self.ledger_scripts)
+        for path in pgbench.txlog_files(txlog_dir, pgbench.segment_prefix(segment)).values():
+            counts: dict[int, int] = {}
+            for line in path.read_text(errors="replace").splitlines():
+                parts = line.split()
+                if len(parts) < 6 or not (parts[0].isdigit() and parts[3].isdigit()):
+                    continue  # a line cut short by a killed pgbench
+                if int(parts[3]) not in scripts or parts[2] == "skipped":
+                    continue
+                client = int(parts[0])
+                # Each client logs its transactions in order, and the script counted
+                # every one it ran (done or failed) in :seq.
+                seq = counts[client] = counts.get(client, 0) + 1
+                if parts[2].isdigit():  # done: its COMMIT was acknowledged
+                    self.acked[(segment, client, seq)] = int(parts[4]) * 10**6 + int(parts[5])
+
+
+def _present(conn: psycopg.Connection[Any]) -> set[LedgerId]:
+    found: set[LedgerId] = set()
+    with conn.cursor() as cur:
+        cur.execute("SELECT filler FROM pgbench_history WHERE filler IS NOT NULL")
+        for (filler,) in cur:
+            pieces = str(filler).strip().split(":")
+            if len(pieces) == 3 and all(p.isdigit() for p in pieces):
+                found.add((int(pieces[0]), int(pieces[1]), int(pieces[2])))
+    return found
+
+
+def lost_commits(ledger: Ledger, conn: psycopg.Connection[Any],
+                 cuts: list[float]) -> dict[str, Any]:
+    """Acknowledged ids missing now; `cuts` (epoch seconds) place each loss before the cut
+    that lost it, as a window of seconds before its cut."""
+    present = _present(conn)
+    lost = sorted(t for i, t in ledger.acked.items() if i not in present)
+    found: dict[str, Any] = {"acknowledged": len(ledger.acked), "lost": len(lost)}
+    before = []
+    for t in lost:
+        after = [c for c in cuts if c * 1e6 >= t]
+        if after:
+            before.append(after[0] - t / 1e6)
+    if before:
+        found["lost_window_s"] = [round(min(before), 3), round(max(before), 3)]
+    return found
+
+
+def tpcb_invariants(conn: psycopg.Connection[Any], compared: tuple[str, ...]) -> dict[str, Any]:
+    """`compared`: the balances that must each equal the history's sum (accounts,
+    tellers, branches; the workload and the faults decide which move with history)."""
+    row = conn.execute(
+        "SELECT (SELECT coalesce(sum(abalance), 0) FROM pgbench_accounts),"
+        " (SELECT coalesce(sum(tbalance), 0) FROM pgbench_tellers),"
+        " (SELECT coalesce(sum(bbalance), 0) FROM pgbench_branches),"
+        " (SELECT coalesce(sum(delta), 0) FROM pgbench_history)").fetchone()
+    assert row is not None
+    accounts, tellers, branches, history = (int(v) for v in row)
+    every = {"accounts": accounts, "tellers": tellers, "branches": branches}
+    sums = {"history": history, **{k: every[k] for k in compared}}
+    return {"holds": len(set(sums.values())) == 1, "sums": sums}
+
+
+def amcheck(bins: PgBinaries, server: LocalServer) -> dict[str, Any]:
+    """pg_amcheck of the bench database: clean, or its findings and the relations."""
+    tool = bins.tool("pg_amcheck")
+    if not tool.exists():
+        return {"skipped": f"{tool} is missing"}
+    info = server.conninfo()
+    argv = [str(tool), "--install-missing", "--heapallindexed", "--parent-check",
+            "-h", info["host"], "-p", info["port"], "-U", info["user"], info["dbname"]]
+    started = time.monotonic()
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    lines = [ln for ln in (result.stdout + result.stderr).splitlines()
+             if ln.strip() and not ln.startswith("NOTICE:")]  # "amcheck already exists"
+    relations = sorted({m.group(2) for ln in lines if (m := AMCHECK_RELATION.match(ln))})
+    return {"clean": result.returncode == 0 and not lines, "returncode": result.returncode,
+            "relations": relations, "findings": lines[:30],
+            "elapsed_s": round(time.monotonic() - started, 3)}
+
+
+def verify(server: LocalServer, bins: PgBinaries, ledger: Ledger | None,
+           ledger_problem: str | None, compared: tuple[str, ...],
+           cuts: list[float]) -> dict[str, Any]:
+    """The integrity verdict of a node now (no load running)."""
+    started = time.monotonic()
+    verdict: dict[str, Any] = {"server_up": server.is_running()}
+    if not verdict["server_up"]:
+        return verdict
+    verdict["amcheck"] = amcheck(bins, server)
+    try:
+        with server.connect() as conn:
+            setting = conn.execute("SHOW synchronous_commit").fetchone()
+            verdict["synchronous_commit"] = setting[0] if setting else None
+            verdict["tpcb"] = tpcb_invariants(conn, compared)
+            if ledger is not None:
+                verdict["commits"] = lost_commits(ledger, conn, cuts)
+            else:
+                verdict["commits"] = {"not_counted": ledger_problem}
+    except psycopg.Error as exc:
+        verdict["error"] = (exc.diag.message_primary or str(exc)).strip()
+    commits = verdict.get("commits", {})
+    # synchronous_commit = off acknowledges before the WAL is flushed: losing the last
+    # moments (up to 3 x wal_writer_delay) is what it trades for speed, not a bug.
+    commits["allowed"] = verdict.get("synchronous_commit") == "off"
+    verdict["elapsed_s"] = round(time.monotonic() - started, 3)
+    return verdict
+
+
+def summary_line(what: str, verdict: dict[str, Any]) -> str:
+    """One line for the terminal: 'power loss at 20 s: 0 acknowledged commits lost; ...'."""
+    if not verdict.get("server_up", False):
+        error = verdict.get("start_error") or "the server did not come back"
+        return f"{what}: {error}"
+    parts = []
+    commits = verdict.get("commits", {})
+    if "lost" in commits:
+        text = f"{commits['lost']} acknowledged commits lost"
+        if window := commits.get("lost_window_s"):
+            text += f" (acknowledged {window[0]:.1f}-{window[1]:.1f} s before the cut)"
+        if commits["lost"] and commits.get("allowed"):
+            text += " (allowed by synchronous_commit = off)"
+        parts.append(text)
+    elif commits.get("not_counted"):
+        parts.append(f"lost commits not counted: {commits['not_counted']}")
+    check = verdict.get("amcheck", {})
+    if check.get("clean"):
+        parts.append("pg_amcheck clean")
+    elif "findings" in check:
+        named = ", ".join(check["relations"][:3]) or "(no relation named)"
+        first = check["findings"][0] if check["findings"] else ""
+        parts.append(f"pg_amcheck: {named}: {first}".rstrip(": "))
+    tpcb = verdict.get("tpcb")
+    if tpcb is not None:
+        parts.append("balances match history" if tpcb["holds"]
+                     else f"balances do not match history {tpcb['sums']}")
+    if "recovery_s" in verdict:
+        parts.append(f"recovery {verdict['recovery_s']:g} s")
+    if "error" in verdict:
+        parts.append(f"error: {verdict['error']}")
+    return f"{what}: " + "; ".join(parts)
+
+
+def _clean(verdict: dict[str, Any]) -> bool:
+    return bool(verdict.get("server_up") and verdict.get("amcheck", {}).get("clean", True)
+                and verdict.get("tpcb", {}).get("holds", True) and "error" not in verdict)
+
+
+def durability_lines(manifest: Manifest) -> list[str]:
+    """What a run with crashes or power losses found, for the terminal: the whole run
+    first, then each cut. Empty for a run without cuts."""
+    record = manifest.durability
+    if not record:
+        return []
+    cuts = [c for c in record.get("cuts", []) if isinstance(c, dict)]
+    final = record.get("final") or {}
+    events = [f for f in manifest.faults or []
+              if str(f.get("attrs", "")).find('"power-loss"') >= 0
+              or str(f.get("attrs", "")).find('"crash"') >= 0]
+    count = len(events) or sum(int(c.get("cuts_covered", 1)) for c in cuts)
+    kinds = {c.get("action") for c in cuts}
+    noun = "power loss" if kinds == {"power-loss"} else "crash" if kinds == {"crash"} else "cut"
+    plural = {"power loss": "power losses", "crash": "crashes", "cut": "cuts"}[noun]
+    lines = []
+    lost = (final.get("commits") or {}).get("lost")
+    verdicts = [*cuts, final] if final else cuts
+    clean = all(_clean(v) for v in verdicts)
+    head = f"{count} {noun if count == 1 else plural}: "
+    head += (f"{lost} acknowledged commits lost" if lost is not None
+             else "acknowledged commits not counted")
+    if lost and (final.get("commits") or {}).get("allowed"):
+        head += " (allowed by synchronous_commit = off)"
+    head += ", integrity clean" if clean else ", integrity NOT clean"
+    lines.append(head)
+    for cut in cuts:
+        what = f"{noun if cut.get('action') in ('power-loss', 'crash') else 'cut'}"
+        what = {"power-loss": "power loss", "crash": "crash"}.get(str(cut.get("action")), what)
+        what += f" at {round(float(cut.get('at_s', 0)), 1):g} s"
+        if int(cut.get("cuts_covered", 1)) > 1:
+            what += f" (after {cut['cuts_covered']} cuts)"
+        line = summary_line(what, cut)
+        if cut.get("lost_bytes"):
+            line += f"; the device's cache dropped {cut['lost_bytes'] // 1024} KiB"
+        lines.append(line)
+    if final:
+        lines.append(summary_line("end of run", final))
+    return lines
