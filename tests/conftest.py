@@ -96,7 +96,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # Longest modules first (xdist hands out whole modules, in this order), so that no
     # long module starts last while the other worker has nothing left. Without a record
     # of the last run: modules with exclusive tests, then live ones, then the rest.
-    seconds: dict[str, float] = config.cache.get(SECONDS_KEY, {}) if config.cache else {}
+    cache = getattr(config, "cache", None)
+    seconds: dict[str, float] = cache.get(SECONDS_KEY, {}) if cache else {}
     rank: dict[str, tuple[float, int]] = {}
     for item in items:
         kind = 0 if item.get_closest_marker("exclusive") else 1 if item.get_closest_marker(

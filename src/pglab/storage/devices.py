@@ -19,6 +19,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,7 @@ from pglab.storage.device_server import behaviour_from_limits, control
 from pglab.storage.filesystems import run_tool, unmount
 
 LOOP_MAX_REQUEST_KB = 128
+SOCKET_DIR_PREFIX = "pglab-dev-"
 
 
 @dataclass(frozen=True)
@@ -150,8 +152,11 @@ class EmulatedDevice:
         self.work_dir = work_dir
         self.image = image
         self.size = size
-        self.socket = work_dir / "nbd.sock"
-        self.control_socket = work_dir / "control.sock"
+        # The sockets live in a short private dir under /tmp: a Unix socket path may not
+        # exceed 107 bytes and the lab dir can be deep (device.json names it for the reaper).
+        self.socket_dir = Path(tempfile.mkdtemp(prefix=SOCKET_DIR_PREFIX, dir="/tmp"))
+        self.socket = self.socket_dir / "nbd.sock"
+        self.control_socket = self.socket_dir / "control.sock"
         self.fuse_dir = work_dir / "fuse"
         self.server: subprocess.Popen[bytes] | None = None
         self.fuse: subprocess.Popen[bytes] | None = None
@@ -241,6 +246,7 @@ class EmulatedDevice:
                     self.server.wait()
             self.server = None
         unmount(self.fuse_dir)
+        shutil.rmtree(self.socket_dir, ignore_errors=True)
 
 
 def _is_file(path: Path) -> bool:
@@ -251,9 +257,15 @@ def _is_file(path: Path) -> bool:
 
 
 def stop_device_servers_under(root: Path) -> None:
-    """The reaper's part: device servers and nbdfuse processes of a lab dir."""
+    """The reaper's part: device servers and nbdfuse processes of a lab dir, and their
+    socket dirs (named in each device.json)."""
     import psutil
 
+    for config in root.glob("*/*-device/device.json"):
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            sockets = Path(json.loads(config.read_text())["socket"]).parent
+            if sockets.name.startswith(SOCKET_DIR_PREFIX):
+                shutil.rmtree(sockets, ignore_errors=True)
     for proc in psutil.process_iter(["cmdline"]):
         cmd = " ".join(proc.info["cmdline"] or [])
         if str(root) + "/" in cmd and ("pglab.storage.device_server" in cmd or
