@@ -29,6 +29,7 @@ import pytest
 from conftest import run_cli, write_scenario
 from pglab.lab.local import BENCH_DB, SUPERUSER
 from pglab.paths import labs_dir
+from pglab.results.analysis_doc import deficit
 from pglab.runner import QuietUI, RunOptions, run_scenario
 from pglab.scenario import load_text
 from pglab.workload.pgbench_output import ProgressLine
@@ -278,7 +279,7 @@ def test_live_lock_is_found_where_it_was_held(tmp_path: Path) -> None:
     analysis = json.loads((run / "analysis.json").read_text())
     assert analysis["summary"]["verdict"]["cause"] == pathology.cause
     # the stall that lost the most is the lock's: it overlaps the seconds it was held
-    stall = max(analysis["stalls"], key=lambda s: s["lost_transactions"])
+    stall = max(analysis["stalls"], key=lambda s: deficit(s) or 0)
     window = [dt.datetime.fromisoformat(stall[k].replace("Z", "+00:00"))
               for k in ("start", "end")]
     assert window[0] < held[1] and window[1] > held[0], (window, held)
