@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from conftest import run_cli
-from test_builtin_scenarios import _run, low_seconds, measured_tps, top_cause, wait_shares
+from test_builtin_scenarios import _run, measured_tps
 
 pytestmark = [pytest.mark.root, pytest.mark.live,
               pytest.mark.skipif(os.geteuid() != 0, reason="storage volumes need root")]
@@ -84,17 +84,3 @@ def test_wal_on_its_own_fast_volume_wins(storage_packages: None, tmp_path: Path)
     assert set(tps) == {3.0, 0.0}
     # every commit waits for its WAL flush: 3 ms (plus the data volume's) against none
     assert tps[0.0] > 1.5 * tps[3.0], tps
-
-
-@pytest.mark.exclusive  # a timing signal: the machine alone
-def test_standby_slow_volume_makes_commits_wait_on_syncrep(storage_packages: None,
-                                                           tmp_path: Path) -> None:
-    (run,) = _run(tmp_path, "standby-slow-volume", "workload.duration=12s",
-                  "workload.warmup=2s",
-                  'faults=[{at="3s", action="bulk-update", args={rows=100000}}]')
-    assert low_seconds(run) >= 3
-    standby = _volume(run, node="standby1")
-    assert standby["device"]["write_mbps"] == 4 and standby["device"]["latency_ms"] == 3
-    shares = wait_shares(run)
-    assert max(shares, key=lambda k: shares[k]) == "IPC:SyncRep", shares
-    assert top_cause(run) == "sync-replication"
