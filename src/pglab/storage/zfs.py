@@ -27,7 +27,7 @@ from typing import Any
 import psutil
 
 from pglab.errors import EnvironmentProblem, PglabError
-from pglab.storage.filesystems import MB, Filesystem, FsOption, run_tool
+from pglab.storage.filesystems import MB, Filesystem, FsOption, mount_entry, run_tool
 
 _ON_OFF = ("on", "off")
 _FUSE_RECORDSIZES = tuple(f"{n}k" for n in (1, 2, 4, 8, 16, 32, 64, 128))
@@ -142,8 +142,6 @@ def _zfs_ok() -> bool:
 
 def _wait_mounted(mountpoint: Path, timeout: float = 10) -> None:
     # zfs-fuse mounts asynchronously: the command returns before the FUSE mount is up.
-    from pglab.storage.filesystems import mount_entry
-
     deadline = time.monotonic() + timeout
     while mount_entry(mountpoint) is None:
         if time.monotonic() > deadline:
