@@ -510,6 +510,7 @@ def test_a_paused_standby_gets_quorum_advice_a_slow_one_a_faster_disk() -> None:
     for analysis, kind in ((paused, "standby-unresponsive"), (slow, "standby-slow-disk")):
         top = _worst(analysis)["causes"][0]
         assert top["cause"] == "sync-replication" and top["sub_cause"] == kind, top
+    assert paused["recommendations"][0]["rule"] == "quorum-commit"  # the fitting advice first
     rules = {r["rule"]: r for r in paused["recommendations"]}
     assert rules["quorum-commit"]["change"] == {"topology.standbys": 2,
                                                 "topology.synchronous": "any:1"}

@@ -177,6 +177,10 @@ def test_sync_standby_paused_stops_commits_on_syncrep(tmp_path: Path) -> None:
         & pl.col("t").is_between(start, end))["t"].n_unique()
     assert reads >= 20, reads
     assert top_cause(run) == "sync-replication"
+    # a standby that stops answering, not a slow one: quorum commit is the first advice
+    analysis = json.loads((run / "analysis.json").read_text())
+    rules = [r["rule"] for r in analysis["recommendations"]]
+    assert rules and rules[0] == "quorum-commit", rules
 
 
 @pytest.mark.exclusive

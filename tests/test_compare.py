@@ -7,7 +7,7 @@ test runs (the module is `exclusive`): the same write load once with default set
 ("fast1") and once with every commit waiting 20 ms before its WAL flush (commit_delay =
 20ms, commit_siblings = 0: a clearly worse setting, so the default is clearly better, by
 10x or more); three repeats each of the load for 6 s at a fixed rate of 15 TPS ("a1"..
-"a3") and of 30 TPS ("b1".."b3"), interleaved so that a slow phase of the machine hits
+"a3") and of 30 TPS ("b1".."b3"), with commits that do not wait for the disk, interleaved so that a slow phase of the machine hits
 both: a real 2x difference in throughput, which must be found over repeats without any
 assumed noise, and at the default noise from one run per side, where two identical
 configurations must show none; and once on Debian's PostgreSQL 15. The rates are far
@@ -48,7 +48,10 @@ jobs = 2
 duration = "3s"
 warmup = "1s"
 """
-RATED = ["--set", "workload.duration=6s"]  # seconds enough for a verdict from one run
+# Seconds enough for a verdict from one run; commits that do not wait for the host's disk
+# flush (synchronous_commit = off), whose latency on this VM jumps from 2 ms to 160 ms for
+# seconds at a time: a run caught in that had a 20x p99, more than any assumed noise.
+RATED = ["--set", "workload.duration=6s", "--set", "server.settings.synchronous_commit=off"]
 
 
 @pytest.fixture(scope="module")
@@ -104,8 +107,13 @@ def test_identical_runs_show_no_significant_difference(runs: dict[str, Path]) ->
     found = verdicts(data)
     print({k: (metric(data, k)["delta_pct"], metric(data, k)["ci_pct"]) for k in found})
     # Every metric that can be tested says so; none is called better or worse.
-    for name in ("tps", "lat_avg", "p50", "p95", "p99", "max", "failures"):
+    for name in ("tps", "lat_avg", "p50", "max", "failures"):
         assert found[name] == "no significant difference", (name, metric(data, name))
+    # 15 transactions a second have no p95 or p99 of their own (the maximum stands in)
+    for name, needed in (("p95", 20), ("p99", 100)):
+        assert found[name] == "n/a", metric(data, name)
+        assert metric(data, name)["note"].startswith(
+            f"a per-second {name} needs {needed} transactions a second"), metric(data, name)
     assert not {v for v in found.values()} & {"better", "worse"}, found
     assert data["contenders"][0]["comparable"] is True
     changed = {(e["category"], e["key"]) for e in data["contenders"][0]["environment"]}
@@ -120,7 +128,9 @@ def test_a_modest_real_effect_at_the_default_noise(runs: dict[str, Path]) -> Non
     for repeat in (1, 2, 3):
         tps = metric(compare_json(str(runs[f"a{repeat}"]), str(runs[f"b{repeat}"]),
                                   noise="10"), "tps")
-        assert tps["verdict"] == "better" and 50 < tps["delta_pct"] < 160, tps
+        # 6 s at 15 TPS is some 90 Poisson arrivals (+-10%): the measured ratio moves that
+        # much; its interval must hold the true +100%
+        assert tps["verdict"] == "better" and tps["ci_pct"][0] < 100 < tps["ci_pct"][1], tps
         assert "widened by the assumed run-to-run noise (+-10%)" in tps["note"]
 
 
@@ -192,7 +202,7 @@ def test_markdown_and_html_outputs(runs: dict[str, Path], tmp_path: Path) -> Non
     assert len(rows) == len(titles), unwrapped.stdout
     for line in rows:
         assert line.rstrip().endswith(("no significant difference", "better", "worse",
-                                       "n/a")), unwrapped.stdout
+                                       "n/a", "n/a *")), unwrapped.stdout
 
 
 def test_another_postgresql_version_is_not_comparable(runs: dict[str, Path],

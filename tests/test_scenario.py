@@ -9,6 +9,7 @@ import pytest
 from pglab.errors import BadInput
 from pglab.scenario import load, load_text
 from pglab.scenario.builtin import builtin_names, load_builtin
+from pglab.scenario.overrides import parse_override, toml_value
 
 BASE = 'name = "t"\n'
 
@@ -88,6 +89,21 @@ def test_overrides_parse_toml_values_and_bare_words() -> None:
     assert scenario.workload.clients == [32]
     assert scenario.server.settings == {"fsync": "off", "work_mem": "8MB"}
     assert scenario.workload.duration == 300.0
+
+
+def test_tables_and_lists_pass_through_set_as_tune_writes_them() -> None:
+    """A tune pins a [matrix] point (a device table, a list of faults) with --set: what
+    toml_value writes, --set reads back unchanged; a pasted JSON object is read too."""
+    device = {"write_mbps": 8, "latency": "3ms"}
+    faults = [{"at": "1s", "action": "pause-standby", "node": "standby1", "duration": "2s"}]
+    for key, value in (("storage.device", device), ("faults", faults),
+                       ("server.settings.application_name", 'say "hi"'),
+                       ("workload.clients", [1, 2]), ("server.settings.x", {"a.b": 1.5})):
+        assert parse_override(f"{key}={toml_value(value)}") == (key, value)
+    assert parse_override('storage.device={"write_mbps": 8}') == ("storage.device",
+                                                                  {"write_mbps": 8})
+    assert parse_override("storage.device={write_mbps") == ("storage.device",
+                                                            "{write_mbps")
 
 
 @pytest.mark.parametrize(

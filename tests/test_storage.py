@@ -23,6 +23,7 @@ import polars as pl
 import psutil
 import pytest
 
+import pglab
 from conftest import SAMPLES, run_cli
 from pglab.errors import BadInput, EnvironmentProblem
 from pglab.results.manifest import Manifest
@@ -515,10 +516,19 @@ def test_storage_needs_root(tmp_path: Path) -> None:
     scenario = _scenario(tmp_path, 'filesystem = "ext4"')
     scenario.chmod(0o644)
     tmp_path.chmod(0o755)
-    result = subprocess.run(
-        ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", sys.executable,
-         "-m", "pglab", "validate", str(scenario)],
-        capture_output=True, text=True, env={**os.environ, "HOME": "/tmp"})
+    # The checkout may be where uid 65534 cannot read (CI clones under /root): a copy of
+    # the package it can read goes first on its path.
+    readable = Path(tempfile.mkdtemp(prefix="pglab-src-"))
+    try:
+        readable.chmod(0o755)
+        shutil.copytree(Path(pglab.__file__).parent, readable / "pglab")
+        result = subprocess.run(
+            ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+             sys.executable, "-m", "pglab", "validate", str(scenario)],
+            capture_output=True, text=True,
+            env={**os.environ, "HOME": "/tmp", "PYTHONPATH": str(readable)})
+    finally:
+        shutil.rmtree(readable)
     assert result.returncode == 3, result.stderr
     assert result.stderr.strip().endswith("[storage] volumes need root (losetup, mkfs, "
                                           "mount); pglab runs as uid 65534")

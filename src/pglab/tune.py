@@ -42,6 +42,7 @@ from pglab.results.files import TUNE_SUFFIX, new_run_id, write_json
 from pglab.results.folder import StoredRun
 from pglab.runner import RunOptions, RunUI, run_scenario
 from pglab.scenario import LoadedScenario
+from pglab.scenario.overrides import toml_value
 
 TUNE_METRICS = ["stall_seconds", "tps", "p99"]  # what a candidate is judged by
 TUNE_FORMAT = 2  # 1: one step (baseline, candidates); 2: + steps, combined, status
@@ -55,7 +56,7 @@ class Candidate:
 
     def overrides(self) -> list[str]:
         # JSON strings and numbers are valid TOML values, which is what --set parses.
-        return [f"{key}={json.dumps(value)}" for key, value in self.change.items()]
+        return [f"{key}={toml_value(value)}" for key, value in self.change.items()]
 
     @property
     def label(self) -> str:
@@ -328,7 +329,7 @@ def tune(loaded_for: Callable[[list[str]], LoadedScenario], base_overrides: list
         point = dict(base.variants[0].overrides)
         count = len(base.variants)
         base_overrides = [*base_overrides, "matrix={}",
-                          *(f"{k}={json.dumps(v)}" for k, v in point.items())]
+                          *(f"{k}={toml_value(v)}" for k, v in point.items())]
         base = loaded_for(base_overrides)
         ui.status(f"tune: {count} runs in the sweep; tuning its first point: "
                   + ", ".join(f"{k}={v}" for k, v in point.items()))

@@ -10,7 +10,6 @@ docs/ANALYSIS.md lists the rules; a test checks that the two agree.
 
 from __future__ import annotations
 
-import json
 import shlex
 import sys
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from typing import Any
 from pglab.results import files
 from pglab.results.manifest import Manifest
 from pglab.scenario.builtin import builtin_names
+from pglab.scenario.overrides import toml_value
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -499,7 +499,7 @@ def _set_value(value: Any) -> str:
         except tomllib.TOMLDecodeError:
             return shlex.quote(value)  # a bare word stays a string
         return shlex.quote(f'"{value}"')  # e.g. "true" or "64" meant as strings
-    return json.dumps(value)
+    return shlex.quote(toml_value(value))  # a list or table has spaces and quotes
 
 
 def _test_line(f: Facts, rule: Rule, change: dict[str, Any]) -> str:

@@ -4,6 +4,7 @@ Verdicts:
 - `better` / `worse`: the 95% interval of the difference excludes zero.
 - `no significant difference`: the interval includes zero.
 - `n/a`: a side lacks the metric (with the reason), or the metric has one value per run
+  (stall seconds; p95 or p99 of a run whose seconds are too few transactions to have one)
   and a side has no repeats to test it on.
 
 Run-to-run noise. Per-second samples of one run only show how a run varies from second
@@ -115,8 +116,10 @@ def compare_metric(metric: Metric, base: Group, contender: Group, noise: float,
         cont_runs = [[v] for v in cont_values]
         how = "one value per run, bootstrap over repeats"
     else:
+        why = next((m.unsampled for m in base_m + cont_m if m.unsampled), None)
         return MetricResult(metric, base_value, cont_value, None, "n/a",
-                            "one value per run: give repeats on both sides for a verdict",
+                            (f"{why}: " if why else "")
+                            + "one value per run: give repeats on both sides for a verdict",
                             base_cv, cont_cv)
     interval = stats.bootstrap_difference(base_runs, cont_runs, metric.stat(), confidence)
     if len(base_runs) < 2 or len(cont_runs) < 2:

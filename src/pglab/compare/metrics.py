@@ -26,6 +26,7 @@ class Measure:
     value: float | None
     samples: list[float] | None = None  # time order; None: one value per run only
     missing: str | None = None  # why value is None
+    unsampled: str | None = None  # why a run with per-second values gives none here
 
 
 Reader = Callable[["RunData"], Measure]
@@ -44,6 +45,12 @@ class Metric:
         return stats.mean if self.statistic == "mean" else stats.median
 
 
+# A second's p95 needs 20 transactions, its p99 100: with fewer, the "percentile" is
+# that second's maximum (or next to it), and comparing those calls one slow transaction
+# a slower tail. Such a run is compared by its whole-run value, over repeats.
+PER_SECOND_MINIMUM = {"lat_p95_ms": 20, "lat_p99_ms": 100}
+
+
 def _client(column: str, measured_key: str) -> Reader:
     def read(run: RunData) -> Measure:
         value = run.measured.get(measured_key)
@@ -52,6 +59,13 @@ def _client(column: str, measured_key: str) -> Reader:
             why = ("no per-transaction latencies (imported without -l logs)"
                    if column.startswith("lat_p") else "not in the run's results")
             return Measure(None, None, why)
+        needed = PER_SECOND_MINIMUM.get(column)
+        rates = run.client_column("tps") if needed else None
+        if needed and samples and rates and stats.median(rates) < needed:
+            name = column.removeprefix("lat_").removesuffix("_ms")
+            return Measure(float(value), None, unsampled=(
+                f"a per-second {name} needs {needed} transactions a second, the run had "
+                f"{stats.median(rates):g}"))
         return Measure(float(value), samples)
     return read
 

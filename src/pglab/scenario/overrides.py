@@ -4,6 +4,10 @@ the raw scenario table before it is validated.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import math
+import re
 import sys
 from typing import Any
 
@@ -18,18 +22,50 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 
 def parse_override(text: str) -> tuple[str, Any]:
-    """'workload.clients=32' -> ('workload.clients', 32); values are TOML, else strings."""
+    """'workload.clients=32' -> ('workload.clients', 32); values are TOML (a JSON object
+    or array too, as people paste them), else strings."""
     key, sep, value = text.partition("=")
     key = key.strip()
     if not sep or not key:
         raise BadInput(f"--set {text}: expected KEY=VALUE, like workload.clients=32")
     value = value.strip()
+    parsed: Any
     try:
-        parsed: Any = tomllib.loads(f"v = {value}")["v"]
+        parsed = tomllib.loads(f"v = {value}")["v"]
     except tomllib.TOMLDecodeError:
         parsed = value  # a bare word such as off, 512MB or on
+        # unparsable, it stays a string: validation names the key and what it expects
+        if value[:1] in "{[":
+            with contextlib.suppress(json.JSONDecodeError):
+                parsed = json.loads(value)
     check_key(key, f"--set {text}")
     return key, parsed
+
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def toml_value(value: Any) -> str:
+    """A value as `--set` reads it back (TOML inline syntax): what a tune or a
+    recommendation's test line passes on, tables and lists of tables included."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        return repr(value) if math.isfinite(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)  # a JSON string is a TOML basic one
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        items = ", ".join(
+            f"{k if _BARE_KEY.fullmatch(str(k)) else json.dumps(str(k))} = {toml_value(v)}"
+            for k, v in value.items())
+        return "{ " + items + " }" if items else "{}"
+    raise ValueError(f"{value!r} has no TOML form")
 
 
 def check_key(key: str, where: str) -> None:
