@@ -213,7 +213,13 @@ def _low_seconds_with(run: Path, metric_prefix: str, fraction: float = 0.1) -> l
 def test_checkpoint_flush_storm_drops_tps_during_checkpoints(tmp_path: Path) -> None:
     (run,) = _run(tmp_path, "checkpoint-flush-storm", "workload.duration=20s",
                   "workload.warmup=2s")
-    assert low_seconds(run) >= 1
+    low, checkpoints_at = low_times(run), event_windows(run, "checkpoint")
+    print("checkpoint-flush-storm: low seconds", len(low), "in checkpoints",
+          inside(low, checkpoints_at))
+    # the checkpoints' writes fill the 16 MB/s disk: commits stall while one runs, and
+    # (nearly) only then
+    assert inside(low, checkpoints_at) >= 3, (low, checkpoints_at)
+    assert inside(low, checkpoints_at) >= 0.8 * len(low), (low, checkpoints_at)
     # max_wal_size is so small that WAL volume, not time, starts the checkpoints (the
     # shutdown checkpoint of the set-up's restart does not count)
     checkpoints = pl.read_parquet(run / "events.parquet").filter(pl.col("kind") == "checkpoint")

@@ -7,12 +7,13 @@ test runs (the module is `exclusive`): the same write load once with default set
 ("fast1") and once with every commit waiting 20 ms before its WAL flush (commit_delay =
 20ms, commit_siblings = 0: a clearly worse setting, so the default is clearly better, by
 10x or more); three repeats each of the load for 6 s at a fixed rate of 15 TPS ("a1"..
-"a3") and of 30 TPS ("b1".."b3"), with commits that do not wait for the disk, interleaved so that a slow phase of the machine hits
-both: a real 2x difference in throughput, which must be found over repeats without any
-assumed noise, and at the default noise from one run per side, where two identical
-configurations must show none; and once on Debian's PostgreSQL 15. The rates are far
-below what the machine does (hundreds of TPS) even when it is busy, so that the only
-noise left in their throughput is that of pgbench's random (Poisson) schedule.
+"a3") and of 30 TPS ("b1".."b3"), with commits that do not wait for the disk,
+interleaved so that a slow phase of the machine hits both: a real 2x difference in
+throughput, which must be found over repeats without any assumed noise, and at the
+default noise from one run per side, where two identical configurations must show none;
+and once on Debian's PostgreSQL 15. The rates are far below what the machine does
+(hundreds of TPS) even when it is busy, so that the only noise left in their throughput
+is that of pgbench's random (Poisson) schedule.
 
 This machine is a 2-core VM shared by several people running loads (load average 6-10
 while this was written): identical runs made a minute apart differed by up to 41% in TPS

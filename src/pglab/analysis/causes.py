@@ -37,6 +37,7 @@ MIN_CONFIDENCE = 0.2
 VACUUM_IO_MB = 64  # an autovacuum that read or dirtied less is no IO burden
 WRITEBACK_BURST_MB = 64  # this much page cache under writeback at once is a burst
 WEAK_BELOW = 0.4
+HEAD_HELD_SHARE = 0.5  # a queue's head seen waiting on IO this often: the queue is a symptom
 
 WAL_INIT = ("IO:WalInitWrite", "IO:WalInitSync")
 WAL_WRITE = ("IO:WalWrite", "IO:WalSync", "LWLock:WALWrite", "LWLock:WALInsert",
@@ -115,7 +116,32 @@ def lock_contention(ev: WindowEvidence) -> Finding | None:
         s.add(0.2, f"{len(deadlocks)} deadlock(s) detected")
     if s.value > 0:
         lock_kind(s, ev)
+        _head_held_up(s, ev)
     return s.finding()
+
+
+# What a queue's head can wait on that is not the lock: its commit's WAL flush, a data
+# file, the synchronous standby's confirmation.
+HEAD_HELD_UP = ("IO:", "LWLock:WAL", "IPC:SyncRep")
+
+
+def _head_held_up(s: Score, ev: WindowEvidence) -> None:
+    """Sessions queue on a row behind a transaction that is itself waiting, most of the
+    time, on IO or a standby (a paused disk, a slow flush): the queue is then what that
+    wait looks like from the other sessions, and the wait's own cause is the stall's."""
+    seen: dict[str, int] = {}
+    for queue in ev.events_of("lock-queue"):
+        for wait, count in ((queue.attrs.get("holder") or {}).get("waits") or {}).items():
+            seen[str(wait)] = seen.get(str(wait), 0) + int(count)
+    total = sum(seen.values())
+    held = {w: c for w, c in seen.items() if w.startswith(HEAD_HELD_UP)}
+    if not total or sum(held.values()) < HEAD_HELD_SHARE * total:
+        return
+    top = max(held, key=lambda w: held[w])
+    s.value /= 2
+    s.lines.append(f"(halved: the sessions at the head of the lock queues were seen waiting "
+                   f"on {top} {pct(sum(held.values()) / total)} of the time: the queue "
+                   "waits on what holds them)")
 
 
 def wal_segment_init(ev: WindowEvidence) -> Finding | None:

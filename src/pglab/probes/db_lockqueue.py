@@ -3,9 +3,11 @@
 `db.lockqueue` reads, every interval while some lock is not granted, each waiting
 session's wanted lock, the row it queues for (the tuple lock a row-lock waiter holds or
 wants: relation, page and tuple), and the sessions blocking it (pg_blocking_pids) with
-their application, user, state, transaction age and query, normalised (literals -> ?).
-One `lock-queue` event per (node, relation/row or lock, holder) from the first interval it
-is seen to the last, with the most waiters seen; gauges `queued` per relation.
+their application, user, state, transaction age, query, normalised (literals -> ?), and
+what the holder itself waits on. One `lock-queue` event per (node, relation/row or lock,
+holder) from the first interval it is seen to the last, with the most waiters seen and
+how often the holder was seen in each wait (a holder stuck in its commit's WAL flush makes
+the queue a symptom of the flush); gauges `queued` per relation.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ SELECT w.pid, w.locktype, w.mode,
        coalesce(t.page, w.page) AS page, coalesce(t.tuple, w.tuple) AS tuple,
        w.transactionid::text AS xid,
        h.pid AS holder, a.application_name, a.usename, a.state, a.query,
-       extract(epoch FROM now() - a.xact_start) AS xact_s, a.backend_type
+       extract(epoch FROM now() - a.xact_start) AS xact_s, a.backend_type,
+       a.wait_event_type, a.wait_event
 FROM waiting w
 LEFT JOIN pg_locks t ON t.pid = w.pid AND t.locktype = 'tuple'
 CROSS JOIN LATERAL unnest(pg_blocking_pids(w.pid)) AS h(pid)
@@ -103,7 +106,7 @@ class LockQueue(DbProbe):
         info: dict[int, dict[str, Any]] = {}
         wants: dict[int, tuple[str, str | None, set[str]]] = {}
         for (pid, locktype, mode, relation, page, tuple_, xid, holder, app, user, state,
-             query, xact_s, backend_type) in rows:
+             query, xact_s, backend_type, wait_type, wait) in rows:
             blocked_by.setdefault(int(pid), set()).add(int(holder))
             what = _object(str(locktype), relation, page, tuple_, xid)
             previous = wants.get(int(pid))
@@ -115,7 +118,10 @@ class LockQueue(DbProbe):
                 "pid": int(holder), "application": app or "", "user": user or "",
                 "state": state or "", "backend_type": backend_type or "",
                 "query": normalise_query(query),
-                "xact_s": round(float(xact_s), 3) if xact_s is not None else None}
+                "xact_s": round(float(xact_s), 3) if xact_s is not None else None,
+                # an active holder with no wait event is on the CPU
+                "wait": f"{wait_type}:{wait}" if wait_type else (
+                    "CPU" if state == "active" else "")}
         # One queue per root holder, named by the most specific thing its waiters want:
         # a row (the first waiter holds the row's tuple lock and waits for the holder's
         # transaction), else a relation, else the transaction.
@@ -143,7 +149,10 @@ class LockQueue(DbProbe):
             out.samples.append(Sample(now, node, self.name, "queued", label, float(len(pids))))
         for key, entry in seen.items():
             episode = self._open.setdefault(key, {"start": now, "waiters": 0, "xact_s": 0.0,
-                                                  "modes": set()})
+                                                  "modes": set(), "waits": {}})
+            wait = entry["holder"]["wait"]
+            if wait:
+                episode["waits"][wait] = episode["waits"].get(wait, 0) + 1
             episode["end"] = now
             episode["waiters"] = max(episode["waiters"], len(entry["waiters"]))
             episode["modes"] |= entry["modes"]
@@ -161,6 +170,8 @@ class LockQueue(DbProbe):
         node, what, _holder = key
         holder = dict(episode["holder"])
         holder["xact_s"] = episode["xact_s"]
+        holder.pop("wait", None)  # the last interval's; `waits` counts every interval's
+        holder["waits"] = episode["waits"]
         return Event(episode["start"], "lock-queue", node, t_end=max(now, episode["end"]),
                      attrs={"object": what, "relation": episode["relation"],
                             "locktype": episode["locktype"],
