@@ -7,7 +7,8 @@ One step:
    initdb options and settings is started and stopped again (PostgreSQL refuses some
    combinations only at start, e.g. min_wal_size under two WAL segments).
 3. Run them interleaved with the baseline, round after round (B, C1, C2, ... then again),
-   so that a slow phase of a shared machine hits every variant alike; `repeats` rounds.
+   so that a slow phase of a shared machine hits every variant alike; `repeats` rounds,
+   the first of which takes step 1's analysed baseline run as its B.
 4. Compare each candidate's runs with the baseline's (compare/: block bootstrap over the
    per-second samples and over repeats) on stall seconds, TPS and p99.
 5. A candidate is kept when at least one of those is significantly better and none is
@@ -262,18 +263,21 @@ class _Tuner:
 
     def rounds(self, base: LoadedScenario, baseline: list[StoredRun],
                cands: list[CandidateResult], loaded: dict[str, LoadedScenario],
-               failures: list[str], what: str) -> None:
-        """`repeats` interleaved rounds of the baseline and every live candidate."""
+               failures: list[str], what: str, first_done: bool = False) -> None:
+        """`repeats` interleaved rounds of the baseline and every live candidate;
+        `first_done`: the baseline run just analysed is round 1's (it ran right before
+        the candidates' checks), so that round starts with the first candidate."""
         for round_ in range(1, self.repeats + 1):
             live = [c for c in cands if c.failed is None]
             if not live:
                 return
-            self.ui.status(f"tune: {what}round {round_}/{self.repeats}: baseline")
-            got = self.attempt(base)
-            if isinstance(got, str):
-                failures.append(f"round {round_}: {got}")
-            else:
-                baseline.append(got)
+            if not (first_done and round_ == 1):
+                self.ui.status(f"tune: {what}round {round_}/{self.repeats}: baseline")
+                got = self.attempt(base)
+                if isinstance(got, str):
+                    failures.append(f"round {round_}: {got}")
+                else:
+                    baseline.append(got)
             for cand in live:
                 label = cand.candidate.label
                 self.ui.status(f"tune: {what}round {round_}/{self.repeats}: {label}")
@@ -301,7 +305,7 @@ class _Tuner:
         base = self.loaded_for(overrides)
         loaded = self.prepare(step.candidates, overrides)
         self.rounds(base, step.baseline, step.candidates, loaded, step.baseline_failures,
-                    what)
+                    what, first_done=number == 1)
         for cand in step.candidates:
             _measure(step.baseline, cand, self.result.noise)
         self.save()
