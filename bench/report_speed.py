@@ -24,7 +24,8 @@ machine absolute times say more about the neighbours than about pglab:
     python bench/report_speed.py [--run DIR] [--hours 1] [--screenshot PNG]
 
 Budgets (issue 6): generation < 3 s, size < 5 MB, interactive < 2 s. With --screenshot,
-the real run's report (not the replicated one) is saved as a first-screen PNG.
+the real run's report (not the replicated one) is saved as a first-screen PNG, and its
+first timelines as report-timelines.png beside it.
 """
 
 from __future__ import annotations
@@ -181,6 +182,11 @@ def load_once(pw: Playwright, page_file: Path, scripted: bool,
             ready_ms = float(page.evaluate(loaded))
         if screenshot is not None:
             page.screenshot(path=str(screenshot))
+            if scripted:  # and the first timelines, scrolled to their heading
+                page.evaluate("document.getElementById('timelines')"
+                              ".previousElementSibling.previousElementSibling"
+                              ".scrollIntoView()")
+                page.screenshot(path=str(screenshot.with_name("report-timelines.png")))
         context.close()
     return ready_ms / 1000, wall
 

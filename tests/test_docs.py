@@ -108,3 +108,19 @@ def test_readme_example_verdicts_are_what_pglab_says() -> None:
     assert shown is not None, steady_example
     assert churn.stalls == [] and verdict["basis"] != "stalls"
     assert (verdict["cause"], verdict["confidence"]) == (shown[1], float(shown[2]))
+
+
+def test_readme_screenshot_verdict_is_what_pglab_says() -> None:
+    """The report screenshots' caption names their verdict; the recorded run of the same
+    built-in gets that verdict from today's analysis (a stale screenshot fails here)."""
+    from pglab.analysis.analyze import analyze_run
+
+    readme = (ROOT / "README.md").read_text()
+    shown = re.search(r"Its verdict, \*\*([a-z-]+): ([a-z-]+)\s+\(confidence ([0-9.]+)\)\*\*, "
+                      r"is what pglab gives the recorded run of the same built-in in\s+"
+                      r"`tests/samples/runs/([a-z-]+)`", readme)
+    assert shown is not None, "the screenshot caption's verdict sentence is gone"
+    document = analyze_run(ROOT / "tests" / "samples" / "runs" / shown[4], write=False).document
+    top = max(document.stalls, key=lambda s: s["deficit_transactions"])["causes"][0]
+    assert (top["cause"], top.get("sub_cause"), top["confidence"]) == (
+        shown[1], shown[2], float(shown[3]))
