@@ -74,6 +74,37 @@ def _release(lock: int) -> None:
     os.close(lock)  # and the machine lock's
 
 
+# The lock this worker holds: (fd, exclusive). An exclusive test followed by another one
+# on the same worker keeps it: the other worker is drained once for the batch, not once
+# per test (each drain waits out whatever test it is running, a tune of a minute, say).
+_HELD: list[tuple[int, bool]] = []
+
+
+def _exclusive(item: pytest.Item | None) -> bool:
+    return item is not None and item.get_closest_marker("exclusive") is not None
+
+
+@contextlib.contextmanager
+def machine_alone() -> Iterator[None]:
+    """For a module fixture that measures (real runs compared by its tests, which only
+    read them): the machine alone while it is made, the shared lock again after."""
+    if not _HELD or _HELD[0][1]:
+        yield  # no lock to trade (run without the protocol hook) or already alone
+        return
+    lock = _HELD[0][0]
+    # Shared lock first dropped, so that two workers trading up at once cannot each hold
+    # what the other waits for; then as an exclusive test takes it.
+    fcntl.flock(lock, fcntl.LOCK_UN)
+    gate = _lock_file(GATE_PATH)
+    fcntl.flock(gate, fcntl.LOCK_EX)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    os.close(gate)
+    try:
+        yield
+    finally:
+        fcntl.flock(lock, fcntl.LOCK_SH)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "live: starts servers or loads, touches cgroups, "
                             "kernel knobs or the machine (deselect with -m 'not live')")
@@ -104,7 +135,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             "live") else 2
         module = _module(item.nodeid)
         rank[module] = (-seconds.get(module, 0.0), min(kind, rank.get(module, (0, 2))[1]))
-    items.sort(key=lambda item: rank[_module(item.nodeid)])  # stable within a module
+    # Within a module its exclusive tests first, one batch under one drain of the other
+    # worker (see _HELD); otherwise in file order.
+    items.sort(key=lambda item: (rank[_module(item.nodeid)], not _exclusive(item)))
 
 
 _spent: dict[str, float] = {}
@@ -125,11 +158,16 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 def pytest_runtest_protocol(item: pytest.Item,
                             nextitem: pytest.Item | None) -> Generator[None, object, object]:
     # Outside pytest-timeout's wrapper: waiting for the lock is not the test's time.
-    held = _acquire(item.get_closest_marker("exclusive") is not None)
+    exclusive = _exclusive(item)
+    if _HELD and _HELD[0][1] != exclusive:
+        _release(_HELD.pop()[0])
+    if not _HELD:
+        _HELD.append((_acquire(exclusive), exclusive))
     try:
         return (yield)
     finally:
-        _release(held)
+        if not (exclusive and _exclusive(nextitem)):
+            _release(_HELD.pop()[0])
 
 
 _HOME: list[Path] = []  # this session's PGLAB_HOME, once the pglab_home fixture made it

@@ -3,17 +3,17 @@ effect judged over repeats, --fail-if, comparability warnings (another PostgreSQ
 version, another host), imported vs native, and bad input.
 
 The module's real runs are shared by its tests, made one after the other while no other
-test runs (the module is `exclusive`): the same write load once with default settings
-("fast1") and once with every commit waiting 20 ms before its WAL flush (commit_delay =
-20ms, commit_siblings = 0: a clearly worse setting, so the default is clearly better, by
-10x or more); three repeats each of the load for 6 s at a fixed rate of 15 TPS ("a1"..
-"a3") and of 30 TPS ("b1".."b3"), with commits that do not wait for the disk,
-interleaved so that a slow phase of the machine hits both: a real 2x difference in
-throughput, which must be found over repeats without any assumed noise, and at the
-default noise from one run per side, where two identical configurations must show none;
-and once on Debian's PostgreSQL 15. The rates are far below what the machine does
-(hundreds of TPS) even when it is busy, so that the only noise left in their throughput
-is that of pgbench's random (Poisson) schedule.
+test runs (its fixtures hold the machine alone; the tests only read the runs): the same
+write load once with default settings ("fast1") and once with every commit waiting 20 ms
+before its WAL flush (commit_delay = 20ms, commit_siblings = 0: a clearly worse setting,
+so the default is clearly better, by 10x or more); three repeats each of the load for 6
+s at a fixed rate of 15 TPS ("a1".. "a3") and of 30 TPS ("b1".."b3"), with commits that
+do not wait for the disk, interleaved so that a slow phase of the machine hits both: a
+real 2x difference in throughput, which must be found over repeats without any assumed
+noise, and at the default noise from one run per side, where two identical
+configurations must show none; and once on Debian's PostgreSQL 15. The rates are far
+below what the machine does (hundreds of TPS) even when it is busy, so that the only
+noise left in their throughput is that of pgbench's random (Poisson) schedule.
 
 This machine is a 2-core VM shared by several people running loads (load average 6-10
 while this was written): identical runs made a minute apart differed by up to 41% in TPS
@@ -31,13 +31,14 @@ from typing import Any
 
 import pytest
 
-from conftest import SAMPLES, run_cli, write_scenario
+from conftest import SAMPLES, machine_alone, run_cli, write_scenario
 from pglab.cli import main
 from pglab.compare.comparison import as_dict, compare
 from pglab.compare.groups import load_group
 
-# The runs compared must not share the machine with other tests' loads.
-pytestmark = pytest.mark.exclusive
+# The runs compared must not share the machine with other tests' loads (machine_alone);
+# comparing them afterwards is reading files.
+pytestmark = pytest.mark.live
 
 NOISE = "100"  # run-to-run variation assumed for single runs on this shared VM (see above)
 WRITE_LOAD = """
@@ -66,8 +67,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
     for repeat in (1, 2, 3):  # interleaved: a, b, a, b, a, b
         plan += [(f"a{repeat}", ["--set", "workload.rate=15", *RATED]),
                  (f"b{repeat}", ["--set", "workload.rate=30", *RATED])]
-    for name, extra in plan:
-        found[name] = _run(work, scenario, name, extra)
+    with machine_alone():
+        for name, extra in plan:
+            found[name] = _run(work, scenario, name, extra)
     yield found
 
 
@@ -75,7 +77,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
 def pg15_run(runs: dict[str, Path], pg15_bin: Path) -> Path:
     """The load of "fast1" on Debian's PostgreSQL 15 (after the module's other runs)."""
     work = runs["fast1"].parent.parent.parent
-    return _run(work, work / "w.toml", "pg15", ["--set", f"server.bin='{pg15_bin}'"])
+    with machine_alone():
+        return _run(work, work / "w.toml", "pg15", ["--set", f"server.bin='{pg15_bin}'"])
 
 
 def _run(work: Path, scenario: Path, name: str, extra: list[str]) -> Path:
