@@ -71,13 +71,16 @@ def inside(times: list[dt.datetime], windows: list[tuple[dt.datetime, dt.datetim
 
 def event_windows(run: Path, kind: str, phase: str = "") -> list[tuple[dt.datetime,
                                                                           dt.datetime]]:
-    """[start, end) of each event of `kind` (phase "sync": a checkpoint's sync phase)."""
+    """[start, end) of each event of `kind` (phase "sync": a checkpoint's sync phase); one
+    still open when the run ended (a checkpoint that had not completed) lasts to its end."""
     events = pl.read_parquet(run / "events.parquet").filter(pl.col("kind") == kind)
+    last: dt.datetime = max(pl.read_parquet(run / "client.parquet")["t"].to_list())
+    run_end = last + dt.timedelta(seconds=1)
     windows = []
     for t_start, end, attrs in events.select("t_start", "t_end", "attrs").iter_rows():
         mid = json.loads(attrs).get("write_phase_end") if phase == "sync" else None
         start = dt.datetime.fromisoformat(mid) if mid else t_start
-        windows.append((start, end or start))
+        windows.append((start, end or run_end))
     return windows
 
 
