@@ -35,7 +35,7 @@ RUNS = SAMPLES / "runs"
 DESIGN_CAUSES = ("checkpoint-io", "wal-segment-init", "wal-write", "lock-contention",
                  "sync-replication", "vacuum-io", "memory-reclaim", "cpu-saturation",
                  "too-many-connections", "client-bound", "server-crash", "storage-device",
-                 "network", "unknown")
+                 "network", "data-loss", "lying-write-cache", "unknown")
 
 
 def _analysis(name: str) -> dict[str, Any]:

@@ -13,7 +13,8 @@ from typing import Any
 
 import polars as pl
 
-from pglab.analysis.causes import WEAK_BELOW, ranked_causes, steady_causes
+from pglab.analysis.causes import WEAK_BELOW, durability_causes, ranked_causes, steady_causes
+from pglab.analysis.durability import durability_section
 from pglab.analysis.evidence import WindowEvidence, run_evidence
 from pglab.analysis.loading import RunFrames, load_run_frames
 from pglab.analysis.recommendations import CAUSE_FLOOR, Facts, recommend
@@ -115,7 +116,8 @@ def _checkpoint_flags(evidence: list[WindowEvidence]) -> frozenset[str]:
     for ev in evidence:
         for event in ev.events_of("checkpoint"):
             found = event.attrs.get("flags")
-            if isinstance(found, list):
+            # crash recovery's own checkpoint is immediate, and forced by nothing to change
+            if isinstance(found, list) and "end-of-recovery" not in found:
                 flags.update(str(f) for f in found)
     return frozenset(flags)
 
@@ -199,6 +201,26 @@ def _priority(stalls: list[dict[str, Any]], verdict: dict[str, Any] | None
     return tuple(dict.fromkeys(head + ranked))
 
 
+def _durability(data: RunFrames) -> dict[str, Any] | None:
+    """The durability section with the causes of what the cuts cost in data."""
+    section = durability_section(data.manifest)
+    if section is not None:
+        section["causes"] = [_finding(f) for f in durability_causes(section, data.manifest)]
+    return section
+
+
+def _durability_verdict(section: dict[str, Any]) -> dict[str, Any]:
+    """A run that lost acknowledged commits or data is a durability failure whatever its
+    TPS: its verdict is that, and the performance verdict is kept beside it."""
+    causes = section["causes"]
+    first = causes[0] if causes and causes[0]["cause"] == "data-loss" else None
+    return {"cause": "data-loss", "confidence": first["confidence"] if first else 0.99,
+            "basis": "durability", "durability_verdict": section["verdict"],
+            "lost_commits": section["lost_commits"],
+            "corruption": len(section["corruption"]) + len(section["invariant_violations"]),
+            **({"sub_cause": first["sub_cause"]} if first and first.get("sub_cause") else {})}
+
+
 def build_analysis(data: RunFrames) -> AnalysisDocument:
     """The analysis document of loaded run data (pure)."""
     report = detect_stalls(data.client)
@@ -208,12 +230,24 @@ def build_analysis(data: RunFrames) -> AnalysisDocument:
     summary = _summary(report, data)
     summary["verdict"] = _verdict(stalls, steady, summary["degraded_pct"])
     found = _causes_found(stalls, steady)
+    durability = _durability(data)
+    priority = _priority(stalls, summary["verdict"])
+    data_causes = durability["causes"] if durability else []
+    subs = _sub_causes(stalls, [*steady, *data_causes],
+                       {**found, **{c["cause"]: c["confidence"] for c in data_causes}})
+    for cause in data_causes:  # what the cuts cost in data comes before any slowness
+        found[cause["cause"]] = cause["confidence"]
+    if durability is not None and durability["failed"]:
+        summary["performance_verdict"] = summary["verdict"]
+        summary["verdict"] = _durability_verdict(durability)
+    if data_causes:
+        priority = (*(c["cause"] for c in data_causes), *priority)
     facts = Facts(found, data.manifest, _fpi_surge(evidence),
                   data.run.path, _checkpoint_flags(evidence),
                   data.events.filter(pl.col("kind") == "checkpoint-too-frequent").height > 0,
-                  priority=_priority(stalls, summary["verdict"]),
+                  priority=priority,
                   direct_reclaim=_direct_reclaim(evidence),
-                  sub_causes=_sub_causes(stalls, steady, found))
+                  sub_causes=subs)
     return AnalysisDocument(
         run_id=data.manifest.run_id,
         status=data.run.status,
@@ -223,6 +257,7 @@ def build_analysis(data: RunFrames) -> AnalysisDocument:
         stalls=stalls,
         steady_state={"causes": steady},
         recommendations=recommend(facts),
+        durability=durability,
     )
 
 

@@ -14,8 +14,10 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from typing import Any
 
 from pglab.analysis import steady as steady_state
+from pglab.analysis.durability import LYING_CACHE
 from pglab.analysis.evidence import EventView, WindowEvidence
 from pglab.analysis.names import busiest_queue
 from pglab.analysis.signals import (
@@ -32,6 +34,7 @@ from pglab.analysis.signals import (
     volume_devices,
     wait_signal,
 )
+from pglab.results.manifest import Manifest
 
 MIN_CONFIDENCE = 0.2
 VACUUM_IO_MB = 64  # an autovacuum that read or dirtied less is no IO burden
@@ -51,13 +54,28 @@ DATA_IO = ("IO:DataFileWrite", "IO:DataFileFlush", "IO:DataFileSync", "IO:DataFi
 class Cause:
     id: str
     title: str  # in a DBA's words
-    score: Callable[[WindowEvidence], Finding | None]  # one stall window
+    score: Callable[[WindowEvidence], Finding | None] | None  # one stall window
     # the whole run, for a cause that can hold a run back without a stall (steady.py)
     steady: Callable[[WindowEvidence], Finding | None] | None = None
+    # what the run's cuts cost in data (the durability section, durability.py): a cause
+    # of lost or damaged data rather than of lost time
+    durability: Callable[[dict[str, Any], Manifest], Finding | None] | None = None
 
 
 def _checkpoints(ev: WindowEvidence) -> list[EventView]:
-    return ev.events_of("checkpoint")
+    # the checkpoint that ends crash recovery is part of the crash's outage, not a cause
+    return [e for e in ev.events_of("checkpoint")
+            if "end-of-recovery" not in (e.attrs.get("flags") or [])]
+
+
+def _during_a_cut(s: Score, ev: WindowEvidence) -> None:
+    """A window with a crash or power loss in it: the IO seen then is the cut's own
+    (remount, journal replay, crash recovery); server-crash names the window."""
+    cuts = [e for e in ev.events_of("fault") if str(e.attrs.get("action")) in CUT_WORDS]
+    if cuts and s.value > 0:
+        s.value /= 2
+        s.lines.append(f"(halved: {cuts[0].node} was cut ({cuts[0].attrs.get('action')}) "
+                       f"at {at(cuts[0])} and recovering meanwhile)")
 
 
 def _write_phase_end(e: EventView, ev: WindowEvidence) -> dt.datetime | None:
@@ -241,6 +259,7 @@ def checkpoint_io(ev: WindowEvidence) -> Finding | None:
                    f"({e.attrs.get('seconds_apart')} s apart)")
     if s.value > 0:
         _checkpoint_kind(s, ev)
+    _during_a_cut(s, ev)
     return s.finding()
 
 
@@ -382,6 +401,7 @@ def memory_reclaim(ev: WindowEvidence) -> Finding | None:
         s.add(0.3, f"dirty page cache {dirty:.0f} MB near the {limit:.0f} MB throttle limit")
     _writeback_burst(s, ev)
     foreign_writeback(s, ev)
+    _during_a_cut(s, ev)
     return s.finding()
 
 
@@ -513,8 +533,24 @@ def storage_device(ev: WindowEvidence) -> Finding | None:
     return s.finding()
 
 
+CUT_WORDS = {"crash": "crashed (kill -9 of every process)",
+             "power-loss": "lost power (every process killed, unflushed writes dropped)"}
+
+
 def server_crash(ev: WindowEvidence) -> Finding | None:
     s = Score("server-crash")
+    for e in ev.events_of("fault"):
+        # a crash or power loss the scenario injected: the outage is the cut's downtime
+        # (kill, remount, restart) and the load's restart after it
+        action = str(e.attrs.get("action"))
+        if action not in CUT_WORDS:
+            continue
+        down = e.attrs.get("downtime_s")
+        recovery = e.attrs.get("recovery_s")
+        s.add(0.8, f"{e.node} {CUT_WORDS[action]} at {at(e)} (fault {action}): down "
+                   f"{down if down is not None else '?'} s, crash recovery "
+                   f"{recovery if recovery is not None else '?'} s, then the load restarted")
+        break
     for e in ev.events_of("crash")[:1]:
         what = e.attrs.get("signal") or e.attrs.get("exit_code")
         s.add(0.8, f"{e.attrs.get('process') or 'server process'} (pid {e.attrs.get('pid')}) "
@@ -587,6 +623,78 @@ def network(ev: WindowEvidence) -> Finding | None:
     return s.finding()
 
 
+def _where(cut: dict[str, Any]) -> str:
+    return f"the {cut['kind']} of {cut['node']} at {float(cut.get('at_s') or 0):g} s"
+
+
+def _setting_off(manifest: Manifest, name: str) -> bool:
+    value = manifest.node_settings().get(name)
+    return isinstance(value, dict) and str(value.get("setting")) == "off"
+
+
+def data_loss(section: dict[str, Any], manifest: Manifest) -> Finding | None:
+    """Acknowledged commits missing after a cut, damaged relations, broken invariants,
+    or a server that did not come back: what a cut must never cost."""
+    s = Score("data-loss")
+    for cut in section["cuts"]:
+        if cut.get("lost_commits") and not cut.get("loss_allowed"):
+            window = cut.get("lost_window_s")
+            # counted exactly by the ledger: a fact, not an inference
+            s.add(0.99, f"{cut['lost_commits']:,} acknowledged commits lost at {_where(cut)}"
+                       + (f", acknowledged {window[0]:.1f}-{window[1]:.1f} s before it"
+                          if window else "")
+                       + f" (ledger: {section['acknowledged'] or 0:,} acknowledged in all)")
+            s.sub = "unexpected"
+        if cut.get("server_up") is False:
+            s.add(0.9, f"the server did not come back after {_where(cut)}: "
+                       f"{cut.get('start_error') or '?'}")
+            s.sub = "unrecoverable"
+    for item in section["corruption"][:3]:
+        s.add(0.9, f"corruption found {item['found']}: {item['relation'] or '(no relation)'}"
+                   f"{', ' + item['where'] if item.get('where') else ''}: {item['message']}")
+        s.sub = s.sub or "corruption"
+    for item in section["invariant_violations"][:1]:
+        s.add(0.9, f"{item['invariant']} broken {item['found']}: {item['sums']}")
+        s.sub = s.sub or "corruption"
+    if section["allowed_lost_commits"] and s.value == 0:
+        s.add(0.6, f"{section['allowed_lost_commits']:,} acknowledged commits lost, within "
+                   "what synchronous_commit = off allows (commits acknowledged before their "
+                   f"WAL was flushed, up to {section.get('allowed_loss_window_s', 0.6):g} s)")
+        s.sub = "synchronous-commit-off"
+    if s.value > 0:
+        for name in ("fsync", "full_page_writes"):
+            if _setting_off(manifest, name):
+                s.add(0.1, f"{name} = off: PostgreSQL itself does not make its writes "
+                           "durable" if name == "fsync" else
+                           f"{name} = off: a page torn by the cut cannot be repaired from WAL")
+    return s.finding()
+
+
+def lying_write_cache(section: dict[str, Any], manifest: Manifest) -> Finding | None:
+    """A storage stack that acknowledges flushes it does not keep: PostgreSQL's fsync
+    returns, the commit is acknowledged, and a power loss takes the data anyway."""
+    lying = [v for v in section["storage"] if v.get("cache") == LYING_CACHE]
+    if not lying:
+        return None
+    s = Score("lying-write-cache")
+    names = ", ".join(f"{v['node']} {v['role']} ({v['filesystem']})" for v in lying)
+    lost = bool(section["lost_commits"] or section["corruption"]
+                or section["invariant_violations"])
+    s.add(0.6 if lost else 0.4,
+          f"the device under {names} has cache = \"{LYING_CACHE}\": it acknowledges "
+          "flushes without making the data durable")
+    dropped = [c for c in section["cuts"] if c.get("lost_bytes")]
+    for cut in dropped[:2]:
+        s.add(0.2, f"its cache dropped {int(cut['lost_bytes']) // 1024:,} KiB of acknowledged "
+                   f"writes at {_where(cut)}")
+    if lost and section.get("synchronous_commit") != "off" \
+            and not _setting_off(manifest, "fsync"):
+        s.add(0.2, "PostgreSQL flushed every commit (fsync on, synchronous_commit "
+                   f"{section.get('synchronous_commit') or 'on'}) and still lost them: the "
+                   "flushes were acknowledged, not kept")
+    return s.finding()
+
+
 CAUSES: tuple[Cause, ...] = (
     Cause("checkpoint-io", "checkpoint flush IO saturation", checkpoint_io),
     Cause("wal-segment-init", "WAL segment creation (zero-fill and fsync)", wal_segment_init,
@@ -605,6 +713,10 @@ CAUSES: tuple[Cause, ...] = (
     Cause("server-crash", "server crash/restart", server_crash),
     Cause("storage-device", "storage device hung, failed or slowed", storage_device),
     Cause("network", "network latency", network),
+    Cause("data-loss", "acknowledged commits lost or data damaged by a crash or power loss",
+          None, durability=data_loss),
+    Cause("lying-write-cache", "a storage stack that acknowledges flushes it does not keep",
+          None, durability=lying_write_cache),
 )
 UNKNOWN = Cause("unknown", "unknown: the evidence is weak", lambda ev: None)
 CAUSE_IDS = (*(c.id for c in CAUSES), UNKNOWN.id)
@@ -624,7 +736,7 @@ def _unknown(ev: WindowEvidence, best: float) -> Finding:
 
 def ranked_causes(ev: WindowEvidence) -> list[Finding]:
     """Findings for one window, most likely first."""
-    findings = [f for c in CAUSES if (f := c.score(ev)) is not None
+    findings = [f for c in CAUSES if c.score is not None and (f := c.score(ev)) is not None
                 and f.confidence >= MIN_CONFIDENCE]
     findings.sort(key=lambda f: f.confidence, reverse=True)
     best = findings[0].confidence if findings else 0.0
@@ -638,4 +750,11 @@ def steady_causes(ev: WindowEvidence) -> list[Finding]:
     steady_state.STEADY_FLOOR or more; none for a run that was only doing its work."""
     findings = [f for c in CAUSES if c.steady is not None
                 and (f := c.steady(ev)) is not None and f.confidence >= steady_state.STEADY_FLOOR]
+    return sorted(findings, key=lambda f: f.confidence, reverse=True)
+
+
+def durability_causes(section: dict[str, Any], manifest: Manifest) -> list[Finding]:
+    """What the run's cuts cost in data, most likely first (durability.py's section)."""
+    findings = [f for c in CAUSES if c.durability is not None
+                and (f := c.durability(section, manifest)) is not None]
     return sorted(findings, key=lambda f: f.confidence, reverse=True)

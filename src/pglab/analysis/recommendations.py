@@ -297,6 +297,60 @@ RULES: tuple[Rule, ...] = (
          "every fsync",
          not_when="transactions whose acknowledged commits must survive a crash (payments, "
                   "orders): keep those synchronous and set it per transaction for the rest"),
+    Rule("device-cache-honest", ("lying-write-cache",),
+         "make the storage keep what it acknowledges: a write cache that honours flushes "
+         "(in the lab, the emulated device's cache = \"honest\"; on real drives, "
+         "disable a volatile write cache with hdparm -W0 / sdparm --clear WCE, or use "
+         "drives with power-loss protection)",
+         lambda f: {"storage.device.cache": "honest"},
+         "PostgreSQL's flushes reach stable media before commits are acknowledged: a "
+         "power loss no longer takes acknowledged commits or tears pages",
+         "commits and checkpoints wait for the device's real flush latency: throughput "
+         "can fall sharply on a device whose cache was hiding it",
+         not_when="the cache is battery- or capacitor-backed (power-loss protection): it "
+                  "is durable though volatile; check with pg_test_fsync and a pull-the-plug "
+                  "test (diskchecker.pl) rather than trusting the label"),
+    Rule("fsync-on", ("data-loss",),
+         "turn fsync back on",
+         lambda f: {"server.settings.fsync": "on"},
+         "WAL and data files are flushed before PostgreSQL relies on them: a crash or "
+         "power loss loses no acknowledged commit and leaves no torn state behind",
+         "writes, commits and checkpoints wait for flushes: slower on slow devices",
+         when=lambda f: f.text_of("fsync", "on") == "off",
+         not_when="a disposable cluster that is rebuilt from scratch after any crash (a "
+                  "bulk load re-done from its source): there fsync = off is a fair trade"),
+    Rule("full-page-writes-on", ("data-loss",),
+         "turn full_page_writes back on",
+         lambda f: {"server.settings.full_page_writes": "on"},
+         "the first change of a page after a checkpoint logs the whole page, so crash "
+         "recovery can repair a page the power loss tore",
+         "more WAL after each checkpoint (wal_compression halves it)",
+         when=lambda f: f.text_of("full_page_writes", "on") == "off",
+         not_when="storage that writes 8 kB pages atomically (ZFS with recordsize >= 8K): "
+                  "no page can tear there"),
+    Rule("synchronous-commit-on", ("data-loss",),
+         "acknowledge commits only after their WAL is flushed (synchronous_commit = on), "
+         "at least for the transactions that must survive a crash",
+         lambda f: {"server.settings.synchronous_commit": "on"},
+         "no acknowledged commit is lost at a crash or power loss on honest storage",
+         "commit latency includes a WAL flush again (group commit shares it among "
+         "concurrent commits); lower TPS on a slow-flushing device",
+         when=lambda f: f.text_of("synchronous_commit", "on") == "off",
+         not_when="the transactions can afford losing their last ~0.6 s (logs, caches, "
+                  "work that is redone): off is then a fair trade, set per transaction",
+         sub=("synchronous-commit-off",)),
+    Rule("wal-sync-method", ("lying-write-cache", "data-loss"),
+         "use wal_sync_method = fdatasync (Linux's default), which makes ext4 and xfs "
+         "flush the device's write cache; check the method with pg_test_fsync: a flush "
+         "rate far above what the device can physically persist means a cache absorbs "
+         "the flushes",
+         lambda f: {"server.settings.wal_sync_method": "fdatasync"},
+         "every WAL flush asks the filesystem and the device to make it durable",
+         "open_datasync can be faster where the device honours FUA writes, and as safe; "
+         "fsync_writethrough exists only on macOS and Windows",
+         when=lambda f: f.text_of("wal_sync_method", "fdatasync") != "fdatasync",
+         not_when="the device ignores flushes (cache = \"volatile-ignores-flush\"): no "
+                  "wal_sync_method makes it durable, fix the cache"),
     Rule("shared-buffers-down", ("memory-reclaim",),
          "shrink shared_buffers to leave the kernel room",
          lambda f: {"server.settings.shared_buffers": _mb(max(f.memory // 4, 2**27))},

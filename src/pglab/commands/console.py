@@ -40,5 +40,5 @@ def print_run_analysis(run: StoredRun) -> None:
     except BadInput as exc:
         err.print(f"[yellow]analysis unreadable[/yellow]: {exc}", highlight=False)
         return
-    if analysis is not None:
-        print_findings(out, analysis)
+    if analysis is not None:  # the run's summary printed the cuts' lines first already
+        print_findings(out, analysis, durability_details=False)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pglab import __version__
+from pglab.analysis.durability import headline
 from pglab.report.html_series import WAIT_CLASS_COLORS
 from pglab.report.model import ReportModel, build_model
 from pglab.results import files
@@ -166,6 +167,10 @@ def _verdict(model: ReportModel) -> str:
     if top is not None:
         html.append(f"<p>Top cause: <b>{escape(str(top.get('cause')))}</b> "
                     f"({escape(verdict_basis(top))})</p>")
+    slowness = model.analysis.performance_verdict
+    if slowness is not None and slowness is not top:
+        html.append(f"<p>Top cause of slowness: <b>{escape(str(slowness.get('cause')))}</b> "
+                    f"({escape(verdict_basis(slowness))})</p>")
     if not stalls:
         html.append("<p>No stalls: throughput held steady over the measured window.</p>")
     if steady:
@@ -190,6 +195,51 @@ def _verdict(model: ReportModel) -> str:
                          escape(str(rec.get("risk") or "")) + test])
         html.append("<h3>Recommendations</h3>" + _table(
             ["rule", "change", "because", "expected effect", "risk, and how to test it"], rows))
+    html.append("</div>")
+    return "".join(html)
+
+
+def _durability(model: ReportModel) -> str:
+    """What the run's crashes and power losses cost in data: the headline, each cut, the
+    damage found, and the causes; '' for a run without cuts."""
+    section = model.analysis.durability if model.analysis is not None else None
+    if section is None:
+        return ""
+    failed = bool(section.get("failed"))
+    rows = []
+    for cut in section.get("cuts") or []:
+        lost = cut.get("lost_commits")
+        window = cut.get("lost_window_s")
+        lost_text = "–" if lost is None else f"{lost:,}" + (
+            " (allowed by synchronous_commit = off)" if lost and cut.get("loss_allowed")
+            else "")
+        rows.append([escape(f"{cut.get('kind')} of {cut.get('node')}"),
+                     escape(f"{float(cut.get('at_s') or 0):g} s ({_clock(cut.get('time'))})"),
+                     lost_text,
+                     escape(f"last {window[1]:.1f} s before the cut") if window else "",
+                     _num(cut.get("downtime_s")), _num(cut.get("recovery_s")),
+                     _num((cut.get("lost_bytes") or 0) / 1024, 0)])
+    html = [f"<h2>Durability{' — FAILED' if failed else ''}</h2>",
+            f"<div class='verdict'><p><b>{escape(headline(section))}</b></p>"]
+    if rows:
+        html.append(_table(["cut", "at", "acknowledged commits lost", "acknowledged",
+                            "down s", "recovery s", "cache dropped KiB"], rows,
+                           {2, 4, 5, 6}))
+    damage = [[escape(str(d.get("found"))), escape(str(d.get("relation") or "–")),
+               escape(str(d.get("message")))] for d in section.get("corruption") or []]
+    damage += [[escape(str(i.get("found"))), escape(str(i.get("invariant"))),
+                escape(json.dumps(i.get("sums")))]
+               for i in section.get("invariant_violations") or []]
+    if damage:
+        html.append("<h3>Corruption and broken invariants</h3>"
+                    + _table(["found", "relation", "message"], damage))
+    caches = ", ".join(f"{v.get('node')} {v.get('role')} ({v.get('filesystem')}): cache "
+                       f"{v.get('cache')}" for v in section.get("storage") or [])
+    if caches:
+        html.append(f"<p>Storage: {escape(caches)}</p>")
+    causes = section.get("causes") or []
+    if causes:
+        html.append(f'<div class="stall">{_causes_html(causes)}</div>')
     html.append("</div>")
     return "".join(html)
 
@@ -317,11 +367,17 @@ def render(model: ReportModel) -> str:
     """The whole page as one string."""
     notes = "".join(f"<li>{escape(n)}</li>" for n in model.notes)
     generated = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    durability = _durability(model)
+    # data lost or damaged comes before any figure of speed; otherwise after the verdict
+    failed = model.analysis is not None and model.analysis.durability_failed
+    first, after_verdict = (durability, "") if failed else ("", durability)
     title = f"pglab · {model.run.manifest.scenario_name} · {model.run.path.name}"
     body = f"""{_header(model)}
 <main>
+{first}
 {_cards(model)}
 {_verdict(model)}
+{after_verdict}
 <h2>Timelines <span class="unit">UTC · wheel to zoom, drag to pan, double-click to reset;
 all charts move together · red bands are stalls</span></h2>
 <div class="toolbar"><span id="view-label"></span><button id="reset-zoom">reset zoom</button></div>

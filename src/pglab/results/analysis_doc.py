@@ -25,6 +25,10 @@ from pglab.results.files import ANALYSIS, write_json
 #   2 (2026-11-23): `lost_transactions` (stalls, summary, verdict) is now
 #   `deficit_transactions`: a stall's throughput cost, transactions not made; "lost" is
 #   kept for acknowledged commits that a crash takes away. Readers take either.
+#   Later additions that format-2 readers can ignore: `durability` (what the crashes and
+#   power losses of a run cost in data) and, for a run that lost or damaged data,
+#   `summary.verdict` with basis "durability" (cause data-loss) and the performance
+#   verdict kept as `summary.performance_verdict`.
 ANALYSIS_FORMAT = 2
 
 
@@ -38,6 +42,8 @@ class AnalysisDocument:
     stalls: list[dict[str, Any]] = field(default_factory=list)
     steady_state: dict[str, Any] = field(default_factory=lambda: {"causes": []})
     recommendations: list[dict[str, Any]] = field(default_factory=list)
+    # only for a run with crashes or power losses (analysis/durability.py)
+    durability: dict[str, Any] | None = None
     format: int = ANALYSIS_FORMAT
     extra: dict[str, Any] = field(default_factory=dict)  # unknown keys, kept as read
 
@@ -48,13 +54,29 @@ class AnalysisDocument:
         return verdict if isinstance(verdict, dict) else None
 
     @property
+    def performance_verdict(self) -> dict[str, Any] | None:
+        """The run's top cause of slowness: the verdict, unless data loss took its place."""
+        kept = self.summary.get("performance_verdict")
+        if isinstance(kept, dict):
+            return kept
+        verdict = self.verdict
+        return None if verdict is not None and verdict.get("basis") == "durability" \
+            else verdict
+
+    @property
+    def durability_failed(self) -> bool:
+        """The run lost acknowledged commits or data (the durability section says so)."""
+        return bool((self.durability or {}).get("failed"))
+
+    @property
     def steady_causes(self) -> list[dict[str, Any]]:
         return [c for c in self.steady_state.get("causes") or [] if isinstance(c, dict)]
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"format": self.format}
         out.update((f.name, getattr(self, f.name)) for f in dataclasses.fields(self)
-                   if f.name not in ("format", "extra"))
+                   if f.name not in ("format", "extra")
+                   and not (f.name == "durability" and self.durability is None))
         out.update(self.extra)
         return out
 
@@ -70,7 +92,8 @@ class AnalysisDocument:
         known.setdefault("run_id", None)
         known.setdefault("status", "unknown")
         for key, kind in (("missing", list), ("summary", dict), ("stalls", list),
-                          ("steady_state", dict), ("recommendations", list)):
+                          ("steady_state", dict), ("recommendations", list),
+                          ("durability", dict)):
             if key in known and not isinstance(known[key], kind):
                 raise BadInput(f"{where}: not a pglab analysis ({key} is not a "
                                f"{kind.__name__})")
@@ -87,6 +110,8 @@ def deficit(item: dict[str, Any]) -> int | None:
 
 def verdict_basis(verdict: dict[str, Any]) -> str:
     """Why the verdict's cause is the run's top cause, in words."""
+    if verdict.get("basis") == "durability":
+        return _durability_basis(verdict)
     conf = verdict.get("confidence")
     conf_text = f"confidence {conf:.2f}, " if isinstance(conf, (int, float)) else ""
     if verdict.get("basis") == "steady-state":
@@ -98,6 +123,18 @@ def verdict_basis(verdict: dict[str, Any]) -> str:
         return (f"{conf_text}first cause of the stalls that cost about {fewer:,} "
                 "transactions")
     return "no stall could be attributed"
+
+
+def _durability_basis(verdict: dict[str, Any]) -> str:
+    kind = verdict.get("durability_verdict")
+    lost = verdict.get("lost_commits")
+    if kind == "server-lost":
+        what = "the server did not come back after a cut"
+    elif kind == "corruption":
+        what = f"damaged data found after a cut ({verdict.get('corruption')} finding(s))"
+    else:
+        what = f"{lost:,} acknowledged commits lost" if isinstance(lost, int) else "data lost"
+    return f"{what}: a durability failure, whatever the run's throughput"
 
 
 def read_analysis(folder: Path) -> AnalysisDocument | None:

@@ -7,6 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from pglab.analysis.durability import cut_lines, headline
 from pglab.results.analysis_doc import AnalysisDocument, deficit, verdict_basis
 
 MAX_STALLS = 8  # the worst ones; the rest are in analysis.json
@@ -39,8 +40,25 @@ def _print_causes(console: Console, causes: list[dict[str, Any]], indent: str) -
             console.print(f"{indent}  - {escape(line)}", highlight=False)
 
 
-def print_findings(console: Console, analysis: AnalysisDocument) -> None:
-    """Summary, the worst stalls with their ranked causes, then the recommendations."""
+def _print_durability(console: Console, section: dict[str, Any], details: bool) -> None:
+    style = "bold red" if section.get("failed") else "bold"
+    console.print(f"[{style}]durability[/{style}]: {escape(headline(section))}",
+                  highlight=False)
+    if details:
+        for line in cut_lines(section):
+            console.print(f"  {escape(line)}", highlight=False)
+    _print_causes(console, section.get("causes") or [], "  ")
+
+
+def print_findings(console: Console, analysis: AnalysisDocument,
+                   durability_details: bool = True) -> None:
+    """The durability verdict first when the run lost or damaged data, then the summary,
+    the worst stalls with their ranked causes, the durability section of a run whose
+    cuts lost nothing, and the recommendations. `durability_details`: the per-cut lines
+    (`pglab run` printed them already, first)."""
+    section = analysis.durability
+    if section is not None and section.get("failed"):
+        _print_durability(console, section, durability_details)
     summary = analysis.summary
     console.print(
         f"[bold]analysis[/bold]: median {summary.get('tps_median', 0):,.0f} TPS, "
@@ -58,6 +76,10 @@ def print_findings(console: Console, analysis: AnalysisDocument) -> None:
     if verdict is not None:
         console.print(f"  top cause [bold cyan]{verdict.get('cause')}[/bold cyan] "
                       f"({escape(verdict_basis(verdict))})", highlight=False)
+    slowness = analysis.performance_verdict
+    if slowness is not None and slowness is not verdict:
+        console.print(f"  top cause of slowness [cyan]{slowness.get('cause')}[/cyan] "
+                      f"({escape(verdict_basis(slowness))})", highlight=False)
     steady = analysis.steady_causes
     if steady:
         console.print("  [bold]held back over the whole run[/bold]")
@@ -69,6 +91,8 @@ def print_findings(console: Console, analysis: AnalysisDocument) -> None:
         _print_causes(console, stall["causes"], "    ")
     if len(stalls) > MAX_STALLS:
         console.print(f"  ... {len(stalls) - MAX_STALLS} smaller stall(s) in analysis.json")
+    if section is not None and not section.get("failed"):
+        _print_durability(console, section, durability_details)
     recommendations = analysis.recommendations
     if recommendations:
         console.print("[bold]recommendations[/bold]")

@@ -55,6 +55,54 @@ BUILTIN_RUNS["sync-paused"] = ("sync-standby-paused", (  # a standby that stops 
 ))
 
 
+# sample name: a scenario of its own (no built-in does this yet), run by `pglab run` as
+# root (a storage volume). Scale 1 keeps a cut-recover-verify cycle to a few seconds.
+DURABILITY_RUNS: dict[str, str] = {
+    # volatile-ignores-flush holds every write for a second whatever the flushes say:
+    # the WAL of the last second before the cut is certainly unflushed, so commits
+    # acknowledged in it are lost
+    "power-loss-lying-cache": """name = "power-loss-lying-cache"
+[storage]
+filesystem = "ext4"
+device = { cache = "volatile-ignores-flush" }
+[workload]
+scale = 1
+clients = 4
+jobs = 2
+duration = "15s"
+warmup = "1s"
+[[faults]]
+at = "6s"
+action = "power-loss"
+""",
+    # the control: the same cuts on an honest device lose nothing
+    "power-loss-honest": """name = "power-loss-honest"
+[storage]
+filesystem = "ext4"
+device = { cache = "honest" }
+[workload]
+scale = 1
+clients = 4
+jobs = 2
+duration = "16s"
+warmup = "1s"
+[[faults]]
+at = "4s"
+action = "power-loss"
+repeat = 2
+every = "7s"
+""",
+}
+
+
+def run_scenario_text(name: str, scratch: Path) -> Path:
+    scenario = scratch / f"{name}.toml"
+    scenario.write_text(DURABILITY_RUNS[name])
+    subprocess.run([sys.executable, "-m", "pglab", "run", str(scenario), "--results",
+                    str(scratch)], check=True)
+    return max((scratch / name).iterdir())
+
+
 def run_builtin(name: str, scratch: Path) -> Path:
     scenario, sets = BUILTIN_RUNS[name]
     command = [sys.executable, "-m", "pglab", "run", scenario, "--results", str(scratch)]
@@ -67,6 +115,8 @@ def run_builtin(name: str, scratch: Path) -> Path:
 def record(name: str, scratch: Path) -> Path:
     if name in BUILTIN_RUNS:
         folder = run_builtin(name, scratch)
+    elif name in DURABILITY_RUNS:
+        folder = run_scenario_text(name, scratch)
     else:
         folder = run_pathology(PATHOLOGIES[name], scratch)
     return keep(folder, name)
@@ -86,7 +136,7 @@ def keep(folder: Path, name: str) -> Path:
 
 
 def main() -> None:
-    names = sys.argv[1:] or [*PATHOLOGIES, *BUILTIN_RUNS]
+    names = sys.argv[1:] or [*PATHOLOGIES, *BUILTIN_RUNS, *DURABILITY_RUNS]
     with tempfile.TemporaryDirectory(prefix="pglab-samples-") as scratch:
         for name in names:
             target = record(name, Path(scratch))

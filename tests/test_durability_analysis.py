@@ -1,0 +1,143 @@
+"""The durability section of the analysis, on committed samples real power losses made
+(tests/samples/runs/power-loss-*): counts equal what the manifest's ledger recorded, the
+verdict names data loss first, causes and advice, the report and the terminal."""
+
+from __future__ import annotations
+
+import io
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from conftest import SAMPLES
+from pglab.analysis.analyze import build_analysis
+from pglab.analysis.durability import amcheck_findings, durability_section
+from pglab.analysis.loading import load_run_frames
+from pglab.report.page import write_report
+from pglab.results.analysis_doc import AnalysisDocument, write_analysis
+from pglab.results.manifest import read_manifest
+from pglab.terminal.findings import print_findings
+
+RUNS = SAMPLES / "runs"
+LYING, HONEST = RUNS / "power-loss-lying-cache", RUNS / "power-loss-honest"
+
+
+def _analysis(folder: Path) -> AnalysisDocument:
+    return AnalysisDocument.from_json(build_analysis(load_run_frames(folder)).to_json())
+
+
+def _ledger(folder: Path) -> dict[str, Any]:
+    durability = read_manifest(folder).durability
+    assert durability is not None
+    return durability
+
+
+def _causes(section: dict[str, Any]) -> list[str]:
+    return [c["cause"] for c in section["causes"]]
+
+
+def test_lying_cache_sample_loses_what_the_ledger_says() -> None:
+    record = _ledger(LYING)
+    final = record["final"]["commits"]
+    document = _analysis(LYING)
+    section = document.durability
+    assert section is not None
+    assert section["lost_commits"] == final["lost"] > 0
+    assert section["acknowledged"] == final["acknowledged"]
+    assert section["allowed_lost_commits"] == 0 and not final["allowed"]
+    (cut,) = section["cuts"]
+    (verdict,) = record["cuts"]
+    assert cut["kind"] == verdict["action"] == "power-loss" and cut["node"] == "primary"
+    assert cut["lost_commits"] == verdict["commits"]["lost"]
+    assert cut["lost_window_s"] == verdict["commits"]["lost_window_s"]
+    assert cut["recovery_s"] == verdict["recovery_s"]
+    assert cut["lost_bytes"] == verdict["lost_bytes"] > 0
+    assert section["corruption"] == [] and section["invariant_violations"] == []
+    assert section["verdict"] == "data-loss" and section["failed"]
+    # the verdict: data loss, whatever the speed; the speed's own verdict kept beside it
+    assert document.verdict is not None
+    assert document.verdict["cause"] == "data-loss"
+    assert document.verdict["lost_commits"] == final["lost"]
+    assert document.performance_verdict is not None
+    assert document.performance_verdict["cause"] == "server-crash"
+    assert _causes(section)[:2] == ["data-loss", "lying-write-cache"]
+    rules = [r["rule"] for r in document.recommendations]
+    assert rules[0] == "device-cache-honest", rules
+    assert "storage.device.cache=honest" in document.recommendations[0]["test"]
+
+
+def test_honest_sample_loses_nothing_and_names_the_crash() -> None:
+    record = _ledger(HONEST)
+    document = _analysis(HONEST)
+    section = document.durability
+    assert section is not None
+    assert section["lost_commits"] == record["final"]["commits"]["lost"] == 0
+    assert [c["lost_commits"] for c in section["cuts"]] == [
+        v["commits"]["lost"] for v in record["cuts"]]
+    assert len(section["cuts"]) == len(read_manifest(HONEST).faults or []) == 2
+    assert section["verdict"] == "clean" and not section["failed"]
+    assert section["causes"] == []
+    assert section["storage"][0]["cache"] == "honest"
+    assert document.verdict is not None and document.verdict["cause"] == "server-crash"
+    # each outage window is the cut's: server-crash first, with downtime and recovery
+    assert len(document.stalls) == 2
+    for stall in document.stalls:
+        first = stall["causes"][0]
+        assert first["cause"] == "server-crash", stall["causes"]
+        assert any("down" in line and "recovery" in line for line in first["evidence"])
+    assert not any(r["because"] == ["data-loss"] for r in document.recommendations)
+
+
+def test_allowed_loss_is_reported_apart(tmp_path: Path) -> None:
+    # synchronous_commit = off: the same loss is the setting's bargain, not a failure
+    folder = tmp_path / "run"
+    shutil.copytree(LYING, folder)
+    manifest = read_manifest(folder)
+    assert manifest.durability is not None
+    for verdict in [*manifest.durability["cuts"], manifest.durability["final"]]:
+        verdict["commits"]["allowed"] = True
+        verdict["synchronous_commit"] = "off"
+    manifest.nodes["primary"].setdefault("settings", {})["synchronous_commit"] = {
+        "setting": "off", "source": "configuration file"}
+    section = durability_section(manifest)
+    assert section is not None
+    lost = manifest.durability["final"]["commits"]["lost"]
+    assert section["lost_commits"] == 0 and section["allowed_lost_commits"] == lost
+    assert section["verdict"] == "allowed-loss" and not section["failed"]
+    assert section["allowed_loss_window_s"] == 0.6
+
+
+def test_amcheck_findings_name_relation_and_message() -> None:
+    # as pg_amcheck prints them: the relation on one line, what is wrong indented below
+    found = amcheck_findings({"findings": [
+        'btree index "bench.public.pgbench_accounts_pkey":',
+        "    ERROR:  item order invariant violated for index \"pgbench_accounts_pkey\"",
+        'heap table "bench.public.pgbench_accounts", block 3, offset 2:',
+        "    xmin 1234 precedes relation freeze threshold 0:5678"]})
+    assert [(f["relation"], f["where"]) for f in found] == [
+        ("bench.public.pgbench_accounts_pkey", None),
+        ("bench.public.pgbench_accounts", "block 3, offset 2")]
+    assert found[0]["message"].startswith("ERROR:  item order invariant violated")
+
+
+@pytest.mark.parametrize(("folder", "first"), [(LYING, True), (HONEST, False)])
+def test_report_and_terminal_show_durability(tmp_path: Path, folder: Path,
+                                             first: bool) -> None:
+    run = tmp_path / folder.name
+    shutil.copytree(folder, run)
+    document = build_analysis(load_run_frames(run))
+    write_analysis(run, document)
+    html = write_report(run).read_text()
+    assert "<h2>Durability" in html
+    before_verdict = html.index("<h2>Durability") < html.index("<h2>Verdict")
+    assert before_verdict == first
+    buffer = io.StringIO()
+    print_findings(Console(file=buffer, width=200), AnalysisDocument.from_json(
+        document.to_json()))
+    text = buffer.getvalue()
+    assert (text.index("durability:") < text.index("analysis:")) == first
+    lost = _ledger(folder)["final"]["commits"]["lost"]
+    assert f"{lost:,} of " in text
