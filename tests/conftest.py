@@ -189,9 +189,24 @@ def _footprint() -> tuple[tuple[bool, int], ...]:
     return tuple(out)
 
 
+def _reachable(path: Path) -> None:
+    """As root the servers run as an unprivileged user, who must reach the data dirs and
+    the tests' files: o+x on every directory above `path`."""
+    if os.geteuid() != 0:
+        return
+    for parent in [path, *path.parents]:
+        if parent == Path("/"):
+            break
+        mode = os.stat(parent).st_mode
+        if mode & 0o011 != 0o011:
+            os.chmod(parent, mode | 0o011)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_setup(item: pytest.Item) -> Generator[None, None, None]:
     item.stash[_FOOTPRINT] = _footprint()  # before any fixture: module fixtures count too
+    if _HOME:  # each pytest that starts makes /tmp/pytest-of-USER 0700 again: undo it
+        _reachable(_HOME[0])
     yield
 
 
@@ -244,12 +259,7 @@ def apt_install(package: str, wanted: Path) -> Path:
 @pytest.fixture(scope="session", autouse=True)
 def pglab_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     home = tmp_path_factory.mktemp("pglab-home")
-    if os.geteuid() == 0:
-        # As root the server runs as an unprivileged user, who must reach the data dirs.
-        for parent in [home, *home.parents]:
-            if parent == Path("/"):
-                break
-            os.chmod(parent, os.stat(parent).st_mode | 0o011)
+    _reachable(home)
     old = os.environ.get("PGLAB_HOME")
     os.environ["PGLAB_HOME"] = str(home)
     _HOME.append(home)

@@ -134,4 +134,10 @@ def runnable_by(bins: PgBinaries, user: ServerUser) -> PgBinaries:
                 shutil.copytree(libs, staging / libs.name, symlinks=True)
             subprocess.run(["chmod", "-R", "a+rX", str(staging)], check=True)
             staging.rename(dest)
-    return PgBinaries(dest / relative_bin, bins.source, bins.version, bins.major)
+    copied = PgBinaries(dest / relative_bin, bins.source, bins.version, bins.major)
+    if not readable_by_others(copied.tool("postgres")):
+        closed = next(p for p in [cache, *cache.parents] if not p.stat().st_mode & 0o001)
+        raise EnvironmentProblem(
+            f"PostgreSQL runs as user '{user.name}', who cannot reach {cache}: {closed} is "
+            f"not searchable by others (chmod o+x {closed}, or set PGLAB_HOME elsewhere)")
+    return copied
