@@ -89,10 +89,8 @@ class LinePrefix:
             return None
         groups = m.groupdict()
         epoch = groups.get("epoch")
-        if epoch:
-            t = timestamps.from_epoch(epoch)
-        else:
-            t = timestamps.parse(groups["ts"], groups["tz"])
+        t = (timestamps.from_epoch(epoch) if epoch
+             else timestamps.parse(groups["ts"], groups["tz"]))
         if t is None:
             return None
         pid = groups.get("pid")

@@ -15,6 +15,7 @@ look like a message but have no readable time are counted in ParseStats.skipped.
 from __future__ import annotations
 
 import re
+
 from pglab.events import Event
 from pglab.serverlog import stderr_fast
 from pglab.serverlog.extractor import EventExtractor
