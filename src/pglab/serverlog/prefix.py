@@ -140,7 +140,7 @@ def _translate(text: str) -> str:
         else:
             # a second escape of the same kind (or one pglab does not read): the
             # first one is the field; names inside the time pattern must not repeat
-            group = "(?:" + re.sub(r"\?P<\w+>", ":", pattern) + ")"
+            group = "(?:" + re.sub(r"\?P<\w+>", "?:", pattern) + ")"
         parts.append(f" *{group} *" if pad else group)
     parts.append(re.escape(text[pos:]))
     if "time" not in seen:

