@@ -216,3 +216,25 @@ def test_a_log_without_a_recognised_prefix_says_so_in_one_line(tmp_path: Path) -
     wrong = run_cli("logs", "--prefix", "%m [%p] ", str(RDS / "postgresql.log"))
     assert ("postgresql.log: 129 lines, but none read with --prefix '%m [%p] '; check it "
             "against the server's log_line_prefix (SHOW log_line_prefix)\n") in wrong.stderr
+
+
+def test_debians_prefix_keeps_the_sessions_lines(tmp_path: Path) -> None:
+    """Debian's '%m [%p] %q%u@%d ' prints `user@db ` after the pid only for sessions: a
+    log where most lines are background processes' still reads the sessions' lines
+    (the fast `%m [%p] ` scanner would miss them)."""
+    pg18 = Path(__file__).resolve().parent / "samples" / "serverlog" / "pg18"
+    original, _ = parse_log_file(pg18 / "postgresql.log")
+    text = (pg18 / "postgresql.log").read_text()
+    sessions = set(re.findall(r"\[(\d+)\] LOG:  duration", text))
+    assert len(sessions) == 11
+    debian = re.sub(r"^(\S+ \S+ \S+ \[(\d+)\] )",
+                    lambda m: m.group(1) + ("app@orders " if m.group(2) in sessions else ""),
+                    text, flags=re.M)
+    log = tmp_path / "debian.log"
+    log.write_text(debian)
+    events, stats = parse_log_file(log)
+    assert stats.prefix == "%m [%p] %q%u@%d " and stats.prefix_guessed
+    assert kinds(events) == kinds(original)
+    assert Counter(e.kind for e in events)["slow-statement"] == 13
+    records, _ = read_records(log)
+    assert {r.user for r in records} == {None, "app"}

@@ -155,12 +155,16 @@ def _translate(text: str) -> str:
 
 
 def detect_prefix(lines: list[str]) -> LinePrefix | None:
-    """The first of KNOWN_PREFIXES that at least 90% of the message lines (a severity
-    word and ':  ') of a log's start read with; None when none does."""
+    """The one of KNOWN_PREFIXES that reads the most message lines (a severity word and
+    ':  ') of a log's start, at least 90% of them; the first in the list on a tie. The
+    most, not the first: Debian's `%m [%p] %q%u@%d ` reads background processes' lines
+    like `%m [%p] ` does, and only it reads the sessions' lines. None when none does."""
     heads = [line for line in lines if not line.startswith("\t") and ":  " in line]
     if not heads:
         return None
     timestamps = TimestampParser()
+    best: LinePrefix | None = None
+    best_hits = 0
     for text in KNOWN_PREFIXES:
         prefix = _known(text)
         hits = 0
@@ -168,9 +172,9 @@ def detect_prefix(lines: list[str]) -> LinePrefix | None:
             start = severity_start(line, 0, line.find(":  "))
             if start is not None and prefix.match(line[:start], timestamps) is not None:
                 hits += 1
-        if hits >= 0.9 * len(heads):
-            return prefix
-    return None
+        if hits > best_hits:
+            best, best_hits = prefix, hits
+    return best if best_hits >= 0.9 * len(heads) else None
 
 
 _compiled: dict[str, LinePrefix] = {}

@@ -116,14 +116,17 @@ class StderrDecoder:
         for next time starts (the newline before the first line not consumed)."""
         if self._shaped is None:
             self._shaped = False if self._line_prefix else stderr_fast.looks_shaped(buf)
+            if self._shaped is not None and self._line_prefix is None:
+                found = detect_prefix(buf[: 1 << 16].split("\n")[:-1])
+                if found is not None and found.text not in _FAST_PREFIXES:
+                    # a prefix that extends the fast shape for some lines (Debian's
+                    # sessions): the fast regex would drop those lines
+                    self._shaped = False
+                    self._line_prefix = found
+                    self.stats.prefix, self.stats.prefix_guessed = found.text, True
             if self._shaped:
                 self.stats.prefix = "%m [%p] " if _has_millis(buf) else "%t [%p] "
                 self.stats.prefix_guessed = True
-            elif self._shaped is False and self._line_prefix is None:
-                self._line_prefix = detect_prefix(buf[: 1 << 16].split("\n")[:-1])
-                if self._line_prefix is not None:
-                    self.stats.prefix = self._line_prefix.text
-                    self.stats.prefix_guessed = True
         # Only whole lines are looked at; a partial last line waits for more text.
         safe_end = len(buf) if final else buf.rfind("\n") + 1
         if self._shaped:
@@ -283,6 +286,8 @@ def _has_millis(buf: str) -> bool:
     return True
 
 
+# The prefixes stderr_fast reads (and names when it is used).
+_FAST_PREFIXES = ("%m [%p] ", "%t [%p] ")
 # Continuation lines of a message: each starts with a tab (whole lines only).
 _TAB_LINES_RE = re.compile(r"(?:\t[^\n]*\n)+")
 # LogRecord is a NamedTuple; building it from a tuple skips its Python-level __new__.
