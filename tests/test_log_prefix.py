@@ -44,10 +44,14 @@ def kinds(events: list[Event]) -> dict[str, int]:
     return dict(Counter(e.kind for e in events))
 
 
-def rds_checks(events: list[Event]) -> None:
+def rds_checks(events: list[Event], sessions: bool = True) -> None:
+    """sessions: the prefix has %u and %d, so session events say whose they are."""
     assert kinds(events) == RDS_KINDS
     statements = [e for e in events if e.kind == "slow-statement"]
     assert sorted(e.attrs["pid"] for e in statements) == STATEMENT_PIDS
+    whose = [(e.attrs.get("user"), e.attrs.get("database"))
+             for e in events if e.kind in ("slow-statement", "lock-wait")]
+    assert whose == [("app", "orders") if sessions else (None, None)] * 4
     assert [e.attrs["statement"] for e in statements][1] == "SELECT pg_sleep(0.2)"
     (wait,) = [e for e in events if e.kind == "lock-wait"]
     assert wait.attrs["pid"] == WAITER and wait.attrs["holders"] == [HOLDER]
@@ -104,10 +108,10 @@ def test_an_unknown_prefix_with_a_bracketed_pid_after_host_port(tmp_path: Path) 
     log = tmp_path / "other.log"
     log.write_text(text)
     events, stats = parse_log_file(log)
-    rds_checks(events)
+    rds_checks(events, sessions=False)
     assert stats.prefix is None and stats.skipped == 0
     given, given_stats = parse_log_file(log, prefix=compile_prefix("%t:%r:%a:[%p]:"))
-    rds_checks(given)
+    rds_checks(given, sessions=False)
     assert given_stats.records == stats.records == 30
 
 
@@ -126,6 +130,9 @@ def test_a_prefix_of_many_escapes_given_with_prefix() -> None:
     events, _ = parse_log_file(path, prefix=compile_prefix(ESCAPES_PREFIX))
     assert kinds(events) == {"server-start": 1, "slow-statement": 1, "checkpoint": 2,
                              "server-stop": 1}
+    (slow,) = [e for e in events if e.kind == "slow-statement"]
+    assert (slow.attrs["pid"], slow.attrs["user"], slow.attrs["database"]) == (
+        26669, "app", "orders")
 
 
 def test_a_followed_log_reads_with_its_prefix() -> None:
@@ -193,6 +200,8 @@ def test_pglab_logs_names_the_prefix_it_guessed() -> None:
     assert (f"postgresql.log: stderr, log_line_prefix '{RDS_PREFIX}' (guessed), 129 lines, "
             "30 messages, 0 unreadable\n") in result.stderr
     assert result.stderr.endswith("23 events\n")
+    # whose statements and lock waits, in the details column
+    assert "user=app database=orders" in result.stdout
     given = run_cli("logs", "--prefix", RDS_PREFIX, str(RDS / "postgresql.log"))
     assert f"'{RDS_PREFIX}' (given)" in given.stderr
 
@@ -238,3 +247,17 @@ def test_debians_prefix_keeps_the_sessions_lines(tmp_path: Path) -> None:
     assert Counter(e.kind for e in events)["slow-statement"] == 13
     records, _ = read_records(log)
     assert {r.user for r in records} == {None, "app"}
+
+
+def test_csvlog_and_jsonlog_events_say_whose_they_are() -> None:
+    """csvlog's and jsonlog's user and database columns reach the session events too."""
+    pg18 = Path(__file__).resolve().parent / "samples" / "serverlog" / "pg18"
+    for name in ("postgresql.csv", "postgresql.json"):
+        events, _ = parse_log_file(pg18 / name)
+        whose = Counter((e.kind, e.attrs.get("user"), e.attrs.get("database")) for e in events
+                        if e.kind in ("slow-statement", "lock-wait", "error"))
+        assert whose == {("slow-statement", "postgres", "postgres"): 13,
+                         ("lock-wait", "postgres", "postgres"): 4,
+                         ("error", "postgres", "postgres"): 2,
+                         ("error", "postgres", "nosuchdb"): 1,  # the login to a missing db
+                         ("error", None, None): 1}

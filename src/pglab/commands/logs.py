@@ -24,8 +24,9 @@ _LOG_KEYS = {
     "autovacuum": ("table", "pages_removed", "tuples_removed", "read_rate_mbs",
                    "write_rate_mbs", "elapsed_s"),
     "autoanalyze": ("table", "elapsed_s"),
-    "lock-wait": ("pid", "lock_mode", "lock_object", "holders", "waited_ms"),
-    "slow-statement": ("duration_ms", "statement"),
+    "lock-wait": ("pid", "user", "database", "lock_mode", "lock_object", "holders",
+                  "waited_ms"),
+    "slow-statement": ("duration_ms", "user", "database", "statement"),
     "temp-file": ("size_bytes", "path"),
     "crash": ("pid", "process", "signal", "exit_code"),
 }
