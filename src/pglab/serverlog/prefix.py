@@ -50,9 +50,10 @@ _ESCAPES: dict[str, tuple[str | None, str]] = {
 }
 _ESCAPE_RE = re.compile(r"%(-?\d+)?(.)", re.S)
 
-# The prefixes real deployments write, tried in this order on a log without --prefix:
-# pglab's own and PostgreSQL's default (%m [%p] ), Debian/Ubuntu's default, Amazon RDS
-# and Aurora, Google Cloud SQL, Azure Database for PostgreSQL.
+# The prefixes real deployments write, tried on a log without --prefix (the first wins a
+# tie): pglab's own and PostgreSQL's default (%m [%p] ), Debian/Ubuntu's default, Amazon
+# RDS and Aurora (the sample in tests/samples/serverlog/rds), and as Google Cloud SQL's
+# and Azure Database for PostgreSQL's logs show them (not checked against those services).
 KNOWN_PREFIXES = (
     "%m [%p] ",
     "%t [%p] ",
@@ -110,7 +111,7 @@ def _field(value: str | None) -> str | None:
 
 def compile_prefix(text: str) -> LinePrefix:
     """The parser for a log_line_prefix; ValueError (one line, for the user) if it has no
-    time escape or an escape PostgreSQL does not know."""
+    time escape."""
     return LinePrefix(text)
 
 
@@ -130,8 +131,9 @@ def _translate(text: str) -> str:
             optional_from = len(parts)
             continue
         if letter not in _ESCAPES:
-            known = " ".join(f"%{k}" for k in [*_ESCAPES, "q", "%"])
-            raise ValueError(f"unknown escape %{letter} in {text!r} (PostgreSQL's are {known})")
+            # PostgreSQL ignores an escape it does not know (prints nothing for it): the
+            # prefix as the server has it must read its lines
+            continue
         name, pattern = _ESCAPES[letter]
         if name is not None and name not in seen:
             seen.add(name)
