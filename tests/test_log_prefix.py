@@ -263,3 +263,16 @@ def test_csvlog_and_jsonlog_events_say_whose_they_are() -> None:
                          ("error", "postgres", "postgres"): 2,
                          ("error", "postgres", "nosuchdb"): 1,  # the login to a missing db
                          ("error", None, None): 1}
+
+
+@pytest.mark.parametrize(("line", "pid"), [
+    ("2026-11-23 10:15:01 UTC:10.0.1.23(53124):app@orders:[12345]:LOG:  checkpoint "
+     "starting: time", 12345),
+    ("2026-11-23 10:15:01 UTC (123) LOG:  checkpoint starting: time", 123),
+    # %r's port is never the pid, even when no other number is there
+    ("2026-11-23 10:15:01 UTC 10.0.1.23(53124) LOG:  checkpoint starting: time", None),
+])
+def test_the_heuristic_pid_is_never_the_client_port(line: str, pid: int | None) -> None:
+    records, stats = read_records([line])
+    assert [r.pid for r in records] == [pid]
+    assert stats.skipped == 0

@@ -38,9 +38,10 @@ _PREFIX_TIME_RE = re.compile(
     r"|(?P<epoch>\d{9,11}\.\d{3})"
 )
 # The pid: the last [%p] before the severity (a number inside %r's `host(port)` comes
-# before it), else pid=%p, else the first free-standing number not in parentheses.
+# before it), else pid=%p, else the first free-standing number that is not the port of
+# a `host(port)` (a `(%p)` after a space still is one).
 _PREFIX_BRACKET_PID_RE = re.compile(r"\[(\d+)\]")
-_PREFIX_PID_RE = re.compile(r"pid=(\d+)|(?<![\w.:/(-])(\d{1,9})(?![\w.:/)-])")
+_PREFIX_PID_RE = re.compile(r"pid=(\d+)|(?<![\w.:/-])(?<![\w.:\]]\()(\d{1,9})(?![\w.:/-])")
 
 
 class StderrDecoder:
