@@ -276,3 +276,25 @@ def test_the_heuristic_pid_is_never_the_client_port(line: str, pid: int | None) 
     records, stats = read_records([line])
     assert [r.pid for r in records] == [pid]
     assert stats.skipped == 0
+
+
+def test_observe_follows_a_log_with_its_prefix(tmp_path: Path) -> None:
+    """`pglab observe --log FILE --log-prefix ...`: the followed file is read with it."""
+    from datetime import timezone as tz
+
+    from pglab.observe.logsource import FileSource, ObservedLog
+
+    log = tmp_path / "followed.log"
+    log.write_text("")
+    probe = ObservedLog(FileSource(log), prefix=compile_prefix("%t:%r:%a:[%p]:"))
+    text = re.sub(r"^([^\t][^\n]*?:)(?:app@orders|@):\[", r"\1psql:[",
+                  (RDS / "postgresql.log").read_text(), flags=re.M)
+    events: list[Event] = []
+    now = datetime.now(tz.utc)
+    for start in range(0, len(text), 2000):  # the server appends as it goes
+        with log.open("a") as handle:
+            handle.write(text[start : start + 2000])
+        events += probe.sample(now).events
+    events += probe.stop().events
+    rds_checks(events, sessions=False)
+    assert probe.tail.stats.prefix == "%t:%r:%a:[%p]:" and probe.tail.stats.skipped == 0
