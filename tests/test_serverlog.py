@@ -56,10 +56,15 @@ def utc(text: str) -> datetime:
     return datetime.fromisoformat(text).replace(tzinfo=UTC)
 
 
+# what only csvlog/jsonlog carry: the samples' stderr prefix (%m [%p] ) has no %u or %d
+CSV_JSON_ONLY = frozenset({"sqlstate", "user", "database"})
+
+
 def comparable(events: list[Event]) -> list[tuple[Any, ...]]:
-    """Events minus what only csvlog/jsonlog carry (the SQLSTATE)."""
+    """Events minus what only csvlog/jsonlog carry (the SQLSTATE, user and database)."""
     return [
-        (e.t_start, e.kind, e.t_end, e.node, {k: v for k, v in e.attrs.items() if k != "sqlstate"})
+        (e.t_start, e.kind, e.t_end, e.node,
+         {k: v for k, v in e.attrs.items() if k not in CSV_JSON_ONLY})
         for e in events
     ]
 

@@ -121,11 +121,15 @@ def scenarios() -> int:
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per event.")
 @click.option("--kind", "kinds", multiple=True, help="Only these event kinds (repeatable).")
-def logs(files: tuple[Path, ...], as_json: bool, kinds: tuple[str, ...]) -> int:
+@click.option("--prefix", default=None, metavar="LOG_LINE_PREFIX",
+              help="The server's log_line_prefix (SHOW log_line_prefix), for stderr logs "
+                   "whose prefix is not recognised, e.g. '%t:%r:%u@%d:[%p]:'.")
+def logs(files: tuple[Path, ...], as_json: bool, kinds: tuple[str, ...],
+         prefix: str | None) -> int:
     """Print the events of any PostgreSQL log (stderr, csvlog or jsonlog), oldest file first."""
     from pglab.commands import logs as log_events
 
-    return log_events.logs(files, as_json, kinds)
+    return log_events.logs(files, as_json, kinds, prefix)
 
 
 @cli.command()
@@ -237,6 +241,9 @@ def tune(scenario: str, overrides: tuple[str, ...], results: Path, pg_bin: str |
 @click.option("--log", default=None, metavar="SOURCE",
               help="The server log: a FILE (followed), 'sql' (pg_read_binary_file) or "
                    "'command:CMD' (e.g. 'command:kubectl logs -f pod/pg-1').")
+@click.option("--log-prefix", default=None, metavar="LOG_LINE_PREFIX",
+              help="The server's log_line_prefix, for a stderr --log whose prefix is not "
+                   "recognised (see `pglab logs --prefix`).")
 @results_option
 @click.option("--name", default="observe", show_default=True,
               help="The folder name: the run goes to RESULTS/NAME/<run-id>/.")
@@ -244,13 +251,13 @@ def tune(scenario: str, overrides: tuple[str, ...], results: Path, pg_bin: str |
 @click.option("--wait-hz", type=click.IntRange(1, 100), default=10, show_default=True,
               help="Wait sampling rate.")
 def observe(dsn: str, standbys: tuple[str, ...], duration: str | None,
-            exporters: tuple[str, ...], log: str | None, results: Path, name: str,
-            interval: str, wait_hz: int) -> int:
+            exporters: tuple[str, ...], log: str | None, log_prefix: str | None,
+            results: Path, name: str, interval: str, wait_hz: int) -> int:
     """Observe a running server read-only (no load, never a write) into a results folder."""
     from pglab.observe import command
 
     return command.observe(dsn, standbys, duration, exporters, log, results, name, interval,
-                           wait_hz)
+                           wait_hz, log_prefix)
 
 
 @cli.command(name="import")

@@ -14,7 +14,7 @@ from pglab.commands.console import err, out
 from pglab.errors import ExitCode, PglabError
 from pglab.events import attrs_summary
 from pglab.results.files import iso
-from pglab.serverlog import parse_log_files
+from pglab.serverlog import LinePrefix, ParseStats, compile_prefix, parse_log_files
 from pglab.serverlog.reader import compression
 
 # The attributes worth a glance, per event kind; others are in --json.
@@ -24,8 +24,9 @@ _LOG_KEYS = {
     "autovacuum": ("table", "pages_removed", "tuples_removed", "read_rate_mbs",
                    "write_rate_mbs", "elapsed_s"),
     "autoanalyze": ("table", "elapsed_s"),
-    "lock-wait": ("pid", "lock_mode", "lock_object", "holders", "waited_ms"),
-    "slow-statement": ("duration_ms", "statement"),
+    "lock-wait": ("pid", "user", "database", "lock_mode", "lock_object", "holders",
+                  "waited_ms"),
+    "slow-statement": ("duration_ms", "user", "database", "statement"),
     "temp-file": ("size_bytes", "path"),
     "crash": ("pid", "process", "signal", "exit_code"),
 }
@@ -35,7 +36,45 @@ def _event_line(attrs: dict[str, Any], kind: str) -> str:
     return attrs_summary(attrs, _LOG_KEYS.get(kind) or tuple(attrs)[:6])
 
 
-def logs(files: tuple[Path, ...], as_json: bool, kinds: tuple[str, ...]) -> int:
+def line_prefix(text: str | None, option: str = "--prefix") -> LinePrefix | None:
+    """The compiled --prefix, or a one-line BadInput error saying what is expected."""
+    if text is None:
+        return None
+    try:
+        return compile_prefix(text)
+    except ValueError as exc:
+        raise PglabError(f"{option}: {exc}", ExitCode.BAD_INPUT) from None
+
+
+def _describe(stat: ParseStats) -> str:
+    """The format, and for stderr the log_line_prefix read with and how it was chosen."""
+    if stat.format != "stderr":
+        return stat.format
+    if stat.prefix is None:
+        return "stderr (log_line_prefix not recognised: time and pid found heuristically)"
+    how = "guessed" if stat.prefix_guessed else "given"
+    return f"stderr, log_line_prefix {stat.prefix!r} ({how})"
+
+
+def _unread_warning(path: Path, stat: ParseStats) -> str | None:
+    """One line when a file has lines but pglab read no message from it: never silent."""
+    if stat.lines == 0 or stat.records > 0:
+        return None
+    if stat.format == "stderr" and stat.prefix is not None and not stat.prefix_guessed:
+        return (f"{path}: {stat.lines:,} lines, but none read with --prefix "
+                f"{stat.prefix!r}; check it against the server's log_line_prefix "
+                "(SHOW log_line_prefix)")
+    if stat.format == "stderr":
+        return (f"{path}: {stat.lines:,} lines, but no message with a recognised "
+                "log_line_prefix; try --prefix with the server's log_line_prefix "
+                "(SHOW log_line_prefix), e.g. --prefix '%t:%r:%u@%d:[%p]:'")
+    return (f"{path}: {stat.lines:,} lines, but no {stat.format} record that pglab "
+            "reads events from")
+
+
+def logs(files: tuple[Path, ...], as_json: bool, kinds: tuple[str, ...],
+         prefix: str | None = None) -> int:
+    compiled = line_prefix(prefix)
     for path in files:
         if not path.is_file():
             raise PglabError(f"{path}: no such log file", ExitCode.BAD_INPUT)
@@ -49,7 +88,7 @@ def logs(files: tuple[Path, ...], as_json: bool, kinds: tuple[str, ...]) -> int:
             raise PglabError(f"{path}: zstd-compressed, and the zstd program is not "
                              "installed (apt-get install zstd, or decompress it first)",
                              ExitCode.ENVIRONMENT)
-    events, stats = parse_log_files(list(files))
+    events, stats = parse_log_files(list(files), prefix=compiled)
     shown = [e for e in events if not kinds or e.kind in kinds]
     if as_json:
         for event in shown:
@@ -69,7 +108,11 @@ def logs(files: tuple[Path, ...], as_json: bool, kinds: tuple[str, ...]) -> int:
     for path, stat in zip(files, stats, strict=True):
         others = (f", {stat.other_loggers:,} lines of other CloudNativePG loggers"
                   if stat.other_loggers else "")
-        err.print(f"{path}: {stat.format}, {stat.lines:,} lines, {stat.records:,} messages, "
-                  f"{stat.skipped:,} unreadable{others}", highlight=False)
+        err.print(f"{path}: {_describe(stat)}, {stat.lines:,} lines, "
+                  f"{stat.records:,} messages, {stat.skipped:,} unreadable{others}",
+                  highlight=False, soft_wrap=True)
+        warning = _unread_warning(path, stat)
+        if warning is not None:
+            err.print(warning, highlight=False, soft_wrap=True)
     err.print(f"{len(shown)} events" + (f" of {len(events)}" if kinds else ""))
     return ExitCode.OK

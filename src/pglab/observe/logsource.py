@@ -27,7 +27,7 @@ from pglab.errors import BadInput
 from pglab.events import Event
 from pglab.probes.base import Probe, ProbeContext, ProbeOutput
 from pglab.processes import spawn
-from pglab.serverlog import LogTail
+from pglab.serverlog import LinePrefix, LogTail
 
 READ_LIMIT = 16 * 1024 * 1024  # per interval: a burst must not stall the host loop
 SQL_CHUNK = 4 * 1024 * 1024
@@ -205,10 +205,12 @@ class ObservedLog(Probe):
     name = "log.events"
     help = "the server log followed during the run (see `pglab logs`)"
 
-    def __init__(self, source: LogSource, node: str = "primary") -> None:
+    def __init__(
+        self, source: LogSource, node: str = "primary", prefix: LinePrefix | None = None
+    ) -> None:
         self.source = source
         self.node = node
-        self.tail = LogTail(node=node)
+        self.tail = LogTail(node=node, prefix=prefix)
         self._said: str | None = None
 
     def start(self, ctx: ProbeContext) -> None:

@@ -34,6 +34,7 @@ from pglab.results import files
 from pglab.results.files import iso, utc_now, write_parquet
 from pglab.results.folder import RunFolder, StoredRun, create_run_folder, load_run
 from pglab.results.manifest import Manifest
+from pglab.serverlog import LinePrefix, compile_prefix
 from pglab.telemetry import TelemetryRunner, monotonic_wall_clock
 
 _NODE = re.compile(r"^(primary|standby[1-9][0-9]*)=(.+)$")
@@ -44,6 +45,15 @@ class ObserveUI(Protocol):
     def warn(self, message: str) -> None: ...
 
 
+def _log_prefix(text: str | None) -> LinePrefix | None:
+    if text is None:
+        return None
+    try:
+        return compile_prefix(text)
+    except ValueError as exc:
+        raise BadInput(f"--log-prefix: {exc}") from None
+
+
 @dataclass(frozen=True)
 class ObserveOptions:
     dsn: str
@@ -51,6 +61,7 @@ class ObserveOptions:
     duration_s: float | None = None  # None: until Ctrl-C
     exporters: tuple[str, ...] = ()  # URL (the primary's) or NODE=URL
     log: str | None = None  # FILE, "sql" or "command:..."
+    log_prefix: str | None = None  # the log_line_prefix of a stderr log (else detected)
     results_root: Path = Path("results")
     name: str = "observe"
     interval_s: float = 1.0
@@ -93,7 +104,7 @@ def observe(options: ObserveOptions, ui: ObserveUI) -> StoredRun:
         if why is not None:
             warnings.append(f"primary: --log sql: {why}; observing without the log")
         else:
-            log_probe = ObservedLog(source)
+            log_probe = ObservedLog(source, prefix=_log_prefix(options.log_prefix))
     host: dict[str, object] = {}
     for exporter_node, url in exporters:
         why, first = check_exporter(url)

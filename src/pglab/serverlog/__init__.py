@@ -13,11 +13,13 @@ recovery, server-start, server-stop, error.
     tail = LogTail(); tail.feed(text) ...; tail.close()               # a growing log
 
 Messages must be in English (lc_messages = 'C'); stderr logs need a log_line_prefix
-with a time escape (%m, %t or %n) and preferably the pid (%p).
+with a time escape (%m, %t or %n) and preferably the pid (%p). The prefix is detected
+(prefix.KNOWN_PREFIXES, then heuristics) or given: `prefix=compile_prefix(text)`.
 """
 
 from pglab.serverlog.decoders import FORMATS, detect_format
 from pglab.serverlog.extractor import EventExtractor
+from pglab.serverlog.prefix import KNOWN_PREFIXES, LinePrefix, compile_prefix
 from pglab.serverlog.reader import (
     extract_events,
     iter_event_batches,
@@ -31,10 +33,13 @@ from pglab.serverlog.tail import LogTail
 
 __all__ = [
     "FORMATS",
+    "KNOWN_PREFIXES",
     "EventExtractor",
+    "LinePrefix",
     "LogRecord",
     "LogTail",
     "ParseStats",
+    "compile_prefix",
     "detect_format",
     "extract_events",
     "iter_event_batches",

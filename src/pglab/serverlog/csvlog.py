@@ -114,6 +114,9 @@ class CsvDecoder(RecordsToEvents):
                     fields[19] or fields[16] or None,
                     (fields[23] or None) if len(fields) > 23 else None,
                     fields[12] or None,
+                    fields[1] or None,
+                    fields[2] or None,
+                    fields[4] or None,
                 )
             )
         stats.records += len(out)

@@ -17,6 +17,7 @@ import re
 from pglab.serverlog.csvlog import CsvDecoder
 from pglab.serverlog.decoder_base import Decoder
 from pglab.serverlog.jsonlog import JsonDecoder
+from pglab.serverlog.prefix import LinePrefix
 from pglab.serverlog.records import ParseStats, TimestampParser
 from pglab.serverlog.stderr import StderrDecoder
 
@@ -24,10 +25,16 @@ FORMATS = ("stderr", "csvlog", "jsonlog")
 
 
 def make_decoder(
-    fmt: str, stats: ParseStats, timestamps: TimestampParser, candidates_only: bool
+    fmt: str,
+    stats: ParseStats,
+    timestamps: TimestampParser,
+    candidates_only: bool,
+    prefix: LinePrefix | None = None,
 ) -> Decoder:
+    """prefix: the log_line_prefix of a stderr log (ignored by csvlog and jsonlog, which
+    carry their fields in columns)."""
     if fmt == "stderr":
-        return StderrDecoder(stats, timestamps, candidates_only)
+        return StderrDecoder(stats, timestamps, candidates_only, prefix)
     if fmt == "csvlog":
         return CsvDecoder(stats, timestamps, candidates_only)
     if fmt == "jsonlog":

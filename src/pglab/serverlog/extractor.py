@@ -71,7 +71,7 @@ class EventExtractor:
                     m = duration_match(message)
                     if m is None:
                         continue  # bare "duration: N ms" (log_duration), auto_explain plans
-                    append(slow_statement(node, record[0], record[1], *m.groups()))
+                    append(slow_statement(node, record[0], record[1], *m.groups(), rec=record))
                 else:
                     log_message(record, message, out)
             elif severity in ERROR_SEVERITIES:
@@ -86,7 +86,9 @@ class EventExtractor:
             if message.startswith("duration: "):
                 m = DURATION_RE.match(message)
                 if m is not None:
-                    out.append(slow_statement_event(self.node, record[0], record[1], *m.groups()))
+                    out.append(slow_statement_event(
+                        self.node, record[0], record[1], *m.groups(), rec=record
+                    ))
             else:
                 self._log_message(record, message, out)
         elif severity in ERROR_SEVERITIES:

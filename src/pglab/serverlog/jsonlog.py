@@ -85,6 +85,9 @@ class JsonDecoder(RecordsToEvents):
                     _opt_str(obj, "statement") or _opt_str(obj, "internal_query"),
                     _opt_str(obj, "backend_type"),
                     _opt_str(obj, "state_code"),
+                    _opt_str(obj, "user"),
+                    _opt_str(obj, "dbname"),
+                    _client(obj),
                 )
             )
         stats.records += len(out)
@@ -96,7 +99,8 @@ class JsonDecoder(RecordsToEvents):
 _CNPG_NAMES = {"log_time": "timestamp", "error_severity": "error_severity",
                "message": "message", "detail": "detail", "hint": "hint",
                "context": "context", "query": "statement", "internal_query": "internal_query",
-               "backend_type": "backend_type", "sql_state_code": "state_code"}
+               "backend_type": "backend_type", "sql_state_code": "state_code",
+               "connection_from": "connection_from", "user_name": "user", "database_name": "dbname"}
 
 
 def _from_cloudnativepg(record: dict[str, object]) -> dict[str, object]:
@@ -107,3 +111,12 @@ def _from_cloudnativepg(record: dict[str, object]) -> dict[str, object]:
     elif isinstance(pid, int):
         obj["pid"] = pid
     return obj
+
+
+def _client(obj: dict[str, object]) -> str | None:
+    """jsonlog's remote_host and remote_port as %r prints them: host(port)."""
+    host = obj.get("remote_host")
+    if not isinstance(host, str) or not host:
+        return _opt_str(obj, "connection_from")  # CloudNativePG's csvlog column
+    port = obj.get("remote_port")
+    return f"{host}({port})" if isinstance(port, int) else host

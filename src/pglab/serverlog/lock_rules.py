@@ -10,6 +10,7 @@ from typing import Any
 from pglab.events import Event
 from pglab.serverlog.event_parts import MICROSECOND, cut, new_event
 from pglab.serverlog.records import LogRecord
+from pglab.serverlog.statement_rules import add_session
 from pglab.serverlog.triggers import STATEMENT_MAX
 
 _LOCK_RE = re.compile(
@@ -73,15 +74,18 @@ class LockRules:
                 rec.t - MICROSECOND * round(ms * 1000),
                 mode,
                 lock_object,
-                {
-                    "pid": pid,
-                    "lock_mode": mode,
-                    "lock_object": lock_object,
-                    "holders": holders or [],
-                    "wait_queue": queue or [],
-                    "waited_ms": ms,
-                    "outcome": None,
-                },
+                add_session(
+                    {
+                        "pid": pid,
+                        "lock_mode": mode,
+                        "lock_object": lock_object,
+                        "holders": holders or [],
+                        "wait_queue": queue or [],
+                        "waited_ms": ms,
+                        "outcome": None,
+                    },
+                    rec,
+                ),
             )
             self._waits[pid] = pending
         else:

@@ -18,6 +18,7 @@ from pglab.events import Event
 from pglab.serverlog.decoder_base import Decoder
 from pglab.serverlog.decoders import FORMATS, detect_format, make_decoder
 from pglab.serverlog.extractor import EventExtractor
+from pglab.serverlog.prefix import LinePrefix
 from pglab.serverlog.records import LogRecord, ParseStats, TimestampParser
 
 # Text is parsed this much at a time. A chunk's text, the regex's tuples and the events
@@ -117,11 +118,12 @@ def _batches_from_file(
     stats: ParseStats,
     timestamps: TimestampParser,
     candidates_only: bool,
+    prefix: LinePrefix | None,
 ) -> Iterator[list[LogRecord]]:
     with _open(path) as stream:
         first = stream.read(_SNIFF_BYTES)
         stats.format = fmt or detect_format(first, path.name)
-        decoder = make_decoder(stats.format, stats, timestamps, candidates_only)
+        decoder = make_decoder(stats.format, stats, timestamps, candidates_only, prefix)
         for text in _text_chunks(stream, first):
             with _gc_paused():
                 batch = decoder.feed(text)
@@ -136,6 +138,7 @@ def _batches_from_lines(
     stats: ParseStats,
     timestamps: TimestampParser,
     candidates_only: bool,
+    prefix: LinePrefix | None,
 ) -> Iterator[list[LogRecord]]:
     decoder: Decoder | None = None
     head: list[str] = []
@@ -145,11 +148,11 @@ def _batches_from_lines(
             head.append(text)
             if fmt is None and len(head) < 20:
                 continue
-            decoder = _lines_decoder(head, fmt, stats, timestamps, candidates_only)
+            decoder = _lines_decoder(head, fmt, stats, timestamps, candidates_only, prefix)
             text, head = "".join(head), []
         yield decoder.feed(text)
     if decoder is None:
-        decoder = _lines_decoder(head, fmt, stats, timestamps, candidates_only)
+        decoder = _lines_decoder(head, fmt, stats, timestamps, candidates_only, prefix)
         yield decoder.feed("".join(head))
     yield decoder.finish()
     stats.unknown_zones = timestamps.unknown_zones
@@ -161,22 +164,28 @@ def _lines_decoder(
     stats: ParseStats,
     timestamps: TimestampParser,
     candidates_only: bool,
+    prefix: LinePrefix | None,
 ) -> Decoder:
     stats.format = fmt or detect_format("".join(head).encode("utf-8", "replace"))
-    return make_decoder(stats.format, stats, timestamps, candidates_only)
+    return make_decoder(stats.format, stats, timestamps, candidates_only, prefix)
 
 
 def _record_batches(
-    source: Path | str | Iterable[str], fmt: str | None, candidates_only: bool
+    source: Path | str | Iterable[str],
+    fmt: str | None,
+    candidates_only: bool,
+    prefix: LinePrefix | None,
 ) -> tuple[Iterator[list[LogRecord]], ParseStats]:
     if fmt is not None and fmt not in FORMATS:
         raise ValueError(f"unknown log format {fmt!r} (one of {', '.join(FORMATS)})")
     stats = ParseStats(format=fmt or "stderr")
     timestamps = TimestampParser()
     if isinstance(source, (str, Path)):
-        batches = _batches_from_file(Path(source), fmt, stats, timestamps, candidates_only)
+        batches = _batches_from_file(
+            Path(source), fmt, stats, timestamps, candidates_only, prefix
+        )
     else:
-        batches = _batches_from_lines(source, fmt, stats, timestamps, candidates_only)
+        batches = _batches_from_lines(source, fmt, stats, timestamps, candidates_only, prefix)
     return batches, stats
 
 
@@ -186,7 +195,11 @@ def _flatten(batches: Iterator[list[LogRecord]]) -> Iterator[LogRecord]:
 
 
 def read_records(
-    source: Path | str | Iterable[str], fmt: str | None = None, *, candidates_only: bool = False
+    source: Path | str | Iterable[str],
+    fmt: str | None = None,
+    *,
+    candidates_only: bool = False,
+    prefix: LinePrefix | None = None,
 ) -> tuple[Iterator[LogRecord], ParseStats]:
     """Every log message of a file (a path) or of lines of text, in log order.
 
@@ -194,8 +207,9 @@ def read_records(
     stats after the iterator is exhausted). fmt: "stderr", "csvlog", "jsonlog" or None to
     detect it from the content (then the file name). candidates_only: only messages that
     can produce an event (what parse_log_file uses; much faster on big stderr logs).
+    prefix: a stderr log's log_line_prefix (prefix.compile_prefix); detected if None.
     """
-    batches, stats = _record_batches(source, fmt, candidates_only)
+    batches, stats = _record_batches(source, fmt, candidates_only, prefix)
     return _flatten(batches), stats
 
 
@@ -212,6 +226,7 @@ def iter_event_batches(
     node: str = "primary",
     fmt: str | None = None,
     stats: list[ParseStats] | None = None,
+    prefix: LinePrefix | None = None,
 ) -> Iterator[list[Event]]:
     """Like iter_events, a list at a time (the events of about CHUNK_BYTES of log):
     the cheapest way to consume a very big log."""
@@ -224,7 +239,7 @@ def iter_event_batches(
         with _open(Path(path)) as stream:
             first = stream.read(_SNIFF_BYTES)
             file_stats.format = fmt or detect_format(first, Path(path).name)
-            decoder = make_decoder(file_stats.format, file_stats, timestamps, True)
+            decoder = make_decoder(file_stats.format, file_stats, timestamps, True, prefix)
             for text in _text_chunks(stream, first):
                 # As _gc_paused, but nothing is allocated between gc.enable() and the
                 # yield (a context manager's __exit__ raises StopIteration, an object):
@@ -253,6 +268,7 @@ def iter_events(
     node: str = "primary",
     fmt: str | None = None,
     stats: list[ParseStats] | None = None,
+    prefix: LinePrefix | None = None,
 ) -> Iterator[Event]:
     """Events of one log split over several files (rotation), oldest file first.
 
@@ -261,21 +277,24 @@ def iter_events(
     come out as they complete. One ParseStats per file is appended to `stats` if given
     (complete once the iterator is exhausted).
     """
-    return chain.from_iterable(iter_event_batches(paths, node, fmt, stats))
+    return chain.from_iterable(iter_event_batches(paths, node, fmt, stats, prefix))
 
 
 def parse_log_files(
-    paths: list[Path], node: str = "primary", fmt: str | None = None
+    paths: list[Path],
+    node: str = "primary",
+    fmt: str | None = None,
+    prefix: LinePrefix | None = None,
 ) -> tuple[list[Event], list[ParseStats]]:
     """All events of rotated log files given oldest first; one ParseStats per file."""
     stats: list[ParseStats] = []
-    events = list(iter_events(paths, node, fmt, stats))
+    events = list(iter_events(paths, node, fmt, stats, prefix))
     return events, stats
 
 
 def parse_log_file(
-    path: Path, node: str = "primary", fmt: str | None = None
+    path: Path, node: str = "primary", fmt: str | None = None, prefix: LinePrefix | None = None
 ) -> tuple[list[Event], ParseStats]:
     """All events of one log file (format detected unless given)."""
-    events, stats = parse_log_files([path], node, fmt)
+    events, stats = parse_log_files([path], node, fmt, prefix)
     return events, stats[0]

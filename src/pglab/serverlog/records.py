@@ -32,6 +32,9 @@ class LogRecord(NamedTuple):
     statement: str | None = None  # STATEMENT (or QUERY) text
     backend_type: str | None = None  # csvlog/jsonlog only
     sqlstate: str | None = None  # csvlog/jsonlog only
+    user: str | None = None  # %u, csvlog/jsonlog's user
+    database: str | None = None  # %d, csvlog/jsonlog's database
+    client: str | None = None  # %r (host(port)) or %h, csvlog/jsonlog's connection
 
 
 @dataclass
@@ -44,6 +47,10 @@ class ParseStats:
     format: str = "stderr"  # "stderr" | "csvlog" | "jsonlog"
     unknown_zones: int = 0  # timestamps whose zone name was unknown (taken as UTC)
     other_loggers: int = 0  # CloudNativePG lines of other loggers than PostgreSQL's
+    # stderr: the log_line_prefix read with (None: not recognised, read heuristically)
+    # and whether it was guessed (not given with --prefix)
+    prefix: str | None = None
+    prefix_guessed: bool = False
 
     def add(self, other: ParseStats) -> None:
         self.lines += other.lines

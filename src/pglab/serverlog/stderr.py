@@ -2,8 +2,11 @@
 
 Two scanners: the fast one of stderr_fast for the `%m [%p] ` / `%t [%p] ` prefix shape
 (chosen when the first message lines of the log have it) and a general one here for any
-prefix with a time escape (found anywhere in the prefix; the pid as `[%p]`, `pid=%p` or
-the first free-standing number).
+prefix with a time escape. The general one reads each line's prefix with a compiled
+log_line_prefix (given, or one of prefix.KNOWN_PREFIXES that the log's first message
+lines match); failing that, heuristically: the time found anywhere in the prefix, the
+pid as the last `[%p]` (RDS's `%r` before it prints `host(port)`), `pid=%p` or the
+first free-standing number.
 
 Nothing here raises on bad input: undecodable bytes became U+FFFD before, lines that
 look like a message but have no readable time are counted in ParseStats.skipped.
@@ -12,11 +15,11 @@ look like a message but have no readable time are counted in ParseStats.skipped.
 from __future__ import annotations
 
 import re
-from datetime import datetime
 
 from pglab.events import Event
 from pglab.serverlog import stderr_fast
 from pglab.serverlog.extractor import EventExtractor
+from pglab.serverlog.prefix import LinePrefix, PrefixFields, detect_prefix, severity_start
 from pglab.serverlog.records import LogRecord, ParseStats, TimestampParser
 from pglab.serverlog.stderr_fast import ATTACHED, SEVERITIES, last_message_start, scan_shaped
 from pglab.serverlog.triggers import LOG_TRIGGERS
@@ -31,12 +34,14 @@ _ANY_SEVERITY_RE = re.compile(":  (?:" + "|".join(f"(?<={s}:  )" for s in SEVERI
 # The time in a log_line_prefix: %m / %t (with zone) or %n (epoch).
 _PREFIX_TIME_RE = re.compile(
     r"(?P<ts>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:\.\d+)?)"
-    r"(?: (?P<tz>[A-Za-z]{1,6}|[+-]\d\d(?::?\d\d)?)(?![\w:]))?"
+    r"(?: (?P<tz>[A-Za-z]{1,6}|[+-]\d\d(?:\d\d)?)(?![\w]))?"
     r"|(?P<epoch>\d{9,11}\.\d{3})"
 )
-# The pid: [%p] (pglab's `%m [%p] `, pgBadger's recommended prefixes), pid=%p, or the
-# first free-standing number.
-_PREFIX_PID_RE = re.compile(r"\[(\d+)\]|pid=(\d+)|(?<![\w.:/-])(\d{1,9})(?![\w.:/-])")
+# The pid: the last [%p] before the severity (a number inside %r's `host(port)` comes
+# before it), else pid=%p, else the first free-standing number that is not the port of
+# a `host(port)` (a `(%p)` after a space still is one).
+_PREFIX_BRACKET_PID_RE = re.compile(r"\[(\d+)\]")
+_PREFIX_PID_RE = re.compile(r"pid=(\d+)|(?<![\w.:/-])(?<![\w.:\]]\()(\d{1,9})(?![\w.:/-])")
 
 
 class StderrDecoder:
@@ -53,10 +58,19 @@ class StderrDecoder:
     """
 
     def __init__(
-        self, stats: ParseStats, timestamps: TimestampParser, candidates_only: bool = True
+        self,
+        stats: ParseStats,
+        timestamps: TimestampParser,
+        candidates_only: bool = True,
+        prefix: LinePrefix | None = None,
     ) -> None:
         self.stats = stats
         self._ts = timestamps
+        # the log_line_prefix to read lines with: given (--prefix), or detected on the
+        # first text when the fast shape does not fit
+        self._line_prefix = prefix
+        if prefix is not None:
+            stats.prefix, stats.prefix_guessed = prefix.text, False
         self._all = not candidates_only
         self._heads = _ANY_SEVERITY_RE if self._all else _CANDIDATE_RE
         self._shape_re = stderr_fast.ANY_RE if self._all else stderr_fast.CANDIDATE_RE
@@ -102,7 +116,18 @@ class StderrDecoder:
         """Records (and events, given an extractor) in buf; and where the text to keep
         for next time starts (the newline before the first line not consumed)."""
         if self._shaped is None:
-            self._shaped = stderr_fast.looks_shaped(buf)
+            self._shaped = False if self._line_prefix else stderr_fast.looks_shaped(buf)
+            if self._shaped is not None and self._line_prefix is None:
+                found = detect_prefix(buf[: 1 << 16].split("\n")[:-1])
+                if found is not None and found.text not in _FAST_PREFIXES:
+                    # a prefix that extends the fast shape for some lines (Debian's
+                    # sessions): the fast regex would drop those lines
+                    self._shaped = False
+                    self._line_prefix = found
+                    self.stats.prefix, self.stats.prefix_guessed = found.text, True
+            if self._shaped:
+                self.stats.prefix = "%m [%p] " if _has_millis(buf) else "%t [%p] "
+                self.stats.prefix_guessed = True
         # Only whole lines are looked at; a partial last line waits for more text.
         safe_end = len(buf) if final else buf.rfind("\n") + 1
         if self._shaped:
@@ -135,15 +160,17 @@ class StderrDecoder:
             if buf.startswith("\t", line_start) or buf.find(":  ", line_start, colon) >= 0:
                 continue  # continuation text, or not the severity position of its line
             line_end = buf.find("\n", colon)
-            sp = buf.rfind(" ", line_start, colon)
-            severity = buf[sp + 1 : colon]
-            prefix = buf[line_start : sp + 1]
-            parsed = self._prefix(prefix)
+            # the prefix need not end with a space (RDS's ends with `]:`)
+            word = severity_start(buf, line_start, colon)
+            sp = colon if word is None else word
+            severity = buf[sp:colon]
+            prefix = buf[line_start:sp]
+            parsed = self._prefix(prefix) if word is not None else None
             if parsed is None:
                 self.stats.skipped += 1  # looks like a message line but has no readable time
                 consumed = line_end + 1
                 continue
-            t, pid = parsed
+            t, pid = parsed.t, parsed.pid
             more = self._gather(
                 buf, line_end + 1, prefix, pid, safe_end, eager, buf[colon + 3 : line_end]
             )
@@ -167,6 +194,9 @@ class StderrDecoder:
                         attached.get("STATEMENT") or attached.get("QUERY"),
                         None,
                         None,
+                        parsed.user,
+                        parsed.database,
+                        parsed.client,
                     ),
                 )
             )
@@ -208,11 +238,11 @@ class StderrDecoder:
                 word = buf[k:j] if j > 0 else ""
             else:
                 j = buf.find(":  ", pos, e)
-                sp = buf.rfind(" ", pos, j) + 1 if j > 0 else pos
-                word = buf[sp:j] if j > 0 else ""
-                if word in ATTACHED:
-                    other = self._prefix(buf[pos:sp])
-                    if other is None or (pid is not None and other[1] != pid):
+                start = severity_start(buf, pos, j) if j > 0 else None
+                word = buf[start:j] if start is not None else ""
+                if start is not None and word in ATTACHED:
+                    other = self._prefix(buf[pos:start])
+                    if other is None or (pid is not None and other.pid != pid):
                         word = ""
             if word not in ATTACHED:
                 break
@@ -228,8 +258,10 @@ class StderrDecoder:
             attached[word] = attached[word] + "\n" + text if word in attached else text
         return pos, message, attached, nlines
 
-    def _prefix(self, prefix: str) -> tuple[datetime, int | None] | None:
-        """(time, pid) from any log_line_prefix, or None if it has no readable time."""
+    def _prefix(self, prefix: str) -> PrefixFields | None:
+        """The fields of a line's prefix text, or None if it has no readable time."""
+        if self._line_prefix is not None:
+            return self._line_prefix.match(prefix, self._ts)
         m = _PREFIX_TIME_RE.search(prefix)
         if m is None:
             return None
@@ -237,13 +269,26 @@ class StderrDecoder:
         t = self._ts.from_epoch(epoch) if epoch else self._ts.parse(m.group("ts"), m.group("tz"))
         if t is None:
             return None
+        brackets = _PREFIX_BRACKET_PID_RE.findall(prefix, m.end())
+        if brackets:
+            return PrefixFields(t, int(brackets[-1]), None, None, None)
         end = m.end()
         pm = _PREFIX_PID_RE.search(prefix, end) or _PREFIX_PID_RE.search(prefix, 0, m.start())
         if pm is None:
-            return t, None
-        return t, int(pm.group(1) or pm.group(2) or pm.group(3))
+            return PrefixFields(t, None, None, None, None)
+        return PrefixFields(t, int(pm.group(1) or pm.group(2)), None, None, None)
 
 
+def _has_millis(buf: str) -> bool:
+    """Does the first message line's time have milliseconds (%m rather than %t)?"""
+    for line in buf[: 1 << 16].split("\n"):
+        if ":  " in line and not line.startswith("\t"):
+            return line[19:20] == "."
+    return True
+
+
+# The prefixes stderr_fast reads (and names when it is used).
+_FAST_PREFIXES = ("%m [%p] ", "%t [%p] ")
 # Continuation lines of a message: each starts with a tab (whole lines only).
 _TAB_LINES_RE = re.compile(r"(?:\t[^\n]*\n)+")
 # LogRecord is a NamedTuple; building it from a tuple skips its Python-level __new__.

@@ -233,12 +233,16 @@ def scan_shaped(
                     attached.get("STATEMENT") or attached.get("QUERY"),
                     None,
                     None,
+                    None,
+                    None,
+                    None,
                 ),
             )
         else:
             record = new_record(
                 record_type,
-                (t, int(pid), severity, message, None, None, None, None, None, None),
+                (t, int(pid), severity, message, None, None, None, None, None, None, None,
+                 None, None),
             )
         if feed_into is not None:
             feed_into(record, events)

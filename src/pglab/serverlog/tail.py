@@ -6,6 +6,7 @@ from pglab.events import Event
 from pglab.serverlog.decoder_base import Decoder
 from pglab.serverlog.decoders import FORMATS, detect_format, make_decoder
 from pglab.serverlog.extractor import EventExtractor
+from pglab.serverlog.prefix import LinePrefix
 from pglab.serverlog.records import LogRecord, ParseStats, TimestampParser
 
 
@@ -26,11 +27,14 @@ class LogTail:
         events = tail.close()                   # end of run: everything still open
     """
 
-    def __init__(self, node: str = "primary", fmt: str | None = None) -> None:
+    def __init__(
+        self, node: str = "primary", fmt: str | None = None, prefix: LinePrefix | None = None
+    ) -> None:
         if fmt is not None and fmt not in FORMATS:
             raise ValueError(f"unknown log format {fmt!r} (one of {', '.join(FORMATS)})")
         self.stats = ParseStats(format=fmt or "stderr")
         self._fmt = fmt
+        self._prefix = prefix
         self._timestamps = TimestampParser()
         self._decoder: Decoder | None = None
         self._pending = ""  # text kept until the format can be told
@@ -65,7 +69,9 @@ class LogTail:
     def _start(self, first_text: str) -> None:
         fmt = self._fmt or detect_format(first_text.encode("utf-8", "replace"))
         self.stats.format = fmt
-        self._decoder = make_decoder(fmt, self.stats, self._timestamps, candidates_only=True)
+        self._decoder = make_decoder(
+            fmt, self.stats, self._timestamps, candidates_only=True, prefix=self._prefix
+        )
 
     def _events(self, records: list[LogRecord]) -> list[Event]:
         out: list[Event] = []
