@@ -3,16 +3,18 @@ from the recorded data alone (as tests/test_builtin_scenarios.py does for the re
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import statistics
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pytest
 
 from conftest import run_cli
-from test_builtin_scenarios import _run, measured_tps
+from test_builtin_scenarios import _run, inside, low_times, measured_tps, wait_shares
 
 pytestmark = [pytest.mark.root, pytest.mark.live,
               pytest.mark.skipif(os.geteuid() != 0, reason="storage volumes need root")]
@@ -84,3 +86,27 @@ def test_wal_on_its_own_fast_volume_wins(storage_packages: None, tmp_path: Path)
     assert set(tps) == {3.0, 0.0}
     # every commit waits for its WAL flush: 3 ms (plus the data volume's) against none
     assert tps[0.0] > 1.5 * tps[3.0], tps
+
+
+@pytest.mark.exclusive  # a timing signal: the machine alone
+def test_standby_slow_volume_makes_commits_wait_on_syncrep(storage_packages: None,
+                                                           tmp_path: Path) -> None:
+    (run,) = _run(tmp_path, "standby-slow-volume", "workload.duration=15s",
+                  "workload.warmup=2s",
+                  'faults=[{at="5s", action="bulk-update", args={rows=50000}}]')
+    faults = pl.read_parquet(run / "events.parquet").filter(pl.col("kind") == "fault")
+    window = (faults["t_start"][0], faults["t_start"][0] + dt.timedelta(seconds=10))
+    low = low_times(run)
+    print("standby-slow-volume: low seconds", len(low), "after the bulk update",
+          inside(low, [window]))
+    # the bulk update's WAL reaches the standby faster than its 6 MB/s device writes it:
+    # commits wait (8 of 9 low seconds in the window when this was written)
+    assert inside(low, [window]) >= 5 and inside(low, [window]) >= 0.8 * len(low), low
+    shares = wait_shares(run, start=window[0], end=window[1])
+    assert max(shares, key=lambda k: shares[k]) == "IPC:SyncRep", shares
+    assert _volume(run, node="standby1")["device"]["write_mbps"] == 6
+    analysis = json.loads((run / "analysis.json").read_text())
+    worst = max(analysis["stalls"], key=lambda s: s["deficit_transactions"])
+    top = worst["causes"][0]
+    # a standby that answers, slowly: not the advice for one that stopped answering
+    assert (top["cause"], top.get("sub_cause")) == ("sync-replication", "standby-slow-disk")

@@ -27,6 +27,7 @@ EXTRA = {
                             'faults=[{at="1s", action="pause-standby", node="standby1", '
                             'duration="2s"}]'],
     "sync-standby-slow-disk": ['faults=[{at="1s", action="bulk-update", args={rows=20000}}]'],
+    "standby-slow-volume": ['faults=[{at="1s", action="bulk-update", args={rows=20000}}]'],
 }
 
 
