@@ -178,6 +178,15 @@ def wal_segment_init(ev: WindowEvidence) -> Finding | None:
         s.add(0.4 * min(1.0, (queued - queued_h) / 0.3),
               f"{pct(queued)} of sampled client backends waited on the new segment or "
               f"on LWLock:WALWrite behind it (healthy {pct(queued_h)})")
+    else:
+        # A queue as long in the healthy seconds (every commit queues on WALWrite on a
+        # slow disk) still waits on what its holder does in the window: creating segments
+        head = steady_state.wal_init_head(ev, span="in the window")
+        if queued >= steady_state.DOMINANT and head is not None and (
+                head[0] >= steady_state.INIT_HEAD):
+            s.add(0.2, f"{pct(queued)} of sampled client backends queued on LWLock:WALWrite "
+                       f"behind a holder that spent {pct(head[0])} of its WAL IO creating "
+                       f"segments: {head[1]}")
     # zero-filling and fsyncing 16 MB+ is slow because the disk is: the saturation
     # evidence counts for this IO cause as it does for the checkpoint's
     disk_write(s, ev, 0.2)

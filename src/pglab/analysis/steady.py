@@ -158,13 +158,15 @@ def sync_replication(ev: WindowEvidence) -> Finding | None:
     return s.finding()
 
 
-def wal_init_head(ev: WindowEvidence) -> tuple[float, str] | None:
+def wal_init_head(ev: WindowEvidence, span: str | None = None) -> tuple[float, str] | None:
     """What share of the WAL IO of WALWriteLock's holders went to creating segments,
     and the line that shows it. The backends queued on the lock wait for its holder,
     which writes and flushes WAL or, when it needs a new segment, zero-fills and fsyncs
     it (IO:WalInit*): the queue is what the holder does. pg_stat_io's WAL bytes (PG 18:
     wal/init vs wal/normal writes) measure it on the same disk; wait samples otherwise,
-    though at 10 Hz a creation of a few ms is seldom caught."""
+    though at 10 Hz a creation of a few ms is seldom caught. `span` words the seconds
+    read (a stall window's scorer says so; the whole-run default is _span)."""
+    span = span or _span(ev)
     node = ev.nodes[0]
     writes = ev.inside.labels(node, "db.io", "write_bytes")
     init = sum(v for label, v in writes.items() if label.endswith("/wal/init"))
@@ -172,11 +174,11 @@ def wal_init_head(ev: WindowEvidence) -> tuple[float, str] | None:
     if init + normal > 0:
         return init / (init + normal), (
             f"{init / 2**20:.0f} MB of the {(init + normal) / 2**20:.0f} MB of WAL IO "
-            f"{_span(ev)} zero-filled new segments (pg_stat_io wal/init writes)")
+            f"{span} zero-filled new segments (pg_stat_io wal/init writes)")
     creating, flushing = ev.wait_count(node, WAL_INIT), ev.wait_count(node, WAL_FLUSH)
     if creating + flushing > 0:
         return creating / (creating + flushing), (
-            f"{creating:.0f} of {creating + flushing:.0f} wait samples of WAL IO {_span(ev)} "
+            f"{creating:.0f} of {creating + flushing:.0f} wait samples of WAL IO {span} "
             "were a process creating a segment (IO:WalInitWrite/WalInitSync)")
     return None
 
