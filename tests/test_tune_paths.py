@@ -21,19 +21,7 @@ import pytest
 from conftest import SAMPLES, run_cli, write_scenario
 from pglab.analysis.recommendations import Facts, recommend
 from pglab.results.manifest import Manifest
-
-CHURN = """
-[server.settings]
-max_connections = 100
-[workload]
-scale = 5
-mix = ["select-only"]
-reconnect = true
-clients = 30
-jobs = 2
-duration = "2s"
-warmup = "1s"
-"""
+from test_tune import CHURN
 
 
 def _tune_file(results: Path, name: str) -> dict[str, Any]:
