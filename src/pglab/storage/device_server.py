@@ -306,10 +306,13 @@ async def _serve(device: Device, reader: asyncio.StreamReader,
     send_lock = asyncio.Lock()
     pending: set[asyncio.Task[None]] = set()
 
-    async def reply(handle: int, error: int, data: bytes = b"") -> None:
+    async def send(message: bytes) -> None:
         async with send_lock:
-            writer.write(struct.pack(">IIQ", SIMPLE_REPLY_MAGIC, error, handle) + data)
+            writer.write(message)
             await writer.drain()
+
+    async def reply(handle: int, error: int) -> None:
+        await send(struct.pack(">IIQ", SIMPLE_REPLY_MAGIC, error, handle))
 
     async def handle_request(kind: int, flags: int, handle: int, offset: int, length: int,
                              payload: bytes) -> None:
@@ -326,28 +329,14 @@ async def _serve(device: Device, reader: asyncio.StreamReader,
             await device.unpaused.wait()
             if device.behaviour.latency_s > 0:
                 await asyncio.sleep(device.behaviour.latency_s)
-            device.flush()
-            c.flushes += 1
-            await reply(handle, 0)
-            return
-        direction = "read" if kind == CMD_READ else "write"
-        error = await device.admit(direction, length)
-        if error:
-            c.errors += 1
-            await reply(handle, error)
-            return
-        if kind == CMD_READ:
-            data = device.read(offset, length)
-            c.reads += 1
-            c.read_bytes += length
-            await reply(handle, 0, data)
-            return
-        if kind == CMD_WRITE_ZEROES:
-            payload = bytes(length)
-        device.write(offset, payload, bool(flags & CMD_FLAG_FUA))
-        c.writes += 1
-        c.written_bytes += length
-        await reply(handle, 0)
+        else:
+            error = await device.admit("read" if kind == CMD_READ else "write", length)
+            if error:
+                c.errors += 1
+                await reply(handle, error)
+                return
+        # waited as the behaviour says: now as on a free device
+        await send(_answer_now(device, kind, flags, handle, offset, length, payload))
 
     try:
         if not await _handshake(device, reader, writer):
@@ -391,8 +380,8 @@ async def _serve(device: Device, reader: asyncio.StreamReader,
 
 def _answer_now(device: Device, kind: int, flags: int, handle: int, offset: int,
                 length: int, payload: bytes) -> bytes:
-    """The reply to a request on a free device (no limit, latency, pause or failure),
-    made without waiting: what handle_request does when nothing makes it wait."""
+    """The reply to a request once nothing makes it wait: at once on a free device (no
+    limit, latency, pause or failure), else after handle_request's waits."""
     c = device.counters
     header = struct.pack(">IIQ", SIMPLE_REPLY_MAGIC, 0, handle)
     if kind == CMD_FLUSH:
