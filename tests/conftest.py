@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import re
 import shutil
@@ -49,8 +50,8 @@ ALLOWED_SKIPS: tuple[tuple[str, str], ...] = (
 # --- the machine lock: live tests share it, exclusive tests hold it alone ------------------
 
 LOCK_PATH = Path(tempfile.gettempdir()) / "pglab-tests.lock"
-# A waiting exclusive test takes the gate first, so that a stream of shared holders (two
-# workers, or other suites) cannot starve it: new shared holders queue behind the gate.
+# A waiting exclusive test takes the gate first, so that a stream of shared holders (the
+# other workers, or other suites) cannot starve it: new shared holders queue behind the gate.
 GATE_PATH = Path(tempfile.gettempdir()) / "pglab-tests.gate"
 
 
@@ -75,7 +76,7 @@ def _release(lock: int) -> None:
 
 
 # The lock this worker holds: (fd, exclusive). An exclusive test followed by another one
-# on the same worker keeps it: the other worker is drained once for the batch, not once
+# on the same worker keeps it: the other workers are drained once for the batch, not once
 # per test (each drain waits out whatever test it is running, a tune of a minute, say).
 _HELD: list[tuple[int, bool]] = []
 
@@ -111,40 +112,123 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "exclusive: needs the machine alone (kernel knobs, "
                             "limits measured from inside a cgroup, timing-sensitive runs); "
                             "implies live")
+    if (config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput")
+            and getattr(config.option, "numprocesses", None)):
+        units = Path(tempfile.mkdtemp(prefix="pglab-test-units-")) / "units.json"
+        os.environ[UNITS_ENV] = str(units)  # the workers, started later, inherit it
+        config.pluginmanager.register(_UnitScheduler(units), "pglab-unit-scheduler")
 
 
-SECONDS_KEY = "pglab/module-seconds"  # each test module's time in the last run, in .pytest_cache
+# --- work units: which tests go to one xdist worker together -------------------------------
+#
+# xdist hands out work units in queue order, one at a time to whichever worker is free. A
+# unit is every exclusive test (one unit: the other workers are drained once, and the
+# exclusive tests run back to back under one hold of the lock); or the tests of a module
+# that share a module- or class-scoped fixture of that module (a real run made once); or
+# else one test, so that a long module spreads over all workers. The workers know markers
+# and fixtures, the controller only node ids: each worker writes the map to a file.
+
+UNITS_ENV = "PGLAB_TEST_UNITS"
+EXCLUSIVE_UNIT = "exclusive"
+SECONDS_KEY = "pglab/test-seconds"  # each test's time in the last run, in .pytest_cache
 
 
 def _module(nodeid: str) -> str:
     return nodeid.split("::", maxsplit=1)[0]
 
 
+def _shared_fixtures(item: pytest.Item) -> set[str]:
+    """The module- or class-scoped fixtures defined in `item`'s own module that it uses."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return set()
+    module = _module(item.nodeid)
+    return {name for name, defs in info.name2fixturedefs.items()
+            if defs and defs[-1].scope in ("module", "class", "package")
+            and defs[-1].baseid.startswith(module)}
+
+
+def _units(items: list[pytest.Item]) -> dict[str, str]:
+    """Each test's work unit; tests sharing fixtures, directly or through another test,
+    are one unit (a union-find over the fixtures of each module)."""
+    parent: dict[str, str] = {}
+
+    def root(key: str) -> str:
+        while parent.setdefault(key, key) != key:
+            key = parent[key]
+        return key
+
+    uses = {item.nodeid: [f"{_module(item.nodeid)}::{name}" for name in
+                          sorted(_shared_fixtures(item))] for item in items}
+    for keys in uses.values():
+        for key in keys[1:]:
+            parent[root(key)] = root(keys[0])
+    units = {}
+    for item in items:
+        keys = uses[item.nodeid]
+        units[item.nodeid] = (root(keys[0]) if keys else EXCLUSIVE_UNIT if _exclusive(item)
+                              else item.nodeid)
+    return units
+
+
+class _UnitScheduler:
+    """The controller's side: xdist's scope scheduling, with the workers' units as
+    scopes (xdist's own `xdist_group` does not work under pytest 9)."""
+
+    def __init__(self, units: Path) -> None:
+        self.units = units
+
+    @pytest.hookimpl
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: object) -> object:
+        from xdist.scheduler import LoadScopeScheduling
+
+        path = self.units
+
+        class UnitScheduling(LoadScopeScheduling):  # type: ignore[misc]
+            _map: dict[str, str] | None = None
+
+            def _split_scope(self, nodeid: str) -> str:
+                if self._map is None:  # written by the workers before their collection ends
+                    self._map = json.loads(path.read_text())
+                return self._map.get(nodeid, nodeid)
+
+        return UnitScheduling(config, log)
+
+    def pytest_unconfigure(self) -> None:
+        shutil.rmtree(self.units.parent, ignore_errors=True)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("exclusive") and not item.get_closest_marker("live"):
             item.add_marker(pytest.mark.live)
-    # Longest modules first (xdist hands out whole modules, in this order), so that no
-    # long module starts last while the other worker has nothing left. Without a record
-    # of the last run: modules with exclusive tests, then live ones, then the rest.
+    units = _units(items)
+    # The queue: the exclusive unit first, then the longest units by their times in the
+    # last run, so that no long one starts last while the other workers have nothing
+    # left; without a record, shared-fixture units, live tests, then the rest (seconds).
     cache = getattr(config, "cache", None)
     seconds: dict[str, float] = cache.get(SECONDS_KEY, {}) if cache else {}
-    rank: dict[str, tuple[float, int]] = {}
+    total: dict[str, float] = {}
+    kind: dict[str, int] = {}
     for item in items:
-        kind = 0 if item.get_closest_marker("exclusive") else 1 if item.get_closest_marker(
-            "live") else 2
-        module = _module(item.nodeid)
-        rank[module] = (-seconds.get(module, 0.0), min(kind, rank.get(module, (0, 2))[1]))
-    # Within a module its exclusive tests first, one batch under one drain of the other
-    # worker (see _HELD); otherwise in file order.
-    items.sort(key=lambda item: (rank[_module(item.nodeid)], not _exclusive(item)))
+        unit = units[item.nodeid]
+        total[unit] = total.get(unit, 0.0) + seconds.get(item.nodeid, 0.0)
+        kind[unit] = min(kind.get(unit, 2), 0 if unit != item.nodeid
+                         else 1 if item.get_closest_marker("live") else 2)
+    items.sort(key=lambda item: (units[item.nodeid] != EXCLUSIVE_UNIT,
+                                 -total[units[item.nodeid]], kind[units[item.nodeid]]))
+    path = os.environ.get(UNITS_ENV)
+    if path and hasattr(config, "workerinput"):
+        written = Path(f"{path}.{config.workerinput['workerid']}")
+        written.write_text(json.dumps(units))
+        written.replace(path)  # every worker writes the same map
 
 
 _spent: dict[str, float] = {}
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    _spent[_module(report.nodeid)] = _spent.get(_module(report.nodeid), 0.0) + report.duration
+    _spent[report.nodeid] = _spent.get(report.nodeid, 0.0) + report.duration
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
