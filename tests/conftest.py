@@ -85,27 +85,6 @@ def _exclusive(item: pytest.Item | None) -> bool:
     return item is not None and item.get_closest_marker("exclusive") is not None
 
 
-@contextlib.contextmanager
-def machine_alone() -> Iterator[None]:
-    """For a module fixture that measures (real runs compared by its tests, which only
-    read them): the machine alone while it is made, the shared lock again after."""
-    if not _HELD or _HELD[0][1]:
-        yield  # no lock to trade (run without the protocol hook) or already alone
-        return
-    lock = _HELD[0][0]
-    # Shared lock first dropped, so that two workers trading up at once cannot each hold
-    # what the other waits for; then as an exclusive test takes it.
-    fcntl.flock(lock, fcntl.LOCK_UN)
-    gate = _lock_file(GATE_PATH)
-    fcntl.flock(gate, fcntl.LOCK_EX)
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    os.close(gate)
-    try:
-        yield
-    finally:
-        fcntl.flock(lock, fcntl.LOCK_SH)
-
-
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "live: starts servers or loads, touches cgroups, "
                             "kernel knobs or the machine (deselect with -m 'not live')")
@@ -122,15 +101,17 @@ def pytest_configure(config: pytest.Config) -> None:
 # --- work units: which tests go to one xdist worker together -------------------------------
 #
 # xdist hands out work units in queue order, one at a time to whichever worker is free. A
-# unit is every exclusive test (one unit: the other workers are drained once, and the
-# exclusive tests run back to back under one hold of the lock); or the tests of a module
-# that share a module- or class-scoped fixture of that module (a real run made once); or
-# else one test, so that a long module spreads over all workers. The workers know markers
+# unit is every exclusive test, with the tests that share a module fixture with one (one
+# unit: the other workers are drained once, and the exclusive tests run back to back under
+# one hold of the lock); or the tests of a module that share a module- or class-scoped
+# fixture of that module (a real run made once); or else one test, so that a long module
+# spreads over all workers. The workers know markers
 # and fixtures, the controller only node ids: each worker writes the map to a file.
 
 UNITS_ENV = "PGLAB_TEST_UNITS"
 EXCLUSIVE_UNIT = "exclusive"
 SECONDS_KEY = "pglab/test-seconds"  # each test's time in the last run, in .pytest_cache
+DURATIONS = Path(__file__).resolve().parent / "durations.json"  # --save-durations writes it
 
 
 def _module(nodeid: str) -> str:
@@ -163,11 +144,14 @@ def _units(items: list[pytest.Item]) -> dict[str, str]:
     for keys in uses.values():
         for key in keys[1:]:
             parent[root(key)] = root(keys[0])
+    alone = {root(keys[0]) for item in items if _exclusive(item)
+             for keys in [uses[item.nodeid]] if keys}
     units = {}
     for item in items:
         keys = uses[item.nodeid]
-        units[item.nodeid] = (root(keys[0]) if keys else EXCLUSIVE_UNIT if _exclusive(item)
-                              else item.nodeid)
+        shared = root(keys[0]) if keys else None
+        units[item.nodeid] = (EXCLUSIVE_UNIT if _exclusive(item) or shared in alone
+                              else shared or item.nodeid)
     return units
 
 
@@ -204,10 +188,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.live)
     units = _units(items)
     # The queue: the exclusive unit first, then the longest units by their times in the
-    # last run, so that no long one starts last while the other workers have nothing
-    # left; without a record, shared-fixture units, live tests, then the rest (seconds).
+    # last run (.pytest_cache, over the committed tests/durations.json for a fresh clone),
+    # so that no long one starts last while the other workers have nothing left; then
+    # shared-fixture units, live tests, the rest.
     cache = getattr(config, "cache", None)
-    seconds: dict[str, float] = cache.get(SECONDS_KEY, {}) if cache else {}
+    seconds: dict[str, float] = {**json.loads(DURATIONS.read_text()),
+                                 **(cache.get(SECONDS_KEY, {}) if cache else {})}
     total: dict[str, float] = {}
     kind: dict[str, int] = {}
     for item in items:
@@ -232,10 +218,21 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    if getattr(session.config, "cache", None) is not None and _spent and not os.environ.get(
-            "PYTEST_XDIST_WORKER"):
+    if not _spent or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    if getattr(session.config, "cache", None) is not None:
         known: dict[str, float] = session.config.cache.get(SECONDS_KEY, {})
         session.config.cache.set(SECONDS_KEY, {**known, **_spent})
+    if session.config.getoption("save_durations"):
+        DURATIONS.write_text(json.dumps({nodeid: round(spent, 1) for nodeid, spent
+                                         in sorted(_spent.items()) if spent >= 0.5},
+                                        indent=0) + "\n")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--save-durations", action="store_true",
+                     help="write this run's test times to tests/durations.json (the order "
+                          "of a fresh clone's first run)")
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

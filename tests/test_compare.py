@@ -2,8 +2,8 @@
 effect judged over repeats, --fail-if, comparability warnings (another PostgreSQL
 version, another host), imported vs native, and bad input.
 
-The module's real runs are shared by its tests, made one after the other while no other
-test runs (its fixtures hold the machine alone; the tests only read the runs): the same
+The module's real runs are shared by its tests, made while no other test runs (the module
+is exclusive; the tests only read the runs): the same
 write load once with default settings ("fast1") and once with every commit waiting 20 ms
 before its WAL flush (commit_delay = 20ms, commit_siblings = 0: a clearly worse setting,
 so the default is clearly better, by 10x or more); three repeats each of the load for 6
@@ -33,14 +33,15 @@ from typing import Any
 
 import pytest
 
-from conftest import SAMPLES, machine_alone, run_cli, write_scenario
+from conftest import SAMPLES, run_cli, write_scenario
 from pglab.cli import main
 from pglab.compare.comparison import as_dict, compare
 from pglab.compare.groups import load_group
 
-# The runs compared must not share the machine with other tests' loads (machine_alone);
-# comparing them afterwards is reading files.
-pytestmark = pytest.mark.live
+# The runs compared must not share the machine with other tests' loads: the module is
+# exclusive, and so made back to back with the other exclusive tests (tests/README.md);
+# comparing them afterwards is reading files, briefly.
+pytestmark = pytest.mark.exclusive
 
 NOISE = "100"  # run-to-run variation assumed for single runs on this shared VM (see above)
 WRITE_LOAD = """
@@ -65,18 +66,17 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
     found: dict[str, Path] = {}
     slow = ["--set", "server.settings.commit_delay=20000",
             "--set", "server.settings.commit_siblings=0"]
-    with machine_alone():
-        for name, extra in (("fast1", []), ("slow", slow)):
-            found[name] = _run(work, scenario, name, extra)
-        # Each repeat's two rated runs at the same time: whatever the machine does then,
-        # it does to both sides (a few dozen commits a second load it by a few percent).
-        with ThreadPoolExecutor(2) as pool:
-            for repeat in (1, 2, 3):
-                pair = {f"{side}{repeat}": pool.submit(
-                    _run, work, scenario, f"{side}{repeat}",
-                    ["--set", f"workload.rate={rate}", *RATED])
-                    for side, rate in (("a", 15), ("b", 30))}
-                found.update({name: future.result() for name, future in pair.items()})
+    for name, extra in (("fast1", []), ("slow", slow)):
+        found[name] = _run(work, scenario, name, extra)
+    # Each repeat's two rated runs at the same time: whatever the machine does then, it
+    # does to both sides (a few dozen commits a second load it by a few percent).
+    with ThreadPoolExecutor(2) as pool:
+        for repeat in (1, 2, 3):
+            pair = {f"{side}{repeat}": pool.submit(
+                _run, work, scenario, f"{side}{repeat}",
+                ["--set", f"workload.rate={rate}", *RATED])
+                for side, rate in (("a", 15), ("b", 30))}
+            found.update({name: future.result() for name, future in pair.items()})
     yield found
 
 
@@ -84,8 +84,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
 def pg15_run(runs: dict[str, Path], pg15_bin: Path) -> Path:
     """The load of "fast1" on Debian's PostgreSQL 15 (after the module's other runs)."""
     work = runs["fast1"].parent.parent.parent
-    with machine_alone():
-        return _run(work, work / "w.toml", "pg15", ["--set", f"server.bin='{pg15_bin}'"])
+    return _run(work, work / "w.toml", "pg15", ["--set", f"server.bin='{pg15_bin}'"])
 
 
 def _run(work: Path, scenario: Path, name: str, extra: list[str]) -> Path:
