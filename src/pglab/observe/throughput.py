@@ -8,11 +8,17 @@ connects as left out): `commits`, `rollbacks`, `statement_calls` per second and
 
 pglab's own statements end with ROLLBACK (observe/target.py), so `commits` are the
 application's alone; `rollbacks` of the database pglab connects to have pglab's own
-subtracted (counted on its connection, so up to a second off; never below zero).
+subtracted, from the counter. A backend reports its counts at most once a second (an idle
+one later still), so on PostgreSQL 15 and later pglab's connection reports its own at once
+(pg_stat_force_next_flush) before the counters are read, holding the connection so that no
+statement of its other samplers comes between: the difference is exact. Before 15 (or if
+refused), the difference lags by up to a second of pglab's statements, and is never let go
+back, so that the lag neither shows as the application's rollbacks nor hides one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import time
 from typing import Any
@@ -33,26 +39,34 @@ class Throughput(DbProbe):
     def start(self, ctx: ProbeContext) -> None:
         super().start(ctx)
         self.pgss: dict[str, str | None] = {}  # node -> pg_stat_statements' schema
-        self._own: dict[str, tuple[int, float]] = {}
+        # node -> (xact_rollback read, less pglab's own statements; never back but on a
+        # stats reset)
+        self._net: dict[str, tuple[float, float]] = {}
+        self._flush: dict[str, bool] = {}  # node -> pg_stat_force_next_flush() works
 
     def read(self, conn: psycopg.Connection[Any], caps: Capabilities, node: str,
              now: dt.datetime, out: ProbeOutput) -> None:
         mono = time.monotonic()
-        own = self.ctx.db.statements(node) if hasattr(self.ctx.db, "statements") else 0
-        own_rate = 0.0
-        previous = self._own.get(node)
-        if previous is not None and mono > previous[1]:
-            own_rate = (own - previous[0]) / (mono - previous[1])
-        self._own[node] = (own, mono)
         mine = conn.info.dbname
-        rows = conn.execute("SELECT datname, xact_commit, xact_rollback FROM pg_stat_database "
-                            "WHERE datname IS NOT NULL").fetchall()
+        with getattr(conn, "guard", None) or contextlib.nullcontext():
+            if self._flush.setdefault(node, conn.info.server_version >= 150000):
+                try:
+                    conn.execute("SELECT pg_stat_force_next_flush()")
+                except psycopg.errors.InsufficientPrivilege:
+                    self._flush[node] = False
+            own = self.ctx.db.statements(node) if hasattr(self.ctx.db, "statements") else 0
+            rows = conn.execute("SELECT datname, xact_commit, xact_rollback "
+                                "FROM pg_stat_database WHERE datname IS NOT NULL").fetchall()
         tracker = self.tracker(node)
         for datname, commits, rollbacks in rows:
-            rates = tracker.rates(str(datname), {"commits": float(commits),
-                                                 "rollbacks": float(rollbacks)}, mono)
-            if datname == mine and "rollbacks" in rates:
-                rates["rollbacks"] = max(0.0, rates["rollbacks"] - own_rate)
+            counters = {"commits": float(commits), "rollbacks": float(rollbacks)}
+            if datname == mine:
+                net = float(rollbacks) - own
+                raw, kept = self._net.get(node, (float(rollbacks), net))
+                kept = net if float(rollbacks) < raw else max(kept, net)
+                self._net[node] = (float(rollbacks), kept)
+                counters["rollbacks"] = kept
+            rates = tracker.rates(str(datname), counters, mono)
             out.samples.extend(Sample(now, node, self.name, metric, str(datname), value)
                                for metric, value in rates.items())
         self._statements(conn, node, now, out, mono)
