@@ -171,6 +171,8 @@ def run_variant(loaded: LoadedScenario, variant: Variant, options: RunOptions, u
                 if not measured_start:  # the first segment starts the timeline
                     measured_start.append(time.time() + scenario.workload.warmup)
                     timeline.start(measured_start[0])
+                else:  # the load restarted after a verified cut: the next cut may come
+                    timeline.load_resumed()
 
             try:  # from the probes' start: a Ctrl-C at any point still stops and writes them
                 if telemetry is not None:  # before the load, so the first second has a baseline
@@ -189,6 +191,8 @@ def run_variant(loaded: LoadedScenario, variant: Variant, options: RunOptions, u
                     if sink is not None:
                         sink.close()
                     if durability is not None:
+                        if timeline.unfired_cuts:
+                            durability.record["unfired_cuts"] = timeline.unfired_cuts
                         manifest.durability = durability.record
             if durability is not None:  # the end-of-run verdict, with the lab still up
                 durability.verify_now("end of run", None)
@@ -315,22 +319,19 @@ def _run_load(cmd: pgbench.PgbenchCommand, lab: Lab, folder: RunFolder, ui: RunU
             durability.segment_done(segment.segment)
         if result.returncode == 0 or len(timeline.cut_times) == handled:
             return segments  # the load ended by itself, or failed for its own reasons
-        while True:  # until a verification no cut interrupted (repeated cuts)
-            while timeline.cut_active() and time.time() < load_end + FINISH_WAIT_S:
-                time.sleep(0.1)
-                deliver_pending()
-            cuts = len(timeline.cut_times)
-            primary = lab.primary
-            up = primary is not None and primary.is_running()
-            if durability is not None:
-                ui.status("verifying integrity after the cut")
-                verdict = durability.verify_now(_cut_action(timeline), timeline.cut_times[-1])
-                if up and (len(timeline.cut_times) != cuts or timeline.cut_active()):
-                    durability.record["cuts"].pop()  # the next cut came mid-check
-                    continue
-                verdict["cuts_covered"] = cuts - handled
-            handled = cuts
-            break
+        # No cut of the primary comes before the load has run again (the timeline waits
+        # for load_resumed()), so this verdict is the cut's own.
+        while timeline.cut_active() and time.time() < load_end + FINISH_WAIT_S:
+            time.sleep(0.1)
+            deliver_pending()
+        cuts = len(timeline.cut_times)
+        primary = lab.primary
+        up = primary is not None and primary.is_running()
+        if durability is not None:
+            ui.status("verifying integrity after the cut")
+            verdict = durability.verify_now(_cut_action(timeline), timeline.cut_times[-1])
+            verdict["cuts_covered"] = cuts - handled
+        handled = cuts
         if not up:
             return segments
         left = int(load_end - time.time())
