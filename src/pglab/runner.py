@@ -98,8 +98,10 @@ def _base_manifest(loaded: LoadedScenario, variant: Variant, folder: RunFolder,
 
 
 def _process_client_data(folder: RunFolder, cmd: pgbench.PgbenchCommand, warmup_s: int,
-                         duration_s: int) -> dict[str, Any]:
-    """Per-second series from the per-transaction logs; the measured-window statistics."""
+                         duration_s: int, cut_short: bool = False) -> dict[str, Any]:
+    """Per-second series from the per-transaction logs; the measured-window statistics.
+    `cut_short`: a crash or power loss ended the load for good, and the seconds it did
+    not run are in the series as seconds without transactions."""
     logs = pgbench.txlog_files(folder.raw)
     if not logs:
         return {}
@@ -108,7 +110,8 @@ def _process_client_data(folder: RunFolder, cmd: pgbench.PgbenchCommand, warmup_
     while more := pgbench.txlog_files(folder.raw, pgbench.segment_prefix(segment)):
         tx = pl.concat([tx, read_txlogs(more, cmd.txlog_spec)], how="vertical")
         segment += 1
-    series = per_second_series(tx, warmup_s, cmd.txlog_spec.sampling_rate)
+    series = per_second_series(tx, warmup_s, cmd.txlog_spec.sampling_rate,
+                               cmd.total_s if cut_short else None)
     write_parquet(folder.file(files.CLIENT), series)
     stats = measured_window_stats(tx, series, cmd.txlog_spec.sampling_rate, duration_s)
     return dataclasses.asdict(stats)
@@ -399,8 +402,10 @@ def _finish(folder: RunFolder, manifest: Manifest, cmd: pgbench.PgbenchCommand |
     if cmd is not None:
         pgbench.collect_txlogs(cmd, folder.raw)
         try:
+            # clients that died with a crashed server: the rest of the load is an outage
+            cut_short = error is None and "clients_aborted_by_crash" in manifest.results
             measured = _process_client_data(folder, cmd, int(workload.warmup),
-                                            int(workload.duration))
+                                            int(workload.duration), cut_short)
             if measured:
                 manifest.results["measured"] = measured
         except Exception as exc:  # keep the run's outcome even if its logs are unreadable
