@@ -126,22 +126,30 @@ def tpcb_invariants(conn: psycopg.Connection[Any], compared: tuple[str, ...]) ->
     return {"holds": len(set(sums.values())) == 1, "sums": sums}
 
 
+AMCHECK_OPTIONS = ("--install-missing", "--heapallindexed", "--parent-check")
+
+
 def amcheck(bins: PgBinaries, server: LocalServer) -> dict[str, Any]:
     """pg_amcheck of the bench database: clean, or its findings and the relations."""
     tool = bins.tool("pg_amcheck")
     if not tool.exists():
         return {"skipped": f"{tool} is missing"}
     info = server.conninfo()
-    argv = [str(tool), "--install-missing", "--heapallindexed", "--parent-check",
+    argv = [str(tool), *AMCHECK_OPTIONS,
             "-h", info["host"], "-p", info["port"], "-U", info["user"], info["dbname"]]
     started = time.monotonic()
     result = subprocess.run(argv, capture_output=True, text=True, timeout=600)
-    lines = [ln for ln in (result.stdout + result.stderr).splitlines()
+    return {**parse_amcheck(result.returncode, result.stdout + result.stderr),
+            "elapsed_s": round(time.monotonic() - started, 3)}
+
+
+def parse_amcheck(returncode: int, output: str) -> dict[str, Any]:
+    """pg_amcheck's exit code and output: clean, or its findings and the relations."""
+    lines = [ln for ln in output.splitlines()
              if ln.strip() and not ln.startswith("NOTICE:")]  # "amcheck already exists"
     relations = sorted({m.group(2) for ln in lines if (m := AMCHECK_RELATION.match(ln))})
-    return {"clean": result.returncode == 0 and not lines, "returncode": result.returncode,
-            "relations": relations, "findings": lines[:30],
-            "elapsed_s": round(time.monotonic() - started, 3)}
+    return {"clean": returncode == 0 and not lines, "returncode": returncode,
+            "relations": relations, "findings": lines[:30]}
 
 
 def verify(server: LocalServer, bins: PgBinaries, ledger: Ledger | None,

@@ -150,7 +150,7 @@ def durability_section(manifest: Manifest) -> dict[str, Any] | None:
     cuts: list[dict[str, Any]] = []
     corruption: list[dict[str, Any]] = []
     invariants: list[dict[str, Any]] = []
-    seen_corruption: set[tuple[Any, str]] = set()
+    checked: list[tuple[dict[str, Any], str]] = []  # each verdict, and when it was made
     previous = 0
     server_lost = False
     for group, verdict in _groups(events, verdicts):
@@ -186,9 +186,14 @@ def durability_section(manifest: Manifest) -> dict[str, Any] | None:
             previous = max(previous, lost)
         if len(group) > 1:
             head["cuts_covered"] = len(group)
+        checked.append((looked, where))
+    if final is not None and all(v is not final for v, _ in checked):
+        checked.append((final, "at the end of the run"))  # damage found only at the end
+    seen_corruption: set[tuple[Any, Any, str]] = set()
+    for looked, where in checked:
         found, broken = _verdict_problems(looked, where)
         for item in found:  # a later verdict reports the same damage again
-            key = (item["relation"], item["message"])
+            key = (item["relation"], item["where"], item["message"])
             if key not in seen_corruption:
                 seen_corruption.add(key)
                 corruption.append(item)
