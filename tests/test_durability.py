@@ -3,6 +3,7 @@ under load, and a damaged page found by the integrity check (issue 13)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -324,16 +325,43 @@ def _pgbench_gone_after_start(parent: int, timeout: float = 240) -> None:
     raise AssertionError("pgbench never ran and ended")
 
 
+def _recovering(parent: int, timeout: float = 240) -> None:
+    """Until the node's startup process replays WAL after the cut (pglab's tree)."""
+    _pgbench_gone_after_start(parent, timeout)  # the cut, not the node's first start
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            procs = psutil.Process(parent).children(True)
+        except psutil.NoSuchProcess:
+            break
+        for proc in procs:
+            with contextlib.suppress(psutil.Error):
+                if "startup" in " ".join(proc.cmdline()) and proc.name() == "postgres":
+                    return
+        time.sleep(0.02)
+    raise AssertionError("no recovery was seen")
+
+
+# "cut": the device is off and the filesystem shut down for 20 s, the signal lands there;
+# "recovery": a 2 MB/s device makes the restart's journal replay and end-of-recovery
+# checkpoint take seconds (2.7 s here), and the signal lands in WAL replay
+PHASES = {"cut": ('device = { cache = "volatile" }', 'duration = "20s"',
+                  _pgbench_gone_after_start),
+          "recovery": ("device = { write_mbps = 2 }", "", _recovering)}
+
+
+@pytest.mark.parametrize("phase", list(PHASES))
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
 @pytest.mark.live
 @root
-def test_signal_during_a_cut_leaves_nothing(storage_packages: None, pglab_home: Path,
-                                            tmp_path: Path, sig: signal.Signals) -> None:
-    # The device is off and the filesystem shut down for 20 s: the signal lands there.
-    scenario = write_scenario(tmp_path, """
+def test_signal_during_a_cut_or_recovery_leaves_nothing(
+        storage_packages: None, pglab_home: Path, tmp_path: Path, sig: signal.Signals,
+        phase: str) -> None:
+    device, down, wait = PHASES[phase]
+    scenario = write_scenario(tmp_path, f"""
 [storage]
 filesystem = "xfs"
-device = { cache = "volatile" }
+{device}
 [workload]
 scale = 1
 clients = 2
@@ -342,14 +370,15 @@ warmup = "1s"
 [[faults]]
 at = "2s"
 action = "power-loss"
-duration = "20s"
+{down}
 """, "cut")
     proc = subprocess.Popen([sys.executable, "-m", "pglab", "run", str(scenario),
                              "--results", str(tmp_path / "r")],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        _pgbench_gone_after_start(proc.pid)
-        time.sleep(1)
+        wait(proc.pid)
+        if phase == "cut":
+            time.sleep(1)
         proc.send_signal(sig)
         proc.wait(timeout=120)
     finally:
