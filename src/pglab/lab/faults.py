@@ -189,7 +189,7 @@ class FaultTimeline:
                 with self._lock:
                     turn = self._next_cut_from
                 if turn is None or turn > self.clock():  # the previous cut is not done
-                    pending.append((turn or self.clock() + 0.05, order, item))
+                    pending.append((self.clock() + 0.05 if turn is None else turn, order, item))
                     continue
             active = self._begin(item, t0 + item.at)
             if active is None:
