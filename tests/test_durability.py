@@ -80,7 +80,7 @@ def _builtin_cuts(tmp_path: Path, name: str, wanted: int
             break
         repeat = f', repeat={left}, every="3s"' if left > 1 else ""
         faults = f'faults=[{{at="2s", action="power-loss"{repeat}}}]'
-        duration = f"workload.duration={4 * left}s"  # 10 cuts: 40 s
+        duration = f"workload.duration={round(4.5 * left)}s"  # 10 cuts: 45 s
         sets = [a for item in (*SHORT, duration, faults) for a in ("--set", item)]
         results = tmp_path / f"r{attempt}"
         result = run_cli("run", name, "--results", str(results), *sets, timeout=600)
@@ -113,9 +113,10 @@ def test_honest_device_ten_power_losses_lose_nothing(storage_packages: None,
         noun = "power losses" if cuts > 1 else "power loss"
         assert f"{cuts} {noun}: 0 acknowledged commits lost, integrity clean" in stdout
         assert stdout.index(noun) < stdout.index("TPS")  # printed first
-        # the load lived through the cuts: pgbench again after each, and each outage is
-        # in the series as seconds without transactions between seconds with some
-        assert len(manifest.workload["segments"]) == cuts + 1
+        # the load lived through the cuts: pgbench again after each (unless too little of
+        # the run was left), and each outage is in the series as seconds without
+        # transactions between seconds with some
+        assert cuts <= len(manifest.workload["segments"]) <= cuts + 1
         series = pl.read_parquet(run / "client.parquet").filter(
             pl.col("job").is_null() & ~pl.col("warmup")).sort("t")["tps"].to_list()
         first_zero = series.index(0)

@@ -93,6 +93,25 @@ def test_honest_sample_loses_nothing_and_names_the_crash() -> None:
     assert not any(r["because"] == ["data-loss"] for r in document.recommendations)
 
 
+def test_each_cut_has_its_own_loss_and_window() -> None:
+    # verdicts that count each cut's own loss (newly_lost): the second lossy cut's window
+    # is its own, not the union with the first's (the honest sample, given losses)
+    manifest = read_manifest(HONEST)
+    assert manifest.durability is not None
+    first, second = manifest.durability["cuts"]
+    first["commits"].update(lost=5, newly_lost=5, lost_window_s=[0.1, 0.5],
+                            newly_lost_window_s=[0.1, 0.5])
+    second["commits"].update(lost=12, newly_lost=7, lost_window_s=[0.1, 0.9],
+                             newly_lost_window_s=[0.2, 0.9])
+    manifest.durability["final"]["commits"].update(lost=12, newly_lost=0,
+                                                   lost_window_s=[0.1, 0.9])
+    section = durability_section(manifest)
+    assert section is not None
+    assert [c["lost_commits"] for c in section["cuts"]] == [5, 7]
+    assert [c["lost_window_s"] for c in section["cuts"]] == [[0.1, 0.5], [0.2, 0.9]]
+    assert section["lost_commits"] == 12 and section["verdict"] == "data-loss"
+
+
 def test_allowed_loss_is_reported_apart(tmp_path: Path) -> None:
     # synchronous_commit = off: the same loss is the setting's bargain, not a failure
     folder = tmp_path / "run"
