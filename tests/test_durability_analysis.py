@@ -5,6 +5,7 @@ verdict names data loss first, causes and advice, the report and the terminal.""
 from __future__ import annotations
 
 import io
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -16,9 +17,10 @@ from conftest import SAMPLES
 from pglab.analysis.analyze import build_analysis
 from pglab.analysis.durability import amcheck_findings, durability_section
 from pglab.analysis.loading import load_run_frames
+from pglab.durability import parse_amcheck
 from pglab.report.page import write_report
 from pglab.results.analysis_doc import AnalysisDocument, write_analysis
-from pglab.results.manifest import read_manifest
+from pglab.results.manifest import Manifest, read_manifest
 from pglab.terminal.findings import print_findings
 
 RUNS = SAMPLES / "runs"
@@ -91,6 +93,25 @@ def test_honest_sample_loses_nothing_and_names_the_crash() -> None:
     assert not any(r["because"] == ["data-loss"] for r in document.recommendations)
 
 
+def test_each_cut_has_its_own_loss_and_window() -> None:
+    # verdicts that count each cut's own loss (newly_lost): the second lossy cut's window
+    # is its own, not the union with the first's (the honest sample, given losses)
+    manifest = read_manifest(HONEST)
+    assert manifest.durability is not None
+    first, second = manifest.durability["cuts"]
+    first["commits"].update(lost=5, newly_lost=5, lost_window_s=[0.1, 0.5],
+                            newly_lost_window_s=[0.1, 0.5])
+    second["commits"].update(lost=12, newly_lost=7, lost_window_s=[0.1, 0.9],
+                             newly_lost_window_s=[0.2, 0.9])
+    manifest.durability["final"]["commits"].update(lost=12, newly_lost=0,
+                                                   lost_window_s=[0.1, 0.9])
+    section = durability_section(manifest)
+    assert section is not None
+    assert [c["lost_commits"] for c in section["cuts"]] == [5, 7]
+    assert [c["lost_window_s"] for c in section["cuts"]] == [[0.1, 0.5], [0.2, 0.9]]
+    assert section["lost_commits"] == 12 and section["verdict"] == "data-loss"
+
+
 def test_allowed_loss_is_reported_apart(tmp_path: Path) -> None:
     # synchronous_commit = off: the same loss is the setting's bargain, not a failure
     folder = tmp_path / "run"
@@ -121,6 +142,55 @@ def test_amcheck_findings_name_relation_and_message() -> None:
         ("bench.public.pgbench_accounts_pkey", None),
         ("bench.public.pgbench_accounts", "block 3, offset 2")]
     assert found[0]["message"].startswith("ERROR:  item order invariant violated")
+
+
+AMCHECK = SAMPLES / "amcheck"  # real pg_amcheck output (make_amcheck_sample.py there)
+ACCOUNTS, PKEY = "pglab.public.pgbench_accounts", "pglab.public.pgbench_accounts_pkey"
+
+
+def _amcheck_sample(name: str) -> dict[str, Any]:
+    sample = json.loads((AMCHECK / f"{name}.json").read_text())
+    return parse_amcheck(sample["returncode"], sample["stdout"] + sample["stderr"])
+
+
+def test_real_amcheck_output_with_checksums_names_each_damaged_relation() -> None:
+    # PostgreSQL 18's default: a damaged page fails its checksum before anything is read
+    check = _amcheck_sample("damaged-pg18-checksums-on")
+    assert not check["clean"] and check["returncode"] == 2
+    assert check["relations"] == [ACCOUNTS, PKEY]
+    found = amcheck_findings(check)
+    assert [(f["relation"], f["where"]) for f in found] == [(ACCOUNTS, None), (PKEY, None)]
+    assert found[0]["message"].startswith("ERROR:  invalid page in block 2 of relation")
+    assert found[1]["message"].startswith("ERROR:  invalid page in block 1 of relation")
+
+
+def test_real_amcheck_output_keeps_block_offset_and_every_message() -> None:
+    # without checksums pg_amcheck reads the damaged tuple header and index line pointers
+    check = _amcheck_sample("damaged-pg18-checksums-off")
+    assert not check["clean"] and check["relations"] == [ACCOUNTS, PKEY]
+    found = amcheck_findings(check)
+    assert [(f["relation"], f["where"]) for f in found] == [
+        (ACCOUNTS, "block 2, offset 1"), (ACCOUNTS, "block 2, offset 1"), (PKEY, None)]
+    assert found[0]["message"] == "data begins at offset 238 beyond the tuple length 121"
+    assert found[1]["message"].startswith("tuple data should begin at byte 24")
+    # an ERROR and its DETAIL line are one finding's message
+    assert found[2]["message"].startswith(
+        "ERROR:  line pointer points past end of tuple space in index")
+    assert "; DETAIL:  Index tid=(1,1)" in found[2]["message"]
+    # and the analysis reports each once, found after its cut
+    section = durability_section(_with_final_amcheck(HONEST, check))
+    assert section is not None and section["verdict"] == "corruption"
+    assert [(c["relation"], c["found"]) for c in section["corruption"]] == [
+        (ACCOUNTS, "at the end of the run"), (ACCOUNTS, "at the end of the run"),
+        (PKEY, "at the end of the run")]
+
+
+def _with_final_amcheck(folder: Path, check: dict[str, Any]) -> Manifest:
+    """The folder's manifest with `check` as its final verdict's pg_amcheck."""
+    manifest = read_manifest(folder)
+    assert manifest.durability is not None
+    manifest.durability["final"]["amcheck"] = check
+    return manifest
 
 
 @pytest.mark.parametrize(("folder", "first"), [(LYING, True), (HONEST, False)])

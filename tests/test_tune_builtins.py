@@ -28,6 +28,11 @@ EXTRA = {
                             'duration="2s"}]'],
     "sync-standby-slow-disk": ['faults=[{at="1s", action="bulk-update", args={rows=20000}}]'],
     "standby-slow-volume": ['faults=[{at="1s", action="bulk-update", args={rows=20000}}]'],
+    # the durability built-ins: one cut at scale 1 (a cycle of a few seconds)
+    "crash-under-load": ["workload.scale=1", 'faults=[{at="1s", action="crash"}]'],
+    **{name: ["workload.scale=1", 'faults=[{at="1s", action="power-loss"}]']
+       for name in ("power-loss-honest", "power-loss-lying-cache", "power-loss-async-commit",
+                    "power-loss-fsync-off")},
 }
 
 

@@ -306,6 +306,11 @@ def test_stall_seconds_have_zero_tps(
     late = per_second_series(tx, 60)
     assert late["warmup"].all()
     assert measured_window_stats(tx, late).seconds == 0
+    # clients that died with their server and were not restarted: the seconds the load
+    # was planned for and did not run are an outage at tps 0, measured like the others
+    planned = per_second_series(tx, 0, planned_s=9).filter(pl.col("job").is_null())
+    assert planned["tps"].to_list() == [0.0, 0.0, 2.0, 2.0, 0.0, 2.0, 0.0, 0.0, 0.0, 0.0]
+    assert planned["partial"].to_list() == [True] + [False] * 8 + [True]
 
 
 def synthetic(rows: Sequence[tuple[int, int, int | None, str]], lag: bool = False) -> pl.DataFrame:

@@ -12,7 +12,10 @@ What is checked, with no load running (between the load's segments, and after th
   history row (pgbench.LEDGER_SCRIPTS); an acknowledged id missing from pgbench_history
   after recovery is a lost commit. The count is exact: ids are per segment, client and
   the client's own count of ledger transactions, so neither clocks nor the transaction
-  that was in flight at the cut (committed or not, never acknowledged) enter it.
+  that was in flight at the cut (committed or not, never acknowledged) enter it. Each
+  verdict also counts what its own cut lost (ids missing now that the previous verdict
+  did not find missing), since no cut of the primary comes before the previous one was
+  verified (lab/faults.py).
 """
 
 from __future__ import annotations
@@ -37,11 +40,15 @@ AMCHECK_RELATION = re.compile(r'^(heap table|btree index|table|index) "([^"]+)"'
 
 @dataclass
 class Ledger:
-    """What pgbench acknowledged, read from the transaction logs of finished segments."""
+    """What pgbench acknowledged, read from the transaction logs of finished segments, and
+    what the verdicts so far found missing (so each verdict tells its own cut's loss)."""
 
     ledger_scripts: tuple[int, ...]
     acked: dict[LedgerId, int] = field(default_factory=dict)  # id -> completion, epoch µs
     read_segments: set[int] = field(default_factory=set)
+    # each id found missing -> seconds between its acknowledgement and the cut that lost it
+    lost_before_cut: dict[LedgerId, float] = field(default_factory=dict)
+    checked_cuts: int = 0  # how many cuts the verdicts so far came after
 
     def read_segment(self, txlog_dir: Path, segment: int) -> None:
         """Add a finished segment's acknowledged transactions (once per segment)."""
@@ -76,20 +83,31 @@ def _present(conn: psycopg.Connection[Any]) -> set[LedgerId]:
     return found
 
 
+def _window(seconds: list[float]) -> list[float]:
+    return [round(min(seconds), 3), round(max(seconds), 3)]
+
+
 def lost_commits(ledger: Ledger, conn: psycopg.Connection[Any],
                  cuts: list[float]) -> dict[str, Any]:
-    """Acknowledged ids missing now; `cuts` (epoch seconds) place each loss before the cut
-    that lost it, as a window of seconds before its cut."""
+    """Acknowledged ids missing now (`lost`), and those of them the previous verdict did
+    not find missing (`newly_lost`): the cuts since that verdict lost them. `cuts` (epoch
+    seconds, every cut so far) place each loss: the first of those cuts after its
+    acknowledgement lost it, `*_window_s` the seconds between the two."""
     present = _present(conn)
-    lost = sorted(t for i, t in ledger.acked.items() if i not in present)
-    found: dict[str, Any] = {"acknowledged": len(ledger.acked), "lost": len(lost)}
-    before = []
-    for t in lost:
-        after = [c for c in cuts if c * 1e6 >= t]
-        if after:
-            before.append(after[0] - t / 1e6)
-    if before:
-        found["lost_window_s"] = [round(min(before), 3), round(max(before), 3)]
+    missing = {i: t for i, t in ledger.acked.items() if i not in present}
+    since = cuts[ledger.checked_cuts:] or cuts[-1:]  # the cuts this verdict comes after
+    newly = [i for i in missing if i not in ledger.lost_before_cut]
+    for ident in newly:
+        acked_s = missing[ident] / 1e6
+        cut = next((c for c in since if c >= acked_s), since[-1] if since else acked_s)
+        ledger.lost_before_cut[ident] = max(0.0, cut - acked_s)
+    ledger.checked_cuts = len(cuts)
+    found: dict[str, Any] = {"acknowledged": len(ledger.acked), "lost": len(missing),
+                             "newly_lost": len(newly)}
+    if missing:
+        found["lost_window_s"] = _window([ledger.lost_before_cut[i] for i in missing])
+    if newly:
+        found["newly_lost_window_s"] = _window([ledger.lost_before_cut[i] for i in newly])
     return found
 
 
@@ -108,22 +126,30 @@ def tpcb_invariants(conn: psycopg.Connection[Any], compared: tuple[str, ...]) ->
     return {"holds": len(set(sums.values())) == 1, "sums": sums}
 
 
+AMCHECK_OPTIONS = ("--install-missing", "--heapallindexed", "--parent-check")
+
+
 def amcheck(bins: PgBinaries, server: LocalServer) -> dict[str, Any]:
     """pg_amcheck of the bench database: clean, or its findings and the relations."""
     tool = bins.tool("pg_amcheck")
     if not tool.exists():
         return {"skipped": f"{tool} is missing"}
     info = server.conninfo()
-    argv = [str(tool), "--install-missing", "--heapallindexed", "--parent-check",
+    argv = [str(tool), *AMCHECK_OPTIONS,
             "-h", info["host"], "-p", info["port"], "-U", info["user"], info["dbname"]]
     started = time.monotonic()
     result = subprocess.run(argv, capture_output=True, text=True, timeout=600)
-    lines = [ln for ln in (result.stdout + result.stderr).splitlines()
+    return {**parse_amcheck(result.returncode, result.stdout + result.stderr),
+            "elapsed_s": round(time.monotonic() - started, 3)}
+
+
+def parse_amcheck(returncode: int, output: str) -> dict[str, Any]:
+    """pg_amcheck's exit code and output: clean, or its findings and the relations."""
+    lines = [ln for ln in output.splitlines()
              if ln.strip() and not ln.startswith("NOTICE:")]  # "amcheck already exists"
     relations = sorted({m.group(2) for ln in lines if (m := AMCHECK_RELATION.match(ln))})
-    return {"clean": result.returncode == 0 and not lines, "returncode": result.returncode,
-            "relations": relations, "findings": lines[:30],
-            "elapsed_s": round(time.monotonic() - started, 3)}
+    return {"clean": returncode == 0 and not lines, "returncode": returncode,
+            "relations": relations, "findings": lines[:30]}
 
 
 def verify(server: LocalServer, bins: PgBinaries, ledger: Ledger | None,
@@ -154,18 +180,20 @@ def verify(server: LocalServer, bins: PgBinaries, ledger: Ledger | None,
     return verdict
 
 
-def summary_line(what: str, verdict: dict[str, Any]) -> str:
-    """One line for the terminal: 'power loss at 20 s: 0 acknowledged commits lost; ...'."""
+def summary_line(what: str, verdict: dict[str, Any], own_cut: bool = False) -> str:
+    """One line for the terminal: 'power loss at 20 s: 0 acknowledged commits lost; ...'.
+    `own_cut`: the loss of the cut this verdict came after, not of the run so far."""
     if not verdict.get("server_up", False):
         error = verdict.get("start_error") or "the server did not come back"
         return f"{what}: {error}"
     parts = []
     commits = verdict.get("commits", {})
-    if "lost" in commits:
-        text = f"{commits['lost']} acknowledged commits lost"
-        if window := commits.get("lost_window_s"):
+    key = "newly_lost" if own_cut and "newly_lost" in commits else "lost"
+    if key in commits:
+        text = f"{commits[key]} acknowledged commits lost"
+        if window := commits.get(f"{key}_window_s"):
             text += f" (acknowledged {window[0]:.1f}-{window[1]:.1f} s before the cut)"
-        if commits["lost"] and commits.get("allowed"):
+        if commits[key] and commits.get("allowed"):
             text += " (allowed by synchronous_commit = off)"
         parts.append(text)
     elif commits.get("not_counted"):
@@ -209,15 +237,22 @@ def durability_lines(manifest: Manifest) -> list[str]:
     noun = "power loss" if kinds == {"power-loss"} else "crash" if kinds == {"crash"} else "cut"
     plural = {"power loss": "power losses", "crash": "crashes", "cut": "cuts"}[noun]
     lines = []
-    lost = (final.get("commits") or {}).get("lost")
     verdicts = [*cuts, final] if final else cuts
+    # the last verdict that could count (a server that did not come back cannot)
+    counted: dict[str, Any] = next((v["commits"] for v in reversed(verdicts)
+                    if "lost" in (v.get("commits") or {})), {})
+    lost = counted.get("lost")
     clean = all(_clean(v) for v in verdicts)
     head = f"{count} {noun if count == 1 else plural}: "
     head += (f"{lost} acknowledged commits lost" if lost is not None
              else "acknowledged commits not counted")
-    if lost and (final.get("commits") or {}).get("allowed"):
+    if lost and counted.get("allowed"):
         head += " (allowed by synchronous_commit = off)"
     head += ", integrity clean" if clean else ", integrity NOT clean"
+    if any(not v.get("server_up", False) for v in verdicts):
+        head += ": the server did not come back"
+    if unfired := int(record.get("unfired_cuts") or 0):
+        head += f" ({unfired} more not fired: the load did not run again)"
     lines.append(head)
     for cut in cuts:
         what = f"{noun if cut.get('action') in ('power-loss', 'crash') else 'cut'}"
@@ -225,7 +260,7 @@ def durability_lines(manifest: Manifest) -> list[str]:
         what += f" at {round(float(cut.get('at_s', 0)), 1):g} s"
         if int(cut.get("cuts_covered", 1)) > 1:
             what += f" (after {cut['cuts_covered']} cuts)"
-        line = summary_line(what, cut)
+        line = summary_line(what, cut, own_cut=True)
         if cut.get("lost_bytes"):
             line += f"; the device's cache dropped {cut['lost_bytes'] // 1024} KiB"
         lines.append(line)

@@ -98,8 +98,10 @@ def _base_manifest(loaded: LoadedScenario, variant: Variant, folder: RunFolder,
 
 
 def _process_client_data(folder: RunFolder, cmd: pgbench.PgbenchCommand, warmup_s: int,
-                         duration_s: int) -> dict[str, Any]:
-    """Per-second series from the per-transaction logs; the measured-window statistics."""
+                         duration_s: int, cut_short: bool = False) -> dict[str, Any]:
+    """Per-second series from the per-transaction logs; the measured-window statistics.
+    `cut_short`: a crash or power loss ended the load for good, and the seconds it did
+    not run are in the series as seconds without transactions."""
     logs = pgbench.txlog_files(folder.raw)
     if not logs:
         return {}
@@ -108,7 +110,8 @@ def _process_client_data(folder: RunFolder, cmd: pgbench.PgbenchCommand, warmup_
     while more := pgbench.txlog_files(folder.raw, pgbench.segment_prefix(segment)):
         tx = pl.concat([tx, read_txlogs(more, cmd.txlog_spec)], how="vertical")
         segment += 1
-    series = per_second_series(tx, warmup_s, cmd.txlog_spec.sampling_rate)
+    series = per_second_series(tx, warmup_s, cmd.txlog_spec.sampling_rate,
+                               cmd.total_s if cut_short else None)
     write_parquet(folder.file(files.CLIENT), series)
     stats = measured_window_stats(tx, series, cmd.txlog_spec.sampling_rate, duration_s)
     return dataclasses.asdict(stats)
@@ -171,6 +174,8 @@ def run_variant(loaded: LoadedScenario, variant: Variant, options: RunOptions, u
                 if not measured_start:  # the first segment starts the timeline
                     measured_start.append(time.time() + scenario.workload.warmup)
                     timeline.start(measured_start[0])
+                else:  # the load restarted after a verified cut: the next cut may come
+                    timeline.load_resumed()
 
             try:  # from the probes' start: a Ctrl-C at any point still stops and writes them
                 if telemetry is not None:  # before the load, so the first second has a baseline
@@ -189,6 +194,8 @@ def run_variant(loaded: LoadedScenario, variant: Variant, options: RunOptions, u
                     if sink is not None:
                         sink.close()
                     if durability is not None:
+                        if timeline.unfired_cuts:
+                            durability.record["unfired_cuts"] = timeline.unfired_cuts
                         manifest.durability = durability.record
             if durability is not None:  # the end-of-run verdict, with the lab still up
                 durability.verify_now("end of run", None)
@@ -315,22 +322,19 @@ def _run_load(cmd: pgbench.PgbenchCommand, lab: Lab, folder: RunFolder, ui: RunU
             durability.segment_done(segment.segment)
         if result.returncode == 0 or len(timeline.cut_times) == handled:
             return segments  # the load ended by itself, or failed for its own reasons
-        while True:  # until a verification no cut interrupted (repeated cuts)
-            while timeline.cut_active() and time.time() < load_end + FINISH_WAIT_S:
-                time.sleep(0.1)
-                deliver_pending()
-            cuts = len(timeline.cut_times)
-            primary = lab.primary
-            up = primary is not None and primary.is_running()
-            if durability is not None:
-                ui.status("verifying integrity after the cut")
-                verdict = durability.verify_now(_cut_action(timeline), timeline.cut_times[-1])
-                if up and (len(timeline.cut_times) != cuts or timeline.cut_active()):
-                    durability.record["cuts"].pop()  # the next cut came mid-check
-                    continue
-                verdict["cuts_covered"] = cuts - handled
-            handled = cuts
-            break
+        # No cut of the primary comes before the load has run again (the timeline waits
+        # for load_resumed()), so this verdict is the cut's own.
+        while timeline.cut_active() and time.time() < load_end + FINISH_WAIT_S:
+            time.sleep(0.1)
+            deliver_pending()
+        cuts = len(timeline.cut_times)
+        primary = lab.primary
+        up = primary is not None and primary.is_running()
+        if durability is not None:
+            ui.status("verifying integrity after the cut")
+            verdict = durability.verify_now(_cut_action(timeline), timeline.cut_times[-1])
+            verdict["cuts_covered"] = cuts - handled
+        handled = cuts
         if not up:
             return segments
         left = int(load_end - time.time())
@@ -398,8 +402,10 @@ def _finish(folder: RunFolder, manifest: Manifest, cmd: pgbench.PgbenchCommand |
     if cmd is not None:
         pgbench.collect_txlogs(cmd, folder.raw)
         try:
+            # clients that died with a crashed server: the rest of the load is an outage
+            cut_short = error is None and "clients_aborted_by_crash" in manifest.results
             measured = _process_client_data(folder, cmd, int(workload.warmup),
-                                            int(workload.duration))
+                                            int(workload.duration), cut_short)
             if measured:
                 manifest.results["measured"] = measured
         except Exception as exc:  # keep the run's outcome even if its logs are unreadable

@@ -546,6 +546,19 @@ CUT_WORDS = {"crash": "crashed (kill -9 of every process)",
              "power-loss": "lost power (every process killed, unflushed writes dropped)"}
 
 
+def _load_restarted_after(manifest: Manifest, cut: dt.datetime) -> bool:
+    """A pgbench of the run started after the cut (workload.segments: one per pgbench)."""
+    for segment in (manifest.workload or {}).get("segments") or []:
+        try:
+            started = dt.datetime.fromisoformat(str(segment.get("started_at")).replace(
+                "Z", "+00:00"))
+        except ValueError:
+            continue
+        if started > cut:
+            return True
+    return False
+
+
 def server_crash(ev: WindowEvidence) -> Finding | None:
     s = Score("server-crash")
     for e in ev.events_of("fault"):
@@ -556,9 +569,11 @@ def server_crash(ev: WindowEvidence) -> Finding | None:
             continue
         down = e.attrs.get("downtime_s")
         recovery = e.attrs.get("recovery_s")
+        after = ("then the load restarted" if _load_restarted_after(ev.manifest, e.start)
+                 else "and the load was not restarted: its clients died with the server")
         s.add(0.8, f"{e.node} {CUT_WORDS[action]} at {at(e)} (fault {action}): down "
                    f"{down if down is not None else '?'} s, crash recovery "
-                   f"{recovery if recovery is not None else '?'} s, then the load restarted")
+                   f"{recovery if recovery is not None else '?'} s, {after}")
         break
     for e in ev.events_of("crash")[:1]:
         what = e.attrs.get("signal") or e.attrs.get("exit_code")

@@ -3,8 +3,9 @@
 Pure over the manifest: its `durability` record (the integrity verdicts pglab.durability
 made with no load running, one per verified cut and one at the end), its `faults` (when
 and where each cut happened) and its storage facts (the emulated device's cache mode).
-The verdicts count lost commits cumulatively (each verdict reads every acknowledgement
-so far), so a cut's own loss is its verdict's count minus the previous verdict's.
+Each verdict counts the lost commits of the whole run so far (`lost`) and its own cut's
+(`newly_lost`, with their window); in manifests made before `newly_lost` a cut's own loss
+is its verdict's count minus the previous verdict's.
 docs/ANALYSIS.md ("Durability") describes the section.
 """
 
@@ -149,7 +150,7 @@ def durability_section(manifest: Manifest) -> dict[str, Any] | None:
     cuts: list[dict[str, Any]] = []
     corruption: list[dict[str, Any]] = []
     invariants: list[dict[str, Any]] = []
-    seen_corruption: set[tuple[Any, str]] = set()
+    checked: list[tuple[dict[str, Any], str]] = []  # each verdict, and when it was made
     previous = 0
     server_lost = False
     for group, verdict in _groups(events, verdicts):
@@ -171,27 +172,39 @@ def durability_section(manifest: Manifest) -> dict[str, Any] | None:
             head["server_up"] = False
             head["start_error"] = looked.get("start_error")
         if lost is not None:
-            # the verdicts count cumulatively: this group's own loss is the difference
-            head["lost_commits"] = max(0, lost - previous)
-            window = (looked.get("commits") or {}).get("lost_window_s")
+            commits = looked.get("commits") or {}
+            if isinstance(commits.get("newly_lost"), int):  # the verdict's own cut's loss
+                head["lost_commits"] = commits["newly_lost"]
+                window = commits.get("newly_lost_window_s")
+            else:  # older manifests count cumulatively: the loss is the difference, and
+                # the window (over every loss so far) is this cut's only at the first loss
+                head["lost_commits"] = max(0, lost - previous)
+                window = commits.get("lost_window_s") if previous == 0 else None
             if head["lost_commits"] and window:
                 head["lost_window_s"] = window  # seconds before the cut, over the losses
-            head["loss_allowed"] = bool((looked.get("commits") or {}).get("allowed"))
+            head["loss_allowed"] = bool(commits.get("allowed"))
             previous = max(previous, lost)
         if len(group) > 1:
             head["cuts_covered"] = len(group)
+        checked.append((looked, where))
+    if final is not None and all(v is not final for v, _ in checked):
+        checked.append((final, "at the end of the run"))  # damage found only at the end
+    seen_corruption: set[tuple[Any, Any, str]] = set()
+    for looked, where in checked:
         found, broken = _verdict_problems(looked, where)
         for item in found:  # a later verdict reports the same damage again
-            key = (item["relation"], item["message"])
+            key = (item["relation"], item["where"], item["message"])
             if key not in seen_corruption:
                 seen_corruption.add(key)
                 corruption.append(item)
         invariants += broken
     if final is not None and not final.get("server_up", True):
         server_lost = True
-    commits = (final or (verdicts[-1] if verdicts else {})).get("commits") or {}
-    total_lost = _lost(final) if final is not None else (
-        _lost(verdicts[-1]) if verdicts else None)
+    # the last verdict that counted (a server that did not come back cannot be counted)
+    counting = [v for v in [*verdicts, final] if v is not None and _lost(v) is not None]
+    last = counting[-1] if counting else (final or {})
+    commits = last.get("commits") or {}
+    total_lost = _lost(last)
     allowed = bool(commits.get("allowed"))
     section: dict[str, Any] = {
         "cuts": cuts,
@@ -242,7 +255,11 @@ def headline(section: dict[str, Any]) -> str:
     text = f"{len(cuts)} {noun if len(cuts) == 1 else plural}: "
     lost, allowed = section["lost_commits"], section["allowed_lost_commits"]
     if section["verdict"] == "server-lost":
-        return text + "the server did not come back"
+        text += "the server did not come back"
+        if lost:
+            text += (f" (before that, {lost:,} of {section['acknowledged'] or 0:,} "
+                     "acknowledged commits lost)")
+        return text
     if lost is None:
         text += f"acknowledged commits not counted ({section.get('not_counted')})"
     elif allowed:

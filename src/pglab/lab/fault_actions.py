@@ -253,8 +253,13 @@ class Crash(FaultAction):
     default_duration = 0.0
     cuts_node = True
 
+    def __init__(self, args: dict[str, Any]) -> None:
+        super().__init__(args)
+        self._cut_at = time.monotonic()
+
     def begin(self, target: FaultTarget) -> dict[str, Any]:
         server = target.server
+        self._cut_at = time.monotonic()
         if server.process is not None:
             kill_tree(server.process.pid)
             server.process.wait(timeout=10)
@@ -264,7 +269,9 @@ class Crash(FaultAction):
         server = target.server
         if server.is_running():
             return {}
-        return restart_after_cut(server)
+        attrs = restart_after_cut(server)
+        attrs["downtime_s"] = round(time.monotonic() - self._cut_at, 3)  # kill to ready
+        return attrs
 
 
 RECOVERY_PHRASES = ("not properly shut down", "was interrupted", "automatic recovery",

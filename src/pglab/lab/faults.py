@@ -26,6 +26,10 @@ from pglab.scenario import Fault, Scenario
 
 ACTION_NAMES = [a.name for a in ACTIONS]
 NETWORK_LATENCY = "network-latency"
+# A cut of the primary (crash, power loss) waits until the previous one's node is back,
+# verified, and the load has run again this long: each cut then gets an integrity verdict
+# of its own, and lands on a running load (a lying cache then holds acknowledged commits).
+LOAD_BEFORE_CUT_S = 1.0
 
 
 def _hint(word: str, choices: list[str]) -> str:
@@ -117,6 +121,12 @@ def check_faults(scenario: Scenario, where: str) -> None:
                            "expected 'node' or 'walreceiver'")
 
 
+def _cuts_primary(fault: Fault) -> bool:
+    """The load runs on the primary: a cut of it stops the load until it is verified."""
+    return fault.node == "primary" and next(
+        a for a in ACTIONS if a.name == fault.action).cuts_node
+
+
 def _utc(epoch: float) -> dt.datetime:
     return dt.datetime.fromtimestamp(epoch, dt.timezone.utc)
 
@@ -147,6 +157,8 @@ class FaultTimeline:
         self.recorded: list[Event] = []
         self.cut_times: list[float] = []  # when each crash or power loss began (epoch)
         self._open_cuts = 0  # begun and not yet ended (the node restarted) or given up
+        self._next_cut_from: float | None = 0.0  # None: held until load_resumed()
+        self.unfired_cuts = 0  # cuts of the primary not fired when the timeline stopped
 
     def start(self, measured_start: float) -> None:
         """Begin the timeline; `measured_start` is the epoch second the window opens."""
@@ -166,13 +178,20 @@ class FaultTimeline:
         seq = len(pending)
         while pending and not self._stop.is_set():
             pending.sort(key=lambda p: (p[0], p[1]))
-            when, _, item = pending.pop(0)
+            when, order, item = pending.pop(0)
             if not self._sleep_until(when):
+                pending.append((when, order, item))
                 break
             if isinstance(item, _Active):
                 self._finish(item)
                 continue
-            active = self._begin(item)
+            if _cuts_primary(item):
+                with self._lock:
+                    turn = self._next_cut_from
+                if turn is None or turn > self.clock():  # the previous cut is not done
+                    pending.append((self.clock() + 0.05 if turn is None else turn, order, item))
+                    continue
+            active = self._begin(item, t0 + item.at)
             if active is None:
                 continue
             if active.action.runs_until_done:
@@ -183,23 +202,39 @@ class FaultTimeline:
                   else active.action.default_duration) is not None:
                 seq += 1
                 pending.append((self.clock() + length, seq, active))
+        self.unfired_cuts = sum(1 for _, _, p in pending
+                                if isinstance(p, Fault) and _cuts_primary(p))
 
-    def _begin(self, fault: Fault) -> _Active | None:
+    def load_resumed(self) -> None:
+        """The load runs again after a verified cut: the next cut may fire once it has
+        run for LOAD_BEFORE_CUT_S."""
+        with self._lock:
+            self._next_cut_from = self.clock() + LOAD_BEFORE_CUT_S
+
+    def _begin(self, fault: Fault, scheduled: float) -> _Active | None:
         action_type = next(a for a in ACTIONS if a.name == fault.action)
         action = action_type(fault.args)
         target = self.targets(fault.node)
         started = self.clock()
         active = _Active(fault, action, target, started)
+        gated = _cuts_primary(fault)
+        if gated and started - scheduled > 0.05:  # it waited for its turn
+            active.attrs["delayed_s"] = round(started - scheduled, 3)
         with self._lock:
             self._active.append(active)
             if action.cuts_node:  # before it acts: the load sees the cut only after this
                 self.cut_times.append(started)
                 self._open_cuts += 1
+            if gated:
+                self._next_cut_from = None
         try:
             active.attrs.update(action.begin(target))
         except Exception as exc:  # recorded, never fatal to the run
             active.attrs["error"] = f"{type(exc).__name__}: {exc}"
             self._finish(active)
+            if gated:  # nothing was cut: the next cut need not wait
+                with self._lock:
+                    self._next_cut_from = 0.0
             return None
         return active
 
@@ -222,8 +257,9 @@ class FaultTimeline:
             with self._lock:
                 self._open_cuts -= 1
         fault = active.fault
+        at_s = round(fault.at + float(active.attrs.get("delayed_s", 0.0)), 3)
         event = Event(_utc(active.started), "fault", fault.node, _utc(self.clock()),
-                      {"action": fault.action, "at_s": fault.at, "args": dict(fault.args),
+                      {"action": fault.action, "at_s": at_s, "args": dict(fault.args),
                        **active.attrs})
         self.recorded.append(event)
         self.record(event)

@@ -284,8 +284,12 @@ class LocalServer:
         return "\n".join(lines)
 
     def _startup_error(self, output: str) -> PglabError:
+        # A PANIC (recovery that cannot go on) is why the server stopped; FATALs after it
+        # are clients told "the database system is starting up".
+        panic = [ln for ln in output.splitlines() if "PANIC:" in ln]
         fatal = [ln for ln in output.splitlines() if "FATAL" in ln]
-        detail = fatal[-1].split("FATAL:", 1)[-1].strip() if fatal else "(no message)"
+        detail = (f"PANIC: {panic[-1].split('PANIC:', 1)[-1].strip()}" if panic
+                  else fatal[-1].split("FATAL:", 1)[-1].strip() if fatal else "(no message)")
         if "invalid value for parameter" in detail or "unrecognized configuration" in detail:
             return BadInput(f"{self.name}: server refused its configuration: {detail}")
         return PglabError(f"{self.name}: server failed to start: {detail} "

@@ -198,13 +198,17 @@ def _load_bounds(tx: pl.DataFrame) -> tuple[int, int]:
     return int(row[0]), int(row[1])
 
 
-def per_second_series(tx: pl.DataFrame, warmup_s: int, sampling_rate: float = 1.0) -> pl.DataFrame:
+def per_second_series(tx: pl.DataFrame, warmup_s: int, sampling_rate: float = 1.0,
+                      planned_s: float | None = None) -> pl.DataFrame:
     """Per-second statistics by completion second, per job and for all jobs (job null).
 
     Seconds run from the one holding load_start (the earliest transaction start) to the
     one holding load_end (the last completion), every second present even without
-    transactions (tps 0: a stall). A second is `partial` if it starts before load_start or
-    ends after load_end, `warmup` if it starts before load_start + warmup_s. tps counts
+    transactions (tps 0: a stall). `planned_s`: the load's planned length; load_end is
+    then at least load_start + planned_s (a load whose clients died with a crashed server
+    and were not restarted: the seconds it lost are in the series, at tps 0). A second is
+    `partial` if it starts before load_start or ends after load_end, `warmup` if it
+    starts before load_start + warmup_s. tps counts
     successful transactions divided by `sampling_rate`; failures (failed, serialization,
     deadlock), skipped and retries are counts of logged transactions; latency statistics
     come from successful transactions (pooled over jobs for the all-jobs rows). Sorted by
@@ -213,6 +217,8 @@ def per_second_series(tx: pl.DataFrame, warmup_s: int, sampling_rate: float = 1.
     if tx.height == 0:
         return pl.DataFrame(schema=CLIENT_SCHEMA)
     load_start, load_end = _load_bounds(tx)
+    if planned_s is not None:
+        load_end = max(load_end, load_start + int(planned_s * US))
     first, last = load_start // US, load_end // US
     data = tx.with_columns((pl.col("end_us") // US).alias("sec"))
 
