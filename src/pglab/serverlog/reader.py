@@ -88,6 +88,12 @@ def _open(path: Path) -> BinaryIO:
     return path.open("rb")
 
 
+def sniff_format(path: Path) -> str:
+    """The format detect_format sees in a file's first bytes (decompressed)."""
+    with _open(path) as stream:
+        return detect_format(stream.read(_SNIFF_BYTES), path.name)
+
+
 def _modified(path: Path) -> datetime | None:
     """When the file was last written: the end of the log it holds (syslog times have
     no year)."""

@@ -251,10 +251,10 @@ class SyslogDecoder(RecordsToEvents):
         if self._year is None:
             end = self._log_end or datetime.now(UTC)
             self._year = end.year - (1 if month > end.month else 0)
-            source = ("the file was last written in " + end.strftime("%B %Y")
+            source = (f"the file's modification time, {end:%B %Y}"
                       if self._log_end is not None else "today's date")
             self.stats.assumed = (f"syslog times have no year and no zone: year "
-                                  f"{self._year} from {source}, times taken as UTC")
+                                  f"{self._year} assumed ({source}), times taken as UTC")
         elif month < self._month - 6:
             self._year += 1  # December to January
         self._month = month
