@@ -107,3 +107,9 @@ def test_what_was_detected_and_assumed_is_said(capsys: pytest.CaptureFixture[str
                      r"modification time, \w+ \d{4}\), times taken as UTC", err)
     assert err.splitlines()[-1].startswith("24 events from ")
     assert len(out.splitlines()) == 25
+
+
+def test_the_readme_lists_every_format() -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("## Reading any server log", 1)[1].split("\n## ", 1)[0]
+    assert [name for name in FORMATS if f"| `{name}` |" in section] == list(FORMATS)
