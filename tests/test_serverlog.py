@@ -543,7 +543,7 @@ def test_detect_format() -> None:
 
 def test_unknown_format_name() -> None:
     with pytest.raises(ValueError, match="unknown log format"):
-        read_records([], fmt="syslog")
+        read_records([], fmt="eventlog")
 
 
 # --- garbled input: counted, never raised ------------------------------------------------

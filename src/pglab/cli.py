@@ -117,6 +117,11 @@ def scenarios() -> int:
     return catalog.scenarios()
 
 
+# serverlog.FORMATS' names, written out: importing the parser would slow every command's
+# start (a test checks that they are the registry's)
+_LOG_FORMATS = "stderr, csvlog, jsonlog, syslog, cloudlogging"
+
+
 @cli.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per event.")
@@ -124,12 +129,15 @@ def scenarios() -> int:
 @click.option("--prefix", default=None, metavar="LOG_LINE_PREFIX",
               help="The server's log_line_prefix (SHOW log_line_prefix), for stderr logs "
                    "whose prefix is not recognised, e.g. '%t:%r:%u@%d:[%p]:'.")
+@click.option("--format", "fmt", default=None, metavar="FORMAT",
+              help="The log's format when detection cannot tell: " + _LOG_FORMATS + ".")
 def logs(files: tuple[Path, ...], as_json: bool, kinds: tuple[str, ...],
-         prefix: str | None) -> int:
-    """Print the events of any PostgreSQL log (stderr, csvlog or jsonlog), oldest file first."""
+         prefix: str | None, fmt: str | None) -> int:
+    """Print the events of any PostgreSQL log (stderr, csvlog, jsonlog, syslog, Cloud
+    Logging), oldest file first: a row per event as it is read, then a summary."""
     from pglab.commands import logs as log_events
 
-    return log_events.logs(files, as_json, kinds, prefix)
+    return log_events.logs(files, as_json, kinds, prefix, fmt)
 
 
 @cli.command()
@@ -244,6 +252,8 @@ def tune(scenario: str, overrides: tuple[str, ...], results: Path, pg_bin: str |
 @click.option("--log-prefix", default=None, metavar="LOG_LINE_PREFIX",
               help="The server's log_line_prefix, for a stderr --log whose prefix is not "
                    "recognised (see `pglab logs --prefix`).")
+@click.option("--log-format", default=None, metavar="FORMAT",
+              help="--log's format when detection cannot tell: " + _LOG_FORMATS + ".")
 @results_option
 @click.option("--name", default="observe", show_default=True,
               help="The folder name: the run goes to RESULTS/NAME/<run-id>/.")
@@ -252,12 +262,13 @@ def tune(scenario: str, overrides: tuple[str, ...], results: Path, pg_bin: str |
               help="Wait sampling rate.")
 def observe(dsn: str, standbys: tuple[str, ...], duration: str | None,
             exporters: tuple[str, ...], log: str | None, log_prefix: str | None,
-            results: Path, name: str, interval: str, wait_hz: int) -> int:
+            log_format: str | None, results: Path, name: str, interval: str,
+            wait_hz: int) -> int:
     """Observe a running server read-only (no load, never a write) into a results folder."""
     from pglab.observe import command
 
     return command.observe(dsn, standbys, duration, exporters, log, results, name, interval,
-                           wait_hz, log_prefix)
+                           wait_hz, log_prefix, log_format)
 
 
 @cli.command(name="import")

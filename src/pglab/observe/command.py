@@ -20,9 +20,23 @@ class TerminalUI:
 
 def observe(dsn: str, standbys: tuple[str, ...], duration: str | None,
             exporters: tuple[str, ...], log: str | None, results: Path, name: str,
-            interval: str, wait_hz: int, log_prefix: str | None = None) -> int:
-    from pglab.commands.console import out, print_run_analysis
+            interval: str, wait_hz: int, log_prefix: str | None = None,
+            log_format: str | None = None) -> int:
     from pglab.commands.logs import line_prefix
+    from pglab.commands.logs import log_format as checked_format
+
+    # the log options first, before the observer's modules are loaded: a mistake is one
+    # line at once
+    log_format = checked_format(log_format, "--log-format")
+    if log_prefix is not None:
+        if log is None:
+            raise BadInput("--log-prefix: it is the prefix of --log's lines; give --log too")
+        # a bad prefix: one line, before anything (without a time: syslog only)
+        line_prefix(log_prefix, "--log-prefix", need_time=log_format != "syslog")
+    if log_format is not None and log is None:
+        raise BadInput("--log-format: it is the format of --log; give --log too")
+
+    from pglab.commands.console import out, print_run_analysis
     from pglab.observe.run import ObserveOptions, observe
     from pglab.terminal.run_display import print_summary
     from pglab.units import parse_duration
@@ -36,12 +50,9 @@ def observe(dsn: str, standbys: tuple[str, ...], duration: str | None,
     options = ObserveOptions(
         dsn=dsn, standbys=standbys,
         duration_s=seconds("--duration", duration) if duration else None,
-        exporters=exporters, log=log, log_prefix=log_prefix, results_root=results, name=name,
+        exporters=exporters, log=log, log_prefix=log_prefix, log_format=log_format,
+        results_root=results, name=name,
         interval_s=seconds("--interval", interval), wait_hz=wait_hz)
-    if log_prefix is not None:
-        if log is None:
-            raise BadInput("--log-prefix: it is the prefix of --log's lines; give --log too")
-        line_prefix(log_prefix, "--log-prefix")  # a bad prefix: one line, before anything
     if options.interval_s < 0.1:
         raise BadInput(f"--interval {interval!r}: at least 0.1 s")
     run = observe(options, TerminalUI())

@@ -206,11 +206,12 @@ class ObservedLog(Probe):
     help = "the server log followed during the run (see `pglab logs`)"
 
     def __init__(
-        self, source: LogSource, node: str = "primary", prefix: LinePrefix | None = None
+        self, source: LogSource, node: str = "primary", prefix: LinePrefix | None = None,
+        fmt: str | None = None,
     ) -> None:
         self.source = source
         self.node = node
-        self.tail = LogTail(node=node, prefix=prefix)
+        self.tail = LogTail(node=node, fmt=fmt, prefix=prefix)
         self._said: str | None = None
 
     def start(self, ctx: ProbeContext) -> None:
@@ -235,4 +236,6 @@ class ObservedLog(Probe):
     def summary(self) -> dict[str, Any]:
         stats = self.tail.stats
         return {"source": self.source.describe, "format": stats.format,
-                **{k: v for k, v in vars(stats).items() if isinstance(v, int | str)}}
+                **{k: v for k, v in vars(stats).items() if isinstance(v, int | str)},
+                **({"unknown_severities": dict(stats.unknown_severities)}
+                   if stats.unknown_severities else {})}

@@ -45,11 +45,12 @@ class ObserveUI(Protocol):
     def warn(self, message: str) -> None: ...
 
 
-def _log_prefix(text: str | None) -> LinePrefix | None:
+def _log_prefix(text: str | None, log_format: str | None) -> LinePrefix | None:
     if text is None:
         return None
     try:
-        return compile_prefix(text)
+        # only syslog lines carry a time of their own
+        return compile_prefix(text, need_time=log_format != "syslog")
     except ValueError as exc:
         raise BadInput(f"--log-prefix: {exc}") from None
 
@@ -62,6 +63,7 @@ class ObserveOptions:
     exporters: tuple[str, ...] = ()  # URL (the primary's) or NODE=URL
     log: str | None = None  # FILE, "sql" or "command:..."
     log_prefix: str | None = None  # the log_line_prefix of a stderr log (else detected)
+    log_format: str | None = None  # a name of serverlog.FORMATS (else detected)
     results_root: Path = Path("results")
     name: str = "observe"
     interval_s: float = 1.0
@@ -104,7 +106,9 @@ def observe(options: ObserveOptions, ui: ObserveUI) -> StoredRun:
         if why is not None:
             warnings.append(f"primary: --log sql: {why}; observing without the log")
         else:
-            log_probe = ObservedLog(source, prefix=_log_prefix(options.log_prefix))
+            log_probe = ObservedLog(source, prefix=_log_prefix(options.log_prefix,
+                                                               options.log_format),
+                                    fmt=options.log_format)
     host: dict[str, object] = {}
     for exporter_node, url in exporters:
         why, first = check_exporter(url)

@@ -1,4 +1,6 @@
-"""PostgreSQL server-log parser: stderr, csvlog and jsonlog of PostgreSQL 13-18 to events.
+"""PostgreSQL server-log parser: the logs of PostgreSQL 13-18 to events, in any of the
+formats of FORMATS (stderr, csvlog, jsonlog and CloudNativePG's JSON, syslog files, Google
+Cloud Logging exports).
 
 Pure, streaming and fast; it never raises on bad input (what it cannot read is counted
 in ParseStats.skipped). Event kinds: checkpoint, checkpoint-too-frequent, autovacuum,
@@ -12,9 +14,11 @@ recovery, server-start, server-stop, error.
     records, stats = read_records(path)                               # every message
     tail = LogTail(); tail.feed(text) ...; tail.close()               # a growing log
 
-Messages must be in English (lc_messages = 'C'); stderr logs need a log_line_prefix
-with a time escape (%m, %t or %n) and preferably the pid (%p). The prefix is detected
-(prefix.KNOWN_PREFIXES, then heuristics) or given: `prefix=compile_prefix(text)`.
+Messages must be in English (lc_messages = 'C'; other severities are counted in
+ParseStats.unknown_severities); stderr logs need a log_line_prefix with a time escape
+(%m, %t or %n) and preferably the pid (%p); syslog's lines have times of their own.
+The prefix is detected (prefix.KNOWN_PREFIXES, then heuristics) or given:
+`prefix=compile_prefix(text)`.
 """
 
 from pglab.serverlog.decoders import FORMATS, detect_format

@@ -7,7 +7,7 @@ import re
 
 from pglab.serverlog.decoder_base import RecordsToEvents
 from pglab.serverlog.records import LogRecord, ParseStats, TimestampParser
-from pglab.serverlog.triggers import is_candidate
+from pglab.serverlog.triggers import KNOWN_SEVERITIES, is_candidate
 
 # Columns (PostgreSQL docs, "Using CSV-Format Log Output"): 0 log_time, 3 process_id,
 # 11 error_severity, 12 sql_state_code, 13 message, 14 detail, 15 hint, 16 internal_query,
@@ -95,6 +95,8 @@ class CsvDecoder(RecordsToEvents):
                 stats.skipped += 1
                 continue
             severity, message = fields[11], fields[13]
+            if severity not in KNOWN_SEVERITIES:
+                stats.count_unknown_severity(severity)
             if self._candidates_only and not is_candidate(severity, message):
                 continue
             t = self._ts.parse_text(fields[0])

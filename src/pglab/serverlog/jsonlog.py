@@ -7,7 +7,7 @@ from typing import Any
 
 from pglab.serverlog.decoder_base import RecordsToEvents
 from pglab.serverlog.records import LogRecord, ParseStats, TimestampParser
-from pglab.serverlog.triggers import is_candidate
+from pglab.serverlog.triggers import KNOWN_SEVERITIES, is_candidate
 
 
 def _opt_str(obj: dict[str, Any], key: str) -> str | None:
@@ -66,6 +66,8 @@ class JsonDecoder(RecordsToEvents):
             ):
                 stats.skipped += 1
                 continue
+            if severity not in KNOWN_SEVERITIES:
+                stats.count_unknown_severity(severity)
             if self._candidates_only and not is_candidate(severity, message):
                 continue
             t = self._ts.parse_text(stamp)

@@ -64,12 +64,18 @@ KNOWN_PREFIXES = (
 )
 
 
+# Prefixes without a time, as syslog users write them (syslog stamps each line): tried
+# after KNOWN_PREFIXES on a syslog file's messages.
+SYSLOG_PREFIXES = ("%q%u@%d ", "[%l-1] user=%u,db=%d ", "")
+
+
 @dataclass(frozen=True)
 class PrefixFields:
     """What a line's prefix says; fields the prefix has no escape for are None, and so
-    are empty ones (background processes have no user, database or client)."""
+    are empty ones (background processes have no user, database or client). `t` is None
+    only for a prefix without a time escape (syslog, which stamps lines itself)."""
 
-    t: datetime
+    t: datetime | None
     pid: int | None
     user: str | None
     database: str | None
@@ -82,18 +88,21 @@ class LinePrefix:
 
     def __init__(self, text: str) -> None:
         self.text = text
-        self.regex = re.compile(_translate(text), re.S)
+        pattern, self.has_time = _translate(text)
+        self.regex = re.compile(pattern, re.S)
 
     def match(self, prefix: str, timestamps: TimestampParser) -> PrefixFields | None:
         m = self.regex.fullmatch(prefix)
         if m is None:
             return None
         groups = m.groupdict()
-        epoch = groups.get("epoch")
-        t = (timestamps.from_epoch(epoch) if epoch
-             else timestamps.parse(groups["ts"], groups["tz"]))
-        if t is None:
-            return None
+        t: datetime | None = None
+        if self.has_time:
+            epoch = groups.get("epoch")
+            t = (timestamps.from_epoch(epoch) if epoch
+                 else timestamps.parse(groups["ts"], groups["tz"]))
+            if t is None:
+                return None
         pid = groups.get("pid")
         return PrefixFields(
             t,
@@ -109,13 +118,19 @@ def _field(value: str | None) -> str | None:
     return value or None
 
 
-def compile_prefix(text: str) -> LinePrefix:
+def compile_prefix(text: str, need_time: bool = True) -> LinePrefix:
     """The parser for a log_line_prefix; ValueError (one line, for the user) if it has no
-    time escape."""
-    return LinePrefix(text)
+    time escape and need_time (a stderr log's lines have no other time; syslog's do)."""
+    prefix = _known(text)
+    if need_time and not prefix.has_time:
+        raise ValueError(
+            f"{text!r} has no time escape: pglab needs %m, %t or %n in the prefix "
+            "to place messages in time (syslog files excepted)"
+        )
+    return prefix
 
 
-def _translate(text: str) -> str:
+def _translate(text: str) -> tuple[str, bool]:
     parts: list[str] = []
     seen: set[str] = set()
     pos = 0
@@ -145,19 +160,16 @@ def _translate(text: str) -> str:
             group = "(?:" + re.sub(r"\?P<\w+>", "?:", pattern) + ")"
         parts.append(f" *{group} *" if pad else group)
     parts.append(re.escape(text[pos:]))
-    if "time" not in seen:
-        raise ValueError(
-            f"{text!r} has no time escape: pglab needs %m, %t or %n in the prefix "
-            "to place messages in time"
-        )
     if optional_from is not None:
         rest = "".join(parts[optional_from:])
         parts[optional_from:] = [f"(?:{rest})?"] if rest else []
-    return "".join(parts)
+    return "".join(parts), "time" in seen
 
 
-def detect_prefix(lines: list[str]) -> LinePrefix | None:
-    """The one of KNOWN_PREFIXES that reads the most message lines (a severity word and
+def detect_prefix(
+    lines: list[str], candidates: tuple[str, ...] = KNOWN_PREFIXES
+) -> LinePrefix | None:
+    """The one of `candidates` that reads the most message lines (a severity word and
     ':  ') of a log's start, at least 90% of them; the first in the list on a tie. The
     most, not the first: Debian's `%m [%p] %q%u@%d ` reads background processes' lines
     like `%m [%p] ` does, and only it reads the sessions' lines. None when none does."""
@@ -167,7 +179,7 @@ def detect_prefix(lines: list[str]) -> LinePrefix | None:
     timestamps = TimestampParser()
     best: LinePrefix | None = None
     best_hits = 0
-    for text in KNOWN_PREFIXES:
+    for text in candidates:
         prefix = _known(text)
         hits = 0
         for line in heads:
@@ -177,6 +189,40 @@ def detect_prefix(lines: list[str]) -> LinePrefix | None:
         if hits > best_hits:
             best, best_hits = prefix, hits
     return best if best_hits >= 0.9 * len(heads) else None
+
+
+# The time in a log_line_prefix: %m / %t (with zone) or %n (epoch).
+_PREFIX_TIME_RE = re.compile(
+    r"(?P<ts>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:\.\d+)?)"
+    r"(?: (?P<tz>[A-Za-z]{1,6}|[+-]\d\d(?:\d\d)?)(?![\w]))?"
+    r"|(?P<epoch>\d{9,11}\.\d{3})"
+)
+# The pid: the last [%p] before the severity (a number inside %r's `host(port)` comes
+# before it), else pid=%p, else the first free-standing number that is not the port of
+# a `host(port)` (a `(%p)` after a space still is one).
+_PREFIX_BRACKET_PID_RE = re.compile(r"\[(\d+)\]")
+_PREFIX_PID_RE = re.compile(r"pid=(\d+)|(?<![\w.:/-])(?<![\w.:\]]\()(\d{1,9})(?![\w.:/-])")
+
+
+def guess_fields(prefix: str, timestamps: TimestampParser) -> PrefixFields | None:
+    """The fields of a prefix text no known log_line_prefix reads: the time found
+    anywhere in it, the pid as the last `[%p]` after it (RDS's `%r` before it prints
+    `host(port)`), `pid=%p` or the first free-standing number. None without a time."""
+    m = _PREFIX_TIME_RE.search(prefix)
+    if m is None:
+        return None
+    epoch = m.group("epoch")
+    t = timestamps.from_epoch(epoch) if epoch else timestamps.parse(m.group("ts"), m.group("tz"))
+    if t is None:
+        return None
+    brackets = _PREFIX_BRACKET_PID_RE.findall(prefix, m.end())
+    if brackets:
+        return PrefixFields(t, int(brackets[-1]), None, None, None)
+    end = m.end()
+    pm = _PREFIX_PID_RE.search(prefix, end) or _PREFIX_PID_RE.search(prefix, 0, m.start())
+    if pm is None:
+        return PrefixFields(t, None, None, None, None)
+    return PrefixFields(t, int(pm.group(1) or pm.group(2)), None, None, None)
 
 
 _compiled: dict[str, LinePrefix] = {}

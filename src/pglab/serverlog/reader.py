@@ -10,16 +10,17 @@ import shutil
 import subprocess
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from itertools import chain
 from pathlib import Path
 from typing import BinaryIO
 
 from pglab.events import Event
 from pglab.serverlog.decoder_base import Decoder
-from pglab.serverlog.decoders import FORMATS, detect_format, make_decoder
+from pglab.serverlog.decoders import FORMATS, detect_format, make_decoder, unknown_format
 from pglab.serverlog.extractor import EventExtractor
 from pglab.serverlog.prefix import LinePrefix
-from pglab.serverlog.records import LogRecord, ParseStats, TimestampParser
+from pglab.serverlog.records import UTC, LogRecord, ParseStats, TimestampParser
 
 # Text is parsed this much at a time. A chunk's text, the regex's tuples and the events
 # built from them should stay in the core's own (L2) cache: measured on a 52 MB log
@@ -87,6 +88,21 @@ def _open(path: Path) -> BinaryIO:
     return path.open("rb")
 
 
+def sniff_format(path: Path) -> str:
+    """The format detect_format sees in a file's first bytes (decompressed)."""
+    with _open(path) as stream:
+        return detect_format(stream.read(_SNIFF_BYTES), path.name)
+
+
+def _modified(path: Path) -> datetime | None:
+    """When the file was last written: the end of the log it holds (syslog times have
+    no year)."""
+    try:
+        return datetime.fromtimestamp(path.stat().st_mtime, UTC)
+    except OSError:
+        return None
+
+
 def _text_chunks(stream: BinaryIO, first: bytes) -> Iterator[str]:
     """The stream as text in large pieces cut after a newline, so no UTF-8 sequence
     is split. Undecodable bytes become U+FFFD."""
@@ -123,7 +139,8 @@ def _batches_from_file(
     with _open(path) as stream:
         first = stream.read(_SNIFF_BYTES)
         stats.format = fmt or detect_format(first, path.name)
-        decoder = make_decoder(stats.format, stats, timestamps, candidates_only, prefix)
+        decoder = make_decoder(stats.format, stats, timestamps, candidates_only, prefix,
+                               _modified(path))
         for text in _text_chunks(stream, first):
             with _gc_paused():
                 batch = decoder.feed(text)
@@ -177,8 +194,8 @@ def _record_batches(
     prefix: LinePrefix | None,
 ) -> tuple[Iterator[list[LogRecord]], ParseStats]:
     if fmt is not None and fmt not in FORMATS:
-        raise ValueError(f"unknown log format {fmt!r} (one of {', '.join(FORMATS)})")
-    stats = ParseStats(format=fmt or "stderr")
+        raise ValueError(unknown_format(fmt))
+    stats = ParseStats(format=fmt or "stderr", format_given=fmt is not None)
     timestamps = TimestampParser()
     if isinstance(source, (str, Path)):
         batches = _batches_from_file(
@@ -204,8 +221,8 @@ def read_records(
     """Every log message of a file (a path) or of lines of text, in log order.
 
     Returns a lazy iterator and the ParseStats it fills while it is consumed (read the
-    stats after the iterator is exhausted). fmt: "stderr", "csvlog", "jsonlog" or None to
-    detect it from the content (then the file name). candidates_only: only messages that
+    stats after the iterator is exhausted). fmt: a name of FORMATS, or None to detect it
+    from the content (then the file name). candidates_only: only messages that
     can produce an event (what parse_log_file uses; much faster on big stderr logs).
     prefix: a stderr log's log_line_prefix (prefix.compile_prefix); detected if None.
     """
@@ -230,16 +247,19 @@ def iter_event_batches(
 ) -> Iterator[list[Event]]:
     """Like iter_events, a list at a time (the events of about CHUNK_BYTES of log):
     the cheapest way to consume a very big log."""
+    if fmt is not None and fmt not in FORMATS:
+        raise ValueError(unknown_format(fmt))
     extractor = EventExtractor(node)
     for path in paths:
-        file_stats = ParseStats(format=fmt or "stderr")
+        file_stats = ParseStats(format=fmt or "stderr", format_given=fmt is not None)
         if stats is not None:
             stats.append(file_stats)
         timestamps = TimestampParser()
         with _open(Path(path)) as stream:
             first = stream.read(_SNIFF_BYTES)
             file_stats.format = fmt or detect_format(first, Path(path).name)
-            decoder = make_decoder(file_stats.format, file_stats, timestamps, True, prefix)
+            decoder = make_decoder(file_stats.format, file_stats, timestamps, True, prefix,
+                                   _modified(Path(path)))
             for text in _text_chunks(stream, first):
                 # As _gc_paused, but nothing is allocated between gc.enable() and the
                 # yield (a context manager's __exit__ raises StopIteration, an object):

@@ -8,7 +8,7 @@ one, a numeric offset (`+01`, `-0330`). Everything is turned into tz-aware UTC h
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import NamedTuple
 
@@ -44,13 +44,22 @@ class ParseStats:
     lines: int = 0
     records: int = 0
     skipped: int = 0
-    format: str = "stderr"  # "stderr" | "csvlog" | "jsonlog"
+    format: str = "stderr"  # a name of decoders.FORMATS
+    format_given: bool = False  # named by the caller (--format), not detected
     unknown_zones: int = 0  # timestamps whose zone name was unknown (taken as UTC)
-    other_loggers: int = 0  # CloudNativePG lines of other loggers than PostgreSQL's
+    # lines of other programs than PostgreSQL: CloudNativePG's other loggers, other
+    # programs' lines in a syslog file
+    other_loggers: int = 0
     # stderr: the log_line_prefix read with (None: not recognised, read heuristically)
     # and whether it was guessed (not given with --prefix)
     prefix: str | None = None
     prefix_guessed: bool = False
+    # what the reader had to assume to place messages in time (syslog: the year), said
+    # to the user; None when nothing was
+    assumed: str | None = None
+    # messages whose severity is none of PostgreSQL's English words (a server with
+    # lc_messages other than C writes `FEHLER`, `ERREUR`...): word -> count
+    unknown_severities: dict[str, int] = field(default_factory=dict)
 
     def add(self, other: ParseStats) -> None:
         self.lines += other.lines
@@ -58,6 +67,13 @@ class ParseStats:
         self.skipped += other.skipped
         self.unknown_zones += other.unknown_zones
         self.other_loggers += other.other_loggers
+        for word, count in other.unknown_severities.items():
+            self.unknown_severities[word] = self.unknown_severities.get(word, 0) + count
+
+    def count_unknown_severity(self, word: str) -> None:
+        # bounded: a garbled column must not grow this without end
+        if word in self.unknown_severities or len(self.unknown_severities) < 20:
+            self.unknown_severities[word] = self.unknown_severities.get(word, 0) + 1
 
 
 # Abbreviations PostgreSQL's tz database prints for common zones. Ambiguous ones are

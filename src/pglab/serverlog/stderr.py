@@ -19,7 +19,13 @@ import re
 from pglab.events import Event
 from pglab.serverlog import stderr_fast
 from pglab.serverlog.extractor import EventExtractor
-from pglab.serverlog.prefix import LinePrefix, PrefixFields, detect_prefix, severity_start
+from pglab.serverlog.prefix import (
+    LinePrefix,
+    PrefixFields,
+    detect_prefix,
+    guess_fields,
+    severity_start,
+)
 from pglab.serverlog.records import LogRecord, ParseStats, TimestampParser
 from pglab.serverlog.stderr_fast import ATTACHED, SEVERITIES, last_message_start, scan_shaped
 from pglab.serverlog.triggers import LOG_TRIGGERS
@@ -30,19 +36,6 @@ _CANDIDATE_RE = re.compile(
     ":  (?:(?<=LOG:  )(?:" + "|".join(LOG_TRIGGERS) + ")|(?<=ERROR:  )|(?<=FATAL:  )|(?<=PANIC:  ))"
 )
 _ANY_SEVERITY_RE = re.compile(":  (?:" + "|".join(f"(?<={s}:  )" for s in SEVERITIES) + ")")
-
-# The time in a log_line_prefix: %m / %t (with zone) or %n (epoch).
-_PREFIX_TIME_RE = re.compile(
-    r"(?P<ts>\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:\.\d+)?)"
-    r"(?: (?P<tz>[A-Za-z]{1,6}|[+-]\d\d(?:\d\d)?)(?![\w]))?"
-    r"|(?P<epoch>\d{9,11}\.\d{3})"
-)
-# The pid: the last [%p] before the severity (a number inside %r's `host(port)` comes
-# before it), else pid=%p, else the first free-standing number that is not the port of
-# a `host(port)` (a `(%p)` after a space still is one).
-_PREFIX_BRACKET_PID_RE = re.compile(r"\[(\d+)\]")
-_PREFIX_PID_RE = re.compile(r"pid=(\d+)|(?<![\w.:/-])(?<![\w.:\]]\()(\d{1,9})(?![\w.:/-])")
-
 
 class StderrDecoder:
     """Plain-text logs written with a log_line_prefix that has a time (and ideally a
@@ -68,6 +61,9 @@ class StderrDecoder:
         self._ts = timestamps
         # the log_line_prefix to read lines with: given (--prefix), or detected on the
         # first text when the fast shape does not fit
+        if prefix is not None and not prefix.has_time:
+            raise ValueError(f"{prefix.text!r} has no time escape: a stderr log's lines "
+                             "have no other time")
         self._line_prefix = prefix
         if prefix is not None:
             stats.prefix, stats.prefix_guessed = prefix.text, False
@@ -262,21 +258,7 @@ class StderrDecoder:
         """The fields of a line's prefix text, or None if it has no readable time."""
         if self._line_prefix is not None:
             return self._line_prefix.match(prefix, self._ts)
-        m = _PREFIX_TIME_RE.search(prefix)
-        if m is None:
-            return None
-        epoch = m.group("epoch")
-        t = self._ts.from_epoch(epoch) if epoch else self._ts.parse(m.group("ts"), m.group("tz"))
-        if t is None:
-            return None
-        brackets = _PREFIX_BRACKET_PID_RE.findall(prefix, m.end())
-        if brackets:
-            return PrefixFields(t, int(brackets[-1]), None, None, None)
-        end = m.end()
-        pm = _PREFIX_PID_RE.search(prefix, end) or _PREFIX_PID_RE.search(prefix, 0, m.start())
-        if pm is None:
-            return PrefixFields(t, None, None, None, None)
-        return PrefixFields(t, int(pm.group(1) or pm.group(2)), None, None, None)
+        return guess_fields(prefix, self._ts)
 
 
 def _has_millis(buf: str) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pglab.events import Event
 from pglab.serverlog.decoder_base import Decoder
-from pglab.serverlog.decoders import FORMATS, detect_format, make_decoder
+from pglab.serverlog.decoders import FORMATS, detect_format, make_decoder, unknown_format
 from pglab.serverlog.extractor import EventExtractor
 from pglab.serverlog.prefix import LinePrefix
 from pglab.serverlog.records import LogRecord, ParseStats, TimestampParser
@@ -31,8 +31,8 @@ class LogTail:
         self, node: str = "primary", fmt: str | None = None, prefix: LinePrefix | None = None
     ) -> None:
         if fmt is not None and fmt not in FORMATS:
-            raise ValueError(f"unknown log format {fmt!r} (one of {', '.join(FORMATS)})")
-        self.stats = ParseStats(format=fmt or "stderr")
+            raise ValueError(unknown_format(fmt))
+        self.stats = ParseStats(format=fmt or "stderr", format_given=fmt is not None)
         self._fmt = fmt
         self._prefix = prefix
         self._timestamps = TimestampParser()

@@ -33,6 +33,10 @@ LOG_TRIGGERS: tuple[str, ...] = (
     r'[\w "\-]{1,64}? \(PID \d',
 )
 ERROR_SEVERITIES = frozenset({"ERROR", "FATAL", "PANIC"})
+# Every severity PostgreSQL writes with lc_messages = 'C'; another word is a translated
+# one (a server with another lc_messages), counted and said, since no rule reads it.
+KNOWN_SEVERITIES = frozenset({"LOG", "ERROR", "FATAL", "PANIC", "WARNING", "NOTICE", "INFO",
+                              "DEBUG", "DEBUG1", "DEBUG2", "DEBUG3", "DEBUG4", "DEBUG5"})
 LOG_TRIGGER_RE = re.compile("|".join(f"(?:{t})" for t in LOG_TRIGGERS))
 
 
