@@ -17,6 +17,7 @@ from conftest import SAMPLES
 from pglab.analysis.analyze import build_analysis
 from pglab.analysis.durability import amcheck_findings, durability_section
 from pglab.analysis.loading import load_run_frames
+from pglab.analysis.recommendations import RULES, Facts, recommend
 from pglab.durability import parse_amcheck
 from pglab.report.page import write_report
 from pglab.results.analysis_doc import AnalysisDocument, write_analysis
@@ -211,3 +212,16 @@ def test_report_and_terminal_show_durability(tmp_path: Path, folder: Path,
     assert (text.index("durability:") < text.index("analysis:")) == first
     lost = _ledger(folder)["final"]["commits"]["lost"]
     assert f"{lost:,} of " in text
+
+
+def test_no_advice_that_gives_up_durability_after_a_loss() -> None:
+    """A run slowed by its WAL flushes gets synchronous_commit = off among its advice, but
+    not once it lost acknowledged commits (the lying-cache run's own facts)."""
+    manifest = read_manifest(LYING)
+    slow = recommend(Facts({"wal-write": 0.9}, manifest, fpi_surge=False))
+    assert "synchronous-commit-off" in [r["rule"] for r in slow]
+    lost = recommend(Facts({"data-loss": 0.99, "lying-write-cache": 0.99, "wal-write": 0.9},
+                           manifest, fpi_surge=False))
+    given_up = {rule.id for rule in RULES if rule.gives_up_durability}
+    assert given_up and not given_up & {r["rule"] for r in lost}, lost
+    assert lost[0]["rule"] == "device-cache-honest", lost

@@ -126,6 +126,9 @@ class Rule:
     # when one of them was found, or when the evidence told none of its cause's apart.
     sub: tuple[str, ...] = ()
     why_untestable: str = ""  # for testable=False: why pglab cannot try it here
+    # It trades durability for speed: never advised for a run that lost acknowledged
+    # commits (whatever else slowed it, that loss comes first and this would add to it).
+    gives_up_durability: bool = False
 
 
 def _wal_compression(f: Facts) -> str:
@@ -279,7 +282,8 @@ RULES: tuple[Rule, ...] = (
          "that recovery cannot repair",
          when=lambda f: f.fstype == "zfs" and f.fpi_surge,
          not_when="any storage that can tear an 8 kB page (ext4, xfs on ordinary disks): only "
-                  "ZFS is safe"),
+                  "ZFS is safe; a run that lost acknowledged commits",
+         gives_up_durability=True),
     Rule("wal-buffers", ("wal-write",),
          "enlarge wal_buffers",
          lambda f: {"server.settings.wal_buffers": "64MB"},
@@ -296,7 +300,9 @@ RULES: tuple[Rule, ...] = (
          "were told succeeded; no corruption. The same holds for ZFS sync=disabled, for "
          "every fsync",
          not_when="transactions whose acknowledged commits must survive a crash (payments, "
-                  "orders): keep those synchronous and set it per transaction for the rest"),
+                  "orders): keep those synchronous and set it per transaction for the rest; "
+                  "a run that lost acknowledged commits",
+         gives_up_durability=True),
     Rule("device-cache-honest", ("lying-write-cache",),
          "make the storage keep what it acknowledges: a write cache that honours flushes "
          "(in the lab, the emulated device's cache = \"honest\"; on real drives, "
@@ -582,7 +588,8 @@ def recommend(facts: Facts) -> list[dict[str, Any]]:
     fired = []
     for rule in RULES:
         because = [c for c in rule.because if c in facts.causes and _answers(rule, facts, c)]
-        if not because or not rule.when(facts):
+        if not because or not rule.when(facts) or (rule.gives_up_durability
+                                                    and "data-loss" in facts.causes):
             continue
         change = rule.change(facts)
         test = _test_line(facts, rule, change)
