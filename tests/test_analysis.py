@@ -384,7 +384,9 @@ def test_rules_cover_the_settings_a_dba_reaches_for() -> None:
         "checkpoint_flush_after": {"setting": "0", "unit": "8kB"},
     }
     zfs["scenario"]["workload"]["clients"] = 200
-    every_cause = dict.fromkeys(CAUSE_IDS, 0.9)
+    # every cause but a loss of acknowledged commits (after which no rule trading
+    # durability for speed is advised: test_durability_analysis.py)
+    every_cause = dict.fromkeys(sorted(set(CAUSE_IDS) - {"data-loss"}), 0.9)
     flags = frozenset({"time", "wal", "immediate"})
     fired = recommend(Facts(every_cause, Manifest.from_json(zfs), True, None, flags))
     keys = {k for rec in fired for k in rec["change"]}
