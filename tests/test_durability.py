@@ -159,7 +159,7 @@ def test_lying_cache_loss_found_at_nine_of_ten_cuts(storage_packages: None,
                 assert 0 <= window[0] <= window[1] < 3, window
         cuts = len(record["cuts"])
         noun = "power losses" if cuts > 1 else "power loss"
-        assert f"{cuts} {noun}: {final['commits']['lost']} acknowledged commits lost" in stdout
+        assert f"{cuts} {noun}: {final['commits']['lost']:,} acknowledged commits lost" in stdout
 
 
 def _short_builtin(tmp_path: Path, name: str, *sets: str) -> tuple[Path, str]:

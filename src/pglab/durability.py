@@ -190,7 +190,7 @@ def summary_line(what: str, verdict: dict[str, Any], own_cut: bool = False) -> s
     commits = verdict.get("commits", {})
     key = "newly_lost" if own_cut and "newly_lost" in commits else "lost"
     if key in commits:
-        text = f"{commits[key]} acknowledged commits lost"
+        text = f"{commits[key]:,} acknowledged commits lost"
         if window := commits.get(f"{key}_window_s"):
             text += f" (acknowledged {window[0]:.1f}-{window[1]:.1f} s before the cut)"
         if commits[key] and commits.get("allowed"):
@@ -244,7 +244,7 @@ def durability_lines(manifest: Manifest) -> list[str]:
     lost = counted.get("lost")
     clean = all(_clean(v) for v in verdicts)
     head = f"{count} {noun if count == 1 else plural}: "
-    head += (f"{lost} acknowledged commits lost" if lost is not None
+    head += (f"{lost:,} acknowledged commits lost" if lost is not None
              else "acknowledged commits not counted")
     if lost and counted.get("allowed"):
         head += " (allowed by synchronous_commit = off)"
