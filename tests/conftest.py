@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,6 +80,8 @@ def _release(lock: int) -> None:
 # on the same worker keeps it: the other workers are drained once for the batch, not once
 # per test (each drain waits out whatever test it is running, a tune of a minute, say).
 _HELD: list[tuple[int, bool]] = []
+_STARTED: list[str] = []  # this worker's first test, once it has begun
+FIRST_SHARED_DELAY_S = 2.0
 
 
 def _exclusive(item: pytest.Item | None) -> bool:
@@ -243,7 +246,14 @@ def pytest_runtest_protocol(item: pytest.Item,
     if _HELD and _HELD[0][1] != exclusive:
         _release(_HELD.pop()[0])
     if not _HELD:
+        if not exclusive and not _STARTED:
+            # The workers start their first units at once: the exclusive unit, first in
+            # the queue, takes the machine before the others (else it waits out their
+            # first tests, a minute or two, with the machine half used).
+            time.sleep(FIRST_SHARED_DELAY_S)
         _HELD.append((_acquire(exclusive), exclusive))
+    if not _STARTED:
+        _STARTED.append(item.nodeid)
     try:
         return (yield)
     finally:
