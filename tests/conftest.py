@@ -246,7 +246,7 @@ def pytest_runtest_protocol(item: pytest.Item,
     if _HELD and _HELD[0][1] != exclusive:
         _release(_HELD.pop()[0])
     if not _HELD:
-        if not exclusive and not _STARTED:
+        if not exclusive and not _STARTED and any(map(_exclusive, item.session.items)):
             # The workers start their first units at once: the exclusive unit, first in
             # the queue, takes the machine before the others (else it waits out their
             # first tests, a minute or two, with the machine half used).
