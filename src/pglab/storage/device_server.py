@@ -62,7 +62,7 @@ CMD_READ, CMD_WRITE, CMD_DISC, CMD_FLUSH, CMD_WRITE_ZEROES = 0, 1, 2, 3, 6
 CMD_FLAG_FUA = 1
 EIO, EINVAL, ENOSPC = 5, 22, 28
 MAX_REQUEST = 32 * 1024 * 1024
-REPLY_BUFFER = 1024 * 1024  # replies queued unsent before the fast path waits for the socket
+REPLY_BUFFER = 1024 * 1024  # replies queued unsent before a connection stops reading requests
 
 CACHE_MODES = ("honest", "volatile", "volatile-ignores-flush")
 
