@@ -419,9 +419,10 @@ warmup = "1s"
 """
 
 
-STORAGE_PACKAGES = {"nbdfuse": "libnbd-bin", "fusermount3": "fuse3", "mkfs.xfs": "xfsprogs",
-                    "mkfs.btrfs": "btrfs-progs", "zpool": "zfs-fuse", "mkfs.ext4": "e2fsprogs",
-                    "sfdisk": "fdisk"}  # sfdisk: a test writes a partition table
+# sfdisk: a test writes a partition table
+STORAGE_PACKAGES = {"nbdfuse": "libnbd-bin", "nbdcopy": "libnbd-bin", "fusermount3": "fuse3",
+                    "mkfs.xfs": "xfsprogs", "mkfs.btrfs": "btrfs-progs", "zpool": "zfs-fuse",
+                    "mkfs.ext4": "e2fsprogs", "sfdisk": "fdisk"}
 
 
 @pytest.fixture(scope="session")

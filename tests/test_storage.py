@@ -324,6 +324,50 @@ def test_latency_iops_and_pause_measured_on_the_device(storage_packages: None,
     assert not volume.mountpoint.is_mount()
 
 
+@pytest.mark.live
+def test_device_server_answers_real_nbd_clients(storage_packages: None,
+                                                tmp_path: Path) -> None:
+    """libnbd's own tools against the server alone: the handshake nbdinfo reads, and data
+    nbdcopy writes over several connections in large requests, read back from a volatile
+    cache before it reaches the image (the server reuses its read buffer, so what a cache
+    keeps must be its own copy), written to the image by a flush, then written through."""
+    from pglab.storage.device_server import control
+
+    size = 8 << 20
+    image, socket_path, ctl = tmp_path / "image", tmp_path / "nbd.sock", tmp_path / "ctl.sock"
+    image.write_bytes(bytes(size))
+    config = tmp_path / "device.json"
+    config.write_text(json.dumps({"image": str(image), "size": size, "socket": str(socket_path),
+                                  "control": str(ctl), "behaviour": {"cache": "volatile"}}))
+    server = subprocess.Popen([sys.executable, "-m", "pglab.storage.device_server",
+                               str(config)], stdout=subprocess.PIPE)
+    uri = f"nbd+unix:///?socket={socket_path}"
+    try:
+        assert server.stdout is not None and server.stdout.readline() == b"ready\n"
+        info = json.loads(subprocess.run(["nbdinfo", "--json", uri], capture_output=True,
+                                         check=True, text=True).stdout)["exports"][0]
+        assert (info["export-size"], info["can_flush"], info["can_multi_conn"]) == (
+            size, True, True)
+        assert info["block_size_preferred"] == 4096
+        first, second, third = (tmp_path / f"d{i}" for i in range(3))
+        for path in (first, second, third):
+            path.write_bytes(os.urandom(size))
+        copy = ["nbdcopy", "--connections=4", "--request-size=1048576"]
+        subprocess.run([*copy, str(first), uri], check=True)
+        subprocess.run([*copy, uri, str(tmp_path / "back")], check=True)
+        assert (tmp_path / "back").read_bytes() == first.read_bytes()
+        assert image.read_bytes() == bytes(size)  # all of it still in the cache
+        assert control(ctl, {"op": "stats"})["counters"]["cached_bytes"] == size
+        subprocess.run([*copy, "--flush", str(second), uri], check=True)
+        assert image.read_bytes() == second.read_bytes()
+        control(ctl, {"op": "set", "behaviour": {"cache": "honest"}})
+        subprocess.run([*copy, str(third), uri], check=True)
+        assert image.read_bytes() == third.read_bytes()
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
 @root_only
 @pytest.mark.exclusive
 @pytest.mark.root

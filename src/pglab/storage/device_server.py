@@ -62,7 +62,7 @@ CMD_READ, CMD_WRITE, CMD_DISC, CMD_FLUSH, CMD_WRITE_ZEROES = 0, 1, 2, 3, 6
 CMD_FLAG_FUA = 1
 EIO, EINVAL, ENOSPC = 5, 22, 28
 MAX_REQUEST = 32 * 1024 * 1024
-REPLY_BUFFER = 1024 * 1024  # replies queued unsent before the fast path waits for the socket
+REPLY_BUFFER = 1024 * 1024  # replies queued unsent before a connection stops reading requests
 
 CACHE_MODES = ("honest", "volatile", "volatile-ignores-flush")
 
@@ -179,11 +179,17 @@ class Device:
         return 0
 
     def read(self, offset: int, length: int) -> bytes:
-        data = os.pread(self.fd, length, offset)
-        data += bytes(length - len(data))
+        out = bytearray(length)
+        self.read_into(memoryview(out), offset)
+        return bytes(out)
+
+    def read_into(self, out: memoryview, offset: int) -> None:
+        """Fill `out` (zeroed: a short read past the image's end leaves zeros) from the
+        image and, over it, the blocks the cache holds."""
+        os.preadv(self.fd, [out], offset)
         if not self.dirty:
-            return data
-        out = bytearray(data)
+            return
+        length = len(out)
         first, last = offset // BLOCK, (offset + length - 1) // BLOCK
         for block in range(first, last + 1):
             held = self.dirty.get(block)
@@ -192,9 +198,9 @@ class Device:
             start = block * BLOCK
             lo, hi = max(start, offset), min(start + BLOCK, offset + length)
             out[lo - offset:hi - offset] = held[0][lo - start:hi - start]
-        return bytes(out)
 
-    def write(self, offset: int, data: bytes, fua: bool) -> None:
+    def write(self, offset: int, data: bytes | memoryview, fua: bool) -> None:
+        """`data` may be a view of the connection's buffer: what is kept is copied."""
         if self.behaviour.cache == "honest" or (fua and self.behaviour.cache == "volatile"):
             self._write_through(offset, data)
             return
@@ -204,7 +210,7 @@ class Device:
             start = block * BLOCK
             lo, hi = max(start, offset), min(start + BLOCK, end)
             if lo == start and hi == start + BLOCK:
-                piece = data[lo - offset:hi - offset]
+                piece = bytes(data[lo - offset:hi - offset])
             else:  # a partial block: merge with what the device holds now
                 whole = bytearray(self.read(start, BLOCK))
                 whole[lo - start:hi - start] = data[lo - offset:hi - offset]
@@ -214,7 +220,7 @@ class Device:
             self.dirty.pop(block, None)
             self.dirty[block] = (piece, now)
 
-    def _write_through(self, offset: int, data: bytes) -> None:
+    def _write_through(self, offset: int, data: bytes | memoryview) -> None:
         # A write-through must not be undone by an older cached copy of its blocks.
         if self.dirty:
             for block in range(offset // BLOCK, (offset + len(data) - 1) // BLOCK + 1):
@@ -259,72 +265,192 @@ class Device:
 
 # --- NBD --------------------------------------------------------------------------------
 
-async def _option_reply(writer: asyncio.StreamWriter, opt: int, kind: int,
-                        data: bytes = b"") -> None:
-    writer.write(struct.pack(">QIII", OPT_REPLY_MAGIC, opt, kind, len(data)) + data)
-    await writer.drain()
+REQUEST = struct.Struct(">IHHQQI")  # magic, flags, type, handle, offset, length
+REPLY = struct.Struct(">IIQ")  # magic, error, handle
+OPTION = struct.Struct(">QII")  # IHAVEOPT, option, length
+READ_ROOM = 256 * 1024  # free buffer offered to each recv: a few requests at a time
 
 
 def _transmission_flags() -> int:
     return T_HAS_FLAGS | T_SEND_FLUSH | T_SEND_FUA | T_SEND_WRITE_ZEROES | T_CAN_MULTI_CONN
 
 
-async def _handshake(device: Device, reader: asyncio.StreamReader,
-                     writer: asyncio.StreamWriter) -> bool:
-    """Newstyle negotiation; True when the client goes on to transmission."""
-    writer.write(struct.pack(">QQH", NBDMAGIC, IHAVEOPT, FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES))
-    await writer.drain()
-    (client_flags,) = struct.unpack(">I", await reader.readexactly(4))
-    while True:
-        magic, opt, length = struct.unpack(">QII", await reader.readexactly(16))
-        if magic != IHAVEOPT or length > 65536:
-            return False
-        await reader.readexactly(length)  # the export name and info requests: one export
-        if opt == OPT_EXPORT_NAME:
-            writer.write(struct.pack(">QH", device.size, _transmission_flags()))
-            if not client_flags & FLAG_NO_ZEROES:
-                writer.write(bytes(124))
-            await writer.drain()
+def _option_reply(opt: int, kind: int, data: bytes = b"") -> bytes:
+    return struct.pack(">QIII", OPT_REPLY_MAGIC, opt, kind, len(data)) + data
+
+
+class NbdConnection(asyncio.BufferedProtocol):
+    """One NBD client connection: the newstyle handshake, then requests.
+
+    A protocol rather than streams, because the per-request cost is this process's CPU,
+    which the load on the same machine would otherwise have: the socket is read straight
+    into one reused buffer (recv_into), every request that one read brought is answered,
+    and their replies leave in one send. On a free device a write goes from that buffer
+    to the image without a copy. A request that must wait becomes a task with its own
+    copy of the payload, and is answered when its waits are over."""
+
+    def __init__(self, device: Device) -> None:
+        self.device = device
+        self.buffer = bytearray(READ_ROOM)
+        self.start = 0  # first byte not yet parsed
+        self.end = 0  # first byte not yet received
+        self.wanted = 0  # bytes the next message needs in full
+        self.stage = "flags"  # flags -> options -> requests
+        self.client_flags = 0
+        self.disconnecting = False
+        self.pending: set[asyncio.Task[None]] = set()
+        self.transport: asyncio.Transport | None = None
+
+    # --- transport callbacks -------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        # at most REPLY_BUFFER unsent: then stop reading requests until the client reads
+        transport.set_write_buffer_limits(high=REPLY_BUFFER)
+        transport.write(struct.pack(">QQH", NBDMAGIC, IHAVEOPT,
+                                    FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES))
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self.start == self.end:
+            self.start = self.end = 0
+        if len(self.buffer) - self.end < READ_ROOM:
+            # Move what is not parsed yet to the front, into a new buffer when the next
+            # message would not fit: the event loop may still hold a view of this one,
+            # and a bytearray with views cannot change size.
+            unparsed = self.end - self.start
+            size = max(len(self.buffer), self.wanted + READ_ROOM, unparsed + READ_ROOM)
+            target = self.buffer if size <= len(self.buffer) else bytearray(size)
+            target[:unparsed] = self.buffer[self.start:self.end]
+            self.buffer, self.start, self.end = target, 0, unparsed
+        return memoryview(self.buffer)[self.end:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.end += nbytes
+        replies: list[bytes | bytearray] = []
+        while not self.disconnecting and self._parse_one(replies):
+            pass
+        if replies and self.transport is not None:
+            self.transport.write(replies[0] if len(replies) == 1 else b"".join(replies))
+        if self.disconnecting:
+            self._close_when_answered()
+
+    def pause_writing(self) -> None:
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.transport is not None and not self.disconnecting:
+            self.transport.resume_reading()
+
+    def eof_received(self) -> bool:
+        self.disconnecting = True
+        self._close_when_answered()
+        return True  # keep the transport: the waiting requests still get their replies
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        for task in self.pending:
+            task.cancel()
+
+    # --- parsing ------------------------------------------------------------------------
+
+    def _parse_one(self, replies: list[bytes | bytearray]) -> bool:
+        """Handle the next whole message in the buffer; False when more bytes are needed."""
+        available = self.end - self.start
+        if self.stage == "requests":
+            if available < REQUEST.size:
+                return False
+            magic, flags, kind, handle, offset, length = REQUEST.unpack_from(
+                self.buffer, self.start)
+            if magic != REQUEST_MAGIC or (kind == CMD_WRITE and length > MAX_REQUEST):
+                # out of step with the client, or a payload too large to take (the
+                # protocol allows a hard disconnect for it)
+                self._hang_up()
+                return False
+            size = REQUEST.size + (length if kind == CMD_WRITE else 0)
+            if available < size:
+                self.wanted = size
+                return False
+            payload = memoryview(self.buffer)[self.start + REQUEST.size:self.start + size]
+            self.start += size
+            self.wanted = 0
+            self._request(kind, flags, handle, offset, length, payload, replies)
             return True
-        if opt in (OPT_INFO, OPT_GO):
-            await _option_reply(writer, opt, REP_INFO, struct.pack(
-                ">HQH", INFO_EXPORT, device.size, _transmission_flags()))
-            await _option_reply(writer, opt, REP_INFO, struct.pack(
-                ">HIII", INFO_BLOCK_SIZE, 512, BLOCK, MAX_REQUEST))
-            await _option_reply(writer, opt, REP_ACK)
-            if opt == OPT_GO:
-                return True
-        elif opt == OPT_ABORT:
-            await _option_reply(writer, opt, REP_ACK)
+        if self.stage == "flags":
+            if available < 4:
+                return False
+            (self.client_flags,) = struct.unpack_from(">I", self.buffer, self.start)
+            self.start += 4
+            self.stage = "options"
+            return True
+        if available < OPTION.size:
             return False
+        magic, opt, length = OPTION.unpack_from(self.buffer, self.start)
+        if magic != IHAVEOPT or length > 65536:
+            self._hang_up()
+            return False
+        if available < OPTION.size + length:
+            self.wanted = OPTION.size + length
+            return False
+        self.start += OPTION.size + length  # the export name and info requests: one export
+        self.wanted = 0
+        self._option(opt, replies)
+        return True
+
+    def _option(self, opt: int, replies: list[bytes | bytearray]) -> None:
+        size = self.device.size
+        if opt == OPT_EXPORT_NAME:
+            replies.append(struct.pack(">QH", size, _transmission_flags()))
+            if not self.client_flags & FLAG_NO_ZEROES:
+                replies.append(bytes(124))
+            self.stage = "requests"
+        elif opt in (OPT_INFO, OPT_GO):
+            replies.append(_option_reply(opt, REP_INFO, struct.pack(
+                ">HQH", INFO_EXPORT, size, _transmission_flags())))
+            replies.append(_option_reply(opt, REP_INFO, struct.pack(
+                ">HIII", INFO_BLOCK_SIZE, 512, BLOCK, MAX_REQUEST)))
+            replies.append(_option_reply(opt, REP_ACK))
+            if opt == OPT_GO:
+                self.stage = "requests"
+        elif opt == OPT_ABORT:
+            replies.append(_option_reply(opt, REP_ACK))
+            self.disconnecting = True
         else:
-            await _option_reply(writer, opt, REP_ERR_UNSUP)
+            replies.append(_option_reply(opt, REP_ERR_UNSUP))
 
+    # --- requests -----------------------------------------------------------------------
 
-async def _serve(device: Device, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter) -> None:
-    send_lock = asyncio.Lock()
-    pending: set[asyncio.Task[None]] = set()
+    def _request(self, kind: int, flags: int, handle: int, offset: int, length: int,
+                 payload: memoryview, replies: list[bytes | bytearray]) -> None:
+        device = self.device
+        if kind == CMD_DISC:
+            self.disconnecting = True
+        elif kind not in (CMD_READ, CMD_WRITE, CMD_FLUSH, CMD_WRITE_ZEROES) or (
+                length > MAX_REQUEST):
+            replies.append(REPLY.pack(SIMPLE_REPLY_MAGIC, EINVAL, handle))
+        elif device.free and not self.pending and offset + length <= device.size:
+            # in order and at once; nothing earlier is still waiting to overtake
+            replies.append(_answer_now(device, kind, flags, handle, offset, length, payload))
+        else:
+            task = asyncio.create_task(self._answer_later(kind, flags, handle, offset, length,
+                                                          bytes(payload)))
+            self.pending.add(task)
+            task.add_done_callback(self._finished)
 
-    async def send(message: bytes) -> None:
-        async with send_lock:
-            writer.write(message)
-            await writer.drain()
-
-    async def reply(handle: int, error: int) -> None:
-        await send(struct.pack(">IIQ", SIMPLE_REPLY_MAGIC, error, handle))
-
-    async def handle_request(kind: int, flags: int, handle: int, offset: int, length: int,
-                             payload: bytes) -> None:
+    async def _answer_later(self, kind: int, flags: int, handle: int, offset: int,
+                            length: int, payload: bytes) -> None:
+        device = self.device
         c = device.counters
         if offset + length > device.size:
             c.errors += 1
-            await reply(handle, ENOSPC if kind != CMD_READ else EINVAL)
+            self._send(REPLY.pack(SIMPLE_REPLY_MAGIC, ENOSPC if kind != CMD_READ else EINVAL,
+                                  handle))
             return
         if kind == CMD_FLUSH:
             if not device.behaviour.powered:
                 c.errors += 1
-                await reply(handle, EIO)
+                self._send(REPLY.pack(SIMPLE_REPLY_MAGIC, EIO, handle))
                 return
             await device.unpaused.wait()
             if device.behaviour.latency_s > 0:
@@ -333,70 +459,55 @@ async def _serve(device: Device, reader: asyncio.StreamReader,
             error = await device.admit("read" if kind == CMD_READ else "write", length)
             if error:
                 c.errors += 1
-                await reply(handle, error)
+                self._send(REPLY.pack(SIMPLE_REPLY_MAGIC, error, handle))
                 return
         # waited as the behaviour says: now as on a free device
-        await send(_answer_now(device, kind, flags, handle, offset, length, payload))
+        self._send(_answer_now(device, kind, flags, handle, offset, length, payload))
 
-    try:
-        if not await _handshake(device, reader, writer):
-            return
-        while True:
-            header = await reader.readexactly(28)
-            magic, flags, kind, handle, offset, length = struct.unpack(">IHHQQI", header)
-            if magic != REQUEST_MAGIC:
-                return
-            if kind == CMD_DISC:
-                break
-            payload = b""
-            if kind == CMD_WRITE:
-                payload = await reader.readexactly(length)
-            if kind not in (CMD_READ, CMD_WRITE, CMD_FLUSH, CMD_WRITE_ZEROES) or (
-                    length > MAX_REQUEST):
-                await reply(handle, EINVAL)
-                continue
-            if device.free and not pending and offset + length <= device.size:
-                # in order and at once; nothing earlier is still waiting to overtake
-                writer.write(_answer_now(device, kind, flags, handle, offset, length,
-                                         payload))
-                if writer.transport.get_write_buffer_size() > REPLY_BUFFER:
-                    await writer.drain()
-                continue
-            task = asyncio.create_task(handle_request(kind, flags, handle, offset, length,
-                                                      payload))
-            pending.add(task)
-            task.add_done_callback(pending.discard)
-        if pending:
-            await asyncio.gather(*pending, return_exceptions=True)
-    except (asyncio.IncompleteReadError, ConnectionError):
-        pass
-    finally:
-        for task in pending:
+    def _send(self, reply: bytes | bytearray) -> None:
+        if self.transport is not None:
+            self.transport.write(reply)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self.pending.discard(task)
+        if self.disconnecting:
+            self._close_when_answered()
+
+    def _close_when_answered(self) -> None:
+        """The client is done: read no more, close once every waiting request is answered
+        (close() still sends what is queued)."""
+        if self.transport is not None:
+            self.transport.pause_reading()
+            if not self.pending:
+                self.transport.close()
+
+    def _hang_up(self) -> None:
+        self.disconnecting = True
+        for task in self.pending:
             task.cancel()
-        writer.close()
-        with contextlib.suppress(Exception):
-            await writer.wait_closed()
 
 
 def _answer_now(device: Device, kind: int, flags: int, handle: int, offset: int,
-                length: int, payload: bytes) -> bytes:
+                length: int, payload: bytes | memoryview) -> bytes | bytearray:
     """The reply to a request once nothing makes it wait: at once on a free device (no
-    limit, latency, pause or failure), else after handle_request's waits."""
+    limit, latency, pause or failure), else after _answer_later's waits."""
     c = device.counters
-    header = struct.pack(">IIQ", SIMPLE_REPLY_MAGIC, 0, handle)
     if kind == CMD_FLUSH:
         device.flush()
         c.flushes += 1
-        return header
+        return REPLY.pack(SIMPLE_REPLY_MAGIC, 0, handle)
     if kind == CMD_READ:
         c.reads += 1
         c.read_bytes += length
-        return header + device.read(offset, length)
+        reply = bytearray(REPLY.size + length)
+        REPLY.pack_into(reply, 0, SIMPLE_REPLY_MAGIC, 0, handle)
+        device.read_into(memoryview(reply)[REPLY.size:], offset)
+        return reply
     device.write(offset, bytes(length) if kind == CMD_WRITE_ZEROES else payload,
                  bool(flags & CMD_FLAG_FUA))
     c.writes += 1
     c.written_bytes += length
-    return header
+    return REPLY.pack(SIMPLE_REPLY_MAGIC, 0, handle)
 
 
 # --- control ----------------------------------------------------------------------------
@@ -475,8 +586,8 @@ def behaviour_from_limits(write_mbps: float = 0, read_mbps: float = 0, write_iop
 async def _main(config: dict[str, Any]) -> None:
     image = Path(config["image"])
     device = Device(image, int(config["size"]), Behaviour(**config.get("behaviour", {})))
-    nbd = await asyncio.start_unix_server(lambda r, w: _serve(device, r, w),
-                                          path=config["socket"])
+    loop = asyncio.get_running_loop()
+    nbd = await loop.create_unix_server(lambda: NbdConnection(device), path=config["socket"])
     ctl = await asyncio.start_unix_server(lambda r, w: _serve_control(device, r, w),
                                           path=config["control"])
     os.chmod(config["socket"], 0o600)
