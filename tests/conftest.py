@@ -108,8 +108,8 @@ def pytest_configure(config: pytest.Config) -> None:
 # unit: the other workers are drained once, and the exclusive tests run back to back under
 # one hold of the lock); or the tests of a module that share a module- or class-scoped
 # fixture of that module (a real run made once); or else one test, so that a long module
-# spreads over all workers. The workers know markers
-# and fixtures, the controller only node ids: each worker writes the map to a file.
+# spreads over all workers. The workers know markers and fixtures, the controller only
+# node ids: each worker writes the map to a file.
 
 UNITS_ENV = "PGLAB_TEST_UNITS"
 EXCLUSIVE_UNIT = "exclusive"
