@@ -159,7 +159,9 @@ def test_hot_row_contention_is_dominated_by_lock_waits(tmp_path: Path) -> None:
     assert proposed in accepted and proposed != "on"
 
 
-@pytest.mark.live  # its signal does not depend on the machine's speed
+# Which seconds dip is a timing check: with three other workers' loads on two cores, a
+# second after the pause once dipped too (TPS 43, a 0.7 s commit) as the standby caught up.
+@pytest.mark.exclusive
 def test_sync_standby_paused_stops_commits_on_syncrep(tmp_path: Path) -> None:
     (run,) = _run(tmp_path, "sync-standby-paused", "workload.duration=10s",
                   "workload.warmup=2s",
