@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from pglab.lab.local import free_port
+from pglab.processes import spawn
 
 NODE_EXPORTER = "/usr/bin/prometheus-node-exporter"
 
@@ -28,8 +29,10 @@ def node_exporter_url() -> Iterator[str]:
         pytest.skip("prometheus-node-exporter is not installed (apt-get install "
                     "prometheus-node-exporter) and not root")
     port = free_port()
-    proc = subprocess.Popen([NODE_EXPORTER, f"--web.listen-address=127.0.0.1:{port}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # spawn: it dies with this worker, also when the worker is killed (a kill -9 of the
+    # suite left one running)
+    proc = spawn([NODE_EXPORTER, f"--web.listen-address=127.0.0.1:{port}"],
+                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}/metrics"
     deadline = time.monotonic() + 30
     while True:
