@@ -18,11 +18,17 @@ from pglab.analysis.analyze import build_analysis
 from pglab.analysis.durability import amcheck_findings, durability_section
 from pglab.analysis.loading import load_run_frames
 from pglab.analysis.recommendations import RULES, Facts, recommend
+from pglab.compare.comparison import compare
+from pglab.compare.groups import Group
+from pglab.compare.rundata import RunData
 from pglab.durability import parse_amcheck
 from pglab.report.page import write_report
 from pglab.results.analysis_doc import AnalysisDocument, write_analysis
+from pglab.results.folder import StoredRun
 from pglab.results.manifest import Manifest, read_manifest
 from pglab.terminal.findings import print_findings
+from pglab.terminal.tune_result import print_tune
+from pglab.tune import TUNE_METRICS, Candidate, CandidateResult, Step, TuneResult, _decide
 
 RUNS = SAMPLES / "runs"
 LYING, HONEST = RUNS / "power-loss-lying-cache", RUNS / "power-loss-honest"
@@ -225,3 +231,35 @@ def test_no_advice_that_gives_up_durability_after_a_loss() -> None:
     given_up = {rule.id for rule in RULES if rule.gives_up_durability}
     assert given_up and not given_up & {r["rule"] for r in lost}, lost
     assert lost[0]["rule"] == "device-cache-honest", lost
+
+
+def _analysed(tmp_path: Path, folder: Path) -> RunData:
+    run = tmp_path / folder.name
+    shutil.copytree(folder, run)
+    write_analysis(run, build_analysis(load_run_frames(run)))
+    return RunData(StoredRun(run, read_manifest(run)))
+
+
+def test_compare_and_tune_judge_a_durability_fix_by_the_commits_lost(tmp_path: Path) -> None:
+    lying, honest = _analysed(tmp_path, LYING), _analysed(tmp_path, HONEST)
+    lost = _ledger(LYING)["final"]["commits"]["lost"]
+    fixed = compare(Group("lying", [lying]), [Group("honest", [honest])])
+    row = next(m for m in fixed.contenders[0].metrics if m.metric.name == "lost_commits")
+    assert (row.base, row.contender, row.verdict) == (lost, 0, "better")
+    # a tune's candidate that stops the loss is kept whatever it costs in speed; the
+    # change back loses more and is never kept, however fast
+    for base, other, kept, why in ((lying, honest, True, "significantly fewer"),
+                                   (honest, lying, False, "significantly more")):
+        candidate = CandidateResult(Candidate("rule", {"storage.device.cache": "x"}, []))
+        candidate.metrics = compare(Group("b", [base]), [Group("c", [other])],
+                                    metric_names=TUNE_METRICS).contenders[0].metrics
+        _decide(candidate)
+        assert candidate.kept is kept and candidate.why.startswith(why), candidate.why
+    buffer = io.StringIO()
+    print_tune(Console(file=buffer, width=200), TuneResult("t", 0.1, [Step(
+        1, [], candidates=[candidate])]))
+    assert f"commits lost per cut 0 -> {lost:,} worse" in buffer.getvalue()
+    # runs without a crash or power loss: the row is left out, not shown as n/a
+    control = RunData(StoredRun(RUNS / "control", read_manifest(RUNS / "control")))
+    plain = compare(Group("a", [control]), [Group("b", [control])])
+    assert "lost_commits" not in [m.metric.name for m in plain.contenders[0].metrics]

@@ -10,9 +10,13 @@ One step:
    so that a slow phase of a shared machine hits every variant alike; `repeats` rounds,
    the first of which takes step 1's analysed baseline run as its B.
 4. Compare each candidate's runs with the baseline's (compare/: block bootstrap over the
-   per-second samples and over repeats) on stall seconds, TPS and p99.
+   per-second samples and over repeats) on stall seconds, TPS and p99, and on
+   acknowledged commits lost per cut when the scenario crashes or cuts the power.
 5. A candidate is kept when at least one of those is significantly better and none is
-   significantly worse; the step's winner is the best kept one.
+   significantly worse; the step's winner is the best kept one. Where commits are lost,
+   losing significantly fewer is what counts: such a change is kept even when it costs
+   speed (a write cache that really flushes is slower, and the fix), and one that loses
+   significantly more is never kept, however fast.
 
 With `steps` > 1 the winner becomes the next step's baseline: its runs are analysed
 again and what their top cause recommends is tested next (the report's loop: find the
@@ -33,8 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pglab.compare.comparison import MetricResult, compare
+from pglab.compare.comparison import MetricResult, applies_to, compare
 from pglab.compare.groups import Group
+from pglab.compare.metrics import BY_NAME
 from pglab.compare.rundata import RunData
 from pglab.errors import BadInput, Interrupted, PglabError
 from pglab.lab.lab import Lab
@@ -45,7 +50,8 @@ from pglab.runner import RunOptions, RunUI, run_scenario
 from pglab.scenario import LoadedScenario
 from pglab.scenario.overrides import toml_value
 
-TUNE_METRICS = ["stall_seconds", "tps", "p99"]  # what a candidate is judged by
+# what a candidate is judged by (lost_commits only where a run has crashes or power losses)
+TUNE_METRICS = ["lost_commits", "stall_seconds", "tps", "p99"]
 TUNE_FORMAT = 2  # 1: one step (baseline, candidates); 2: + steps, combined, status
 
 
@@ -129,11 +135,16 @@ class TuneResult:
         return [o for w in self.path_winners() for o in w.candidate.overrides()]
 
 
-def _rank(c: CandidateResult) -> tuple[int, float, float]:
-    """Best first: most metrics significantly better, then the largest cut in stall
-    seconds, then the largest TPS gain."""
+def _verdict(c: CandidateResult, metric: str) -> str | None:
+    return next((m.verdict for m in c.metrics if m.metric.name == metric), None)
+
+
+def _rank(c: CandidateResult) -> tuple[bool, int, float, float]:
+    """Best first: fewer commits lost, then most metrics significantly better, then the
+    largest cut in stall seconds, then the largest TPS gain."""
     better = sum(1 for m in c.metrics if m.verdict == "better")
-    return (-better, c.delta("stall_seconds") or 0.0, -(c.delta("tps") or 0.0))
+    return (_verdict(c, "lost_commits") != "better", -better,
+            c.delta("stall_seconds") or 0.0, -(c.delta("tps") or 0.0))
 
 
 def _analysis(run: StoredRun) -> dict[str, Any]:
@@ -186,6 +197,17 @@ def _decide(result: CandidateResult) -> None:
     result.kept = bool(better) and not worse and result.failed is None
     if result.failed is not None:
         return
+    lost = verdicts.get("lost_commits")
+    if lost in ("better", "worse"):
+        # durability first: speed is what a fix for lost commits costs, never a reason to
+        # keep a change that loses more
+        result.kept = lost == "better"
+        costs = [n for n in worse if n != "lost_commits"]
+        result.why = ("significantly fewer acknowledged commits lost"
+                      + (f", at a cost: significantly worse on {', '.join(costs)}"
+                         if costs else "")) if result.kept else (
+            "significantly more acknowledged commits lost")
+        return
     if worse:
         result.why = f"significantly worse on {', '.join(worse)}"
     elif better:
@@ -201,8 +223,8 @@ def _measure(base: list[StoredRun], cand: CandidateResult, noise: float) -> None
         return
     base_group = Group("baseline", [RunData(r) for r in base])
     group = Group(cand.candidate.label, [RunData(r) for r in cand.runs])
-    cand.metrics = compare(base_group, [group], noise, metric_names=TUNE_METRICS
-                           ).contenders[0].metrics
+    names = [n for n in TUNE_METRICS if applies_to(BY_NAME[n], [base_group, group])]
+    cand.metrics = compare(base_group, [group], noise, metric_names=names).contenders[0].metrics
     _decide(cand)
 
 

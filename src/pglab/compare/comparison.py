@@ -155,9 +155,17 @@ def _noise_warnings(side: str, group: Group, results: list[MetricResult]) -> lis
     return warnings
 
 
+def applies_to(metric: Metric, groups: list[Group]) -> bool:
+    """Whether any run has the metric at all (commits lost to a power loss are no row of a
+    comparison of runs that had none)."""
+    return not metric.situational or any(
+        metric.read(run).applies for group in groups for run in group.runs)
+
+
 def compare(base: Group, contenders: list[Group], noise: float = DEFAULT_NOISE,
             confidence: float = 0.95, metric_names: list[str] | None = None) -> Comparison:
-    metrics = [BY_NAME[n] for n in metric_names] if metric_names else list(METRICS)
+    metrics = [BY_NAME[n] for n in metric_names] if metric_names else [
+        m for m in METRICS if applies_to(m, [base, *contenders])]
     results = []
     for contender in contenders:
         rows = [compare_metric(m, base, contender, noise, confidence) for m in metrics]

@@ -27,6 +27,9 @@ class Measure:
     samples: list[float] | None = None  # time order; None: one value per run only
     missing: str | None = None  # why value is None
     unsampled: str | None = None  # why a run with per-second values gives none here
+    # False: the metric means nothing for this run (no power loss to lose commits in);
+    # a comparison leaves out such a metric unless one of its runs has it
+    applies: bool = True
 
 
 Reader = Callable[["RunData"], Measure]
@@ -40,6 +43,9 @@ class Metric:
     better: Literal["higher", "lower"]
     statistic: Literal["mean", "median"]
     read: Reader
+    # only some runs have it (a Measure says applies=False): a comparison shows it only
+    # when one of its runs does
+    situational: bool = False
 
     def stat(self) -> stats.Statistic:
         return stats.mean if self.statistic == "mean" else stats.median
@@ -80,6 +86,22 @@ def _stall_seconds(run: RunData) -> Measure:
     return Measure(float(value))
 
 
+def _lost_commits(run: RunData) -> Measure:
+    """Acknowledged commits lost per crash or power loss: each cut is a trial of its own
+    (its samples, in time order), so one run of five cuts already has five samples; the
+    run value is their mean, as runs may differ in how many cuts fired."""
+    if run.manifest.durability is None:  # the ledger of a run with crashes or power losses
+        return Measure(None, None, "no crash or power loss in the run", applies=False)
+    analysis = run.analysis
+    if analysis is None:
+        return Measure(None, None, "no analysis.json (run `pglab analyze`)")
+    cuts = (analysis.durability or {}).get("cuts") or []
+    if not cuts:
+        return Measure(None, None, "no crash or power loss fired in the run's load")
+    lost = [float(c.get("lost_commits") or 0) for c in cuts]
+    return Measure(stats.mean(lost), lost)
+
+
 def _checkpoints(run: RunData) -> Measure:
     count = run.events_in_window("checkpoint")
     if count is None:
@@ -111,6 +133,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("failures", "failed transactions", "tx", "lower", "mean",
            _client("failures", "failures")),
     Metric("stall_seconds", "stall seconds", "s", "lower", "mean", _stall_seconds),
+    Metric("lost_commits", "commits lost per cut", "tx", "lower", "mean", _lost_commits,
+           situational=True),
     Metric("checkpoints", "checkpoints", "", "lower", "mean", _checkpoints),
     Metric("wal_per_tx", "WAL per transaction", "bytes", "lower", "median",
            _per_transaction("primary", "db.wal", "wal_bytes", "", 1.0, "db.wal wal_bytes")),

@@ -9,10 +9,15 @@ from rich.markup import escape
 from pglab.compare.comparison import MetricResult
 from pglab.tune import CandidateResult, Step, TuneResult
 
-LABELS = (("stall_seconds", "stall seconds"), ("tps", "TPS"), ("p99", "p99"))
+LABELS = (("lost_commits", "commits lost per cut"), ("stall_seconds", "stall seconds"),
+          ("tps", "TPS"), ("p99", "p99"))
 
 
 def _cell(m: MetricResult) -> str:
+    if m.metric.name == "lost_commits" and m.base is not None and m.contender is not None:
+        # counts, not a percentage: "-100%" hides whether 3 or 3,000 were lost, and a
+        # baseline that lost none has no percentage at all
+        return f"{m.base:,.0f} -> {m.contender:,.0f} {m.verdict}"
     if m.delta_pct is None:
         return "n/a"  # the reason is in the tune file (metric note)
     ci = m.ci_pct
