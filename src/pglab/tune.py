@@ -48,6 +48,7 @@ from pglab.results.files import TUNE_SUFFIX, new_run_id, write_json
 from pglab.results.folder import StoredRun
 from pglab.runner import RunOptions, RunUI, run_scenario
 from pglab.scenario import LoadedScenario
+from pglab.scenario.model import Envelope, Scenario, StorageSpec, Topology
 from pglab.scenario.overrides import toml_value
 
 # what a candidate is judged by (lost_commits only where a run has crashes or power losses)
@@ -228,6 +229,18 @@ def _measure(base: list[StoredRun], cand: CandidateResult, noise: float) -> None
     _decide(cand)
 
 
+def primary_alone(scenario: Scenario) -> Scenario:
+    """The scenario's primary on the local disk, with no standbys, pooler, volumes, faults
+    or kernel knobs, and of its envelope only the memory limit: where a change of the
+    server's settings or initdb options is checked. The server alone refuses such a change
+    or takes it, and the rest costs most of a check (the disk limits are measured, a
+    synchronous standby is built and streams: a 15 s start), while a memory limit can make
+    a larger shared_buffers fail."""
+    return scenario.model_copy(update={
+        "envelope": Envelope(memory=scenario.envelope.memory), "storage": StorageSpec(),
+        "topology": Topology(), "faults": [], "nodes": {}, "kernel": {}})
+
+
 class _Tuner:
     def __init__(self, loaded_for: Callable[[list[str]], LoadedScenario],
                  options: RunOptions, ui: RunUI, repeats: int, top: int,
@@ -253,12 +266,14 @@ class _Tuner:
             return f"{stored.path.name}: {stored.status}: {stored.reason}"
         return stored
 
-    def check(self, loaded: LoadedScenario) -> str | None:
+    def check(self, loaded: LoadedScenario, change: dict[str, Any]) -> str | None:
         """Start and stop a lab with the scenario: None when the server takes it, else
         what refused it. Cheaper than finding out in round 1, after a baseline run."""
-        variant = loaded.variants[0]
+        scenario = loaded.variants[0].scenario
+        if all(key.startswith("server.") for key in change):
+            scenario = primary_alone(scenario)
         try:
-            with Lab(variant.scenario, loaded.where, f"tune-check-{secrets.token_hex(3)}",
+            with Lab(scenario, loaded.where, f"tune-check-{secrets.token_hex(3)}",
                      pg_bin=self.options.pg_bin, on_status=self.ui.status):
                 pass
         except PglabError as exc:
@@ -276,7 +291,7 @@ class _Tuner:
                 cand.fail(f"not applicable here: {exc}")
                 continue
             self.ui.status(f"tune: checking {label}")
-            refused = self.check(scenario)
+            refused = self.check(scenario, cand.candidate.change)
             if refused is not None:
                 cand.fail(f"refused before its runs: {refused}")
                 continue
