@@ -6,6 +6,8 @@ import os
 import re
 import shutil
 import socket
+import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,8 +17,8 @@ import pytest
 from conftest import processes_under
 from pglab.errors import BadInput
 from pglab.lab.binaries import find_binaries, runnable_by
-from pglab.lab.lab import Lab, reap_stale_labs
-from pglab.lab.local import LocalServer
+from pglab.lab.lab import ORPHAN_SOCKET_DIR_S, Lab, reap_stale_labs
+from pglab.lab.local import SOCKET_PARENT, LocalServer
 from pglab.lab.osuser import server_user
 from pglab.lab.settings import apply_settings
 from pglab.lab.template import get_template
@@ -136,6 +138,21 @@ def test_stale_lab_of_a_dead_pglab_is_reaped() -> None:
     (stale / "owner.json").write_text('{"pid": 999999999}')
     assert stale in reap_stale_labs()
     assert not stale.exists()
+
+
+def test_orphan_socket_dirs_are_reaped_when_empty_and_old() -> None:
+    old = time.time() - ORPHAN_SOCKET_DIR_S - 60
+    orphan, busy, fresh = (Path(tempfile.mkdtemp(prefix=p, dir=SOCKET_PARENT))
+                           for p in ("pglab-", "pglab-dev-", "pglab-"))
+    try:
+        (busy / ".s.PGSQL.5432").touch()  # a socket (here its name) in it: in use
+        for path in (orphan, busy):
+            os.utime(path, (old, old))
+        reap_stale_labs()
+        assert not orphan.exists() and busy.exists() and fresh.exists()
+    finally:
+        for path in (orphan, busy, fresh):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 LEAK_SCENARIO = """

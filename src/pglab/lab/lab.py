@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import signal
+import time
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
@@ -26,7 +27,7 @@ from pglab.errors import BadInput, EnvironmentProblem
 from pglab.lab.binaries import PgBinaries, find_binaries, runnable_by
 from pglab.lab.fault_actions import DEVICE_FAULTS, FaultTarget
 from pglab.lab.faults import check_faults
-from pglab.lab.local import LocalServer, remove_socket_dir
+from pglab.lab.local import SOCKET_PARENT, LocalServer, remove_socket_dir
 from pglab.lab.osuser import ServerUser, server_user
 from pglab.lab.pooler import PgBouncer, find_pgbouncer, pgbouncer_version
 from pglab.lab.resources import LabResources, check_resources, node_envelope
@@ -543,12 +544,32 @@ def _postmaster_pid_files(lab: Path) -> list[Path]:
     return found
 
 
+# A socket dir under /tmp outlives its record when its pglab dies between making it and
+# writing the record, or when the lab dir it is recorded in went (a test's home removed, a
+# lab dir deleted by hand). Empty for this long, it is no one's: a live server, pooler or
+# device server has its socket in it a moment after it is made.
+ORPHAN_SOCKET_DIR_S = 3600.0
+
+
+def reap_orphan_socket_dirs() -> list[Path]:
+    """Remove pglab's empty socket dirs under /tmp older than ORPHAN_SOCKET_DIR_S."""
+    reaped = []
+    for path in Path(SOCKET_PARENT).glob("pglab-*"):
+        with contextlib.suppress(OSError):
+            if (path.is_dir() and not path.is_symlink() and not any(path.iterdir())
+                    and time.time() - path.stat().st_mtime > ORPHAN_SOCKET_DIR_S):
+                path.rmdir()
+                reaped.append(path)
+    return reaped
+
+
 def reap_stale_labs() -> list[Path]:
     """Stop servers and remove dirs of labs whose pglab process no longer exists."""
     from pglab.lab.cgroups import reap_stale_cgroups
     from pglab.lab.kernel import restore_stale_knobs
     reap_stale_cgroups()
     restore_stale_knobs()
+    reap_orphan_socket_dirs()
     root = labs_dir()
     reaped: list[Path] = []
     if not root.is_dir():
