@@ -262,7 +262,7 @@ def durability_lines(manifest: Manifest) -> list[str]:
             what += f" (after {cut['cuts_covered']} cuts)"
         line = summary_line(what, cut, own_cut=True)
         if cut.get("lost_bytes"):
-            line += f"; the device's cache dropped {cut['lost_bytes'] // 1024} KiB"
+            line += f"; the device's cache dropped {cut['lost_bytes'] // 1024:,} KiB"
         lines.append(line)
     if final:
         lines.append(summary_line("end of run", final))
