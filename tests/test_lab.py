@@ -20,7 +20,7 @@ from pglab.lab.binaries import find_binaries, runnable_by
 from pglab.lab.lab import ORPHAN_SOCKET_DIR_S, Lab, reap_stale_labs
 from pglab.lab.local import SOCKET_PARENT, LocalServer
 from pglab.lab.osuser import server_user
-from pglab.lab.settings import apply_settings
+from pglab.lab.settings import apply_settings, start_with_settings
 from pglab.lab.template import get_template
 from pglab.paths import labs_dir
 from pglab.scenario import InitdbOptions, load_text
@@ -97,6 +97,30 @@ def test_settings_checked_by_the_server(server: LocalServer) -> None:
             assert conn.execute("SHOW work_mem").fetchone() == ("8MB",)
     finally:
         server.stop()
+
+
+def test_settings_in_force_from_the_first_start(server: LocalServer) -> None:
+    server.initdb(None, None, "C", "UTF8", sync=False)
+    quoted = "it's a \\ and a '"
+    start_with_settings(server, {"shared_buffers": "64MB", "cluster_name": quoted}, "s.toml")
+    try:
+        with server.connect("postgres") as conn:
+            assert conn.execute("SHOW shared_buffers").fetchone() == ("64MB",)
+            assert conn.execute("SHOW cluster_name").fetchone() == (quoted,)
+            # one start: no restart for shared_buffers
+            assert conn.execute("SELECT count(*) FROM pg_settings WHERE pending_restart"
+                                ).fetchone() == (0,)
+        assert server.postmaster_out.read_text().count("database system is ready") <= 1
+    finally:
+        server.stop()
+    # A server that does not start with them names what it refuses in PostgreSQL's words
+    # (ALTER SYSTEM's), and its log keeps no trace of the start that failed.
+    expected = ("s.toml: server.settings.shared_buffers = 'lots': "
+                'invalid value for parameter "shared_buffers": "lots"')
+    with pytest.raises(BadInput, match=re.escape(expected)):
+        start_with_settings(server, {"shared_buffers": "lots"}, "s.toml")
+    assert "FATAL" not in server._startup_output()
+    assert "lots" not in (server.data_dir / "postgresql.auto.conf").read_text()
 
 
 def test_template_is_built_once_and_reused() -> None:

@@ -32,10 +32,10 @@ from pglab.lab.osuser import ServerUser, server_user
 from pglab.lab.pooler import PgBouncer, find_pgbouncer, pgbouncer_version
 from pglab.lab.resources import LabResources, check_resources, node_envelope
 from pglab.lab.settings import (
-    apply_settings,
     check_managed,
     non_default_settings,
     setting_choices,
+    start_with_settings,
 )
 from pglab.lab.template import Template, copy_data_dir, get_template
 from pglab.lab.topology import (
@@ -375,8 +375,7 @@ class Lab:
         if topo.standbys:
             server.allow_replication_over_tcp()
         self.on_status(f"starting PostgreSQL {self.bins.version}")
-        server.start()
-        apply_settings(server, server_spec.settings, self.where)
+        start_with_settings(server, server_spec.settings, self.where)
         if topo.standbys:
             self._start_standbys(server)
         if topo.pooler == "pgbouncer":
@@ -397,9 +396,9 @@ class Lab:
             self.storage.apply_limits(name)
             self.standbys.append(standby)
             self._enter_envelope(standby)
-            standby.start(timeout=300)  # recovery inside a throttled envelope can be slow
-            apply_settings(standby, self.scenario.node_spec(name).settings,
-                           f"{self.where}: nodes.{name}")
+            # recovery inside a throttled envelope can be slow
+            start_with_settings(standby, self.scenario.node_spec(name).settings,
+                                f"{self.where}: nodes.{name}", timeout=300)
         names = [s.name for s in self.standbys]
         if topo.synchronous != "off":
             primary.extra_conf["synchronous_standby_names"] = (
