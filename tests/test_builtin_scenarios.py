@@ -225,8 +225,7 @@ def test_checkpoint_flush_storm_drops_tps_during_checkpoints(tmp_path: Path) -> 
     # (nearly) only then
     assert inside(low, checkpoints_at) >= 3, (low, checkpoints_at)
     assert inside(low, checkpoints_at) >= 0.8 * len(low), (low, checkpoints_at)
-    # max_wal_size is so small that WAL volume, not time, starts the checkpoints (the
-    # shutdown checkpoint of the set-up's restart does not count)
+    # max_wal_size is so small that WAL volume, not time, starts the checkpoints
     checkpoints = pl.read_parquet(run / "events.parquet").filter(pl.col("kind") == "checkpoint")
     flags = [json.loads(attrs)["flags"] for attrs in checkpoints["attrs"]]
     assert any("wal" in f for f in flags), flags
