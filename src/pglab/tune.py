@@ -415,8 +415,11 @@ def _run_steps(tuner: _Tuner, base: LoadedScenario, base_overrides: list[str],
     tried: list[dict[str, Any]] = []
     for number in range(1, steps + 1):
         step = tuner.step(number, overrides, first, tried)
-        tried.extend(c.candidate.change for c in step.candidates)
         winner = step.winner
+        # A change kept but beaten by the winner is tried again on the new baseline: fixes
+        # of one cause can add up (the Kubernetes report ended on 1 GB segments *and*
+        # wal_init_zero = off); one that did not help is not.
+        tried.extend(c.candidate.change for c in step.candidates if not c.kept or c is winner)
         if winner is None:
             break  # nothing better: the path ends here
         overrides = overrides + winner.candidate.overrides()
