@@ -49,12 +49,18 @@ class ObserverConnection(psycopg.Connection[Any]):
             self.statements += 1
             # Never prepared: a Parse outside a transaction block is a transaction of
             # its own, which PostgreSQL counts as a commit.
-            super().execute("BEGIN", prepare=False)
+            self._bare(b"BEGIN")
             try:
                 return super().execute(*args, **kwargs)
             finally:
                 with contextlib.suppress(psycopg.Error):
-                    super().execute("ROLLBACK", prepare=False)
+                    self._bare(b"ROLLBACK")
+
+    def _bare(self, command: bytes) -> None:
+        result = self.pgconn.exec_(command)
+        if result.status != psycopg.pq.ExecStatus.COMMAND_OK:
+            raise psycopg.OperationalError(
+                f"{command.decode()}: {result.error_message.decode(errors='replace').strip()}")
 
 
 def _options(params: dict[str, Any]) -> str:

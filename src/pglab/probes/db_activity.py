@@ -9,16 +9,16 @@ import psycopg
 
 from pglab.events import Event
 from pglab.probes.base import ProbeContext, ProbeOutput, Sample
-from pglab.probes.capabilities import OWN_APPS, Capabilities, canonical_wait
+from pglab.probes.capabilities import OWN_APPS_SQL, Capabilities, canonical_wait
 from pglab.probes.db_base import DbProbe, row_dict
 
 # Waiting for work is not a wait worth counting: a background process in its main loop
 # (Activity) and a client session with nothing to do are idle, not samples.
-_WAITS_QUERY = """
+_WAITS_QUERY = f"""
 SELECT coalesce(backend_type, 'unknown'), wait_event_type, wait_event, count(*)
 FROM pg_stat_activity
 WHERE pid <> pg_backend_pid()
-  AND coalesce(application_name, '') <> ALL(%s)
+  AND coalesce(application_name, '') <> ALL({OWN_APPS_SQL})
   AND coalesce(state, '') <> 'idle'
   AND coalesce(wait_event_type, '') <> 'Activity'
 GROUP BY 1, 2, 3
@@ -35,7 +35,7 @@ class WaitSampler(DbProbe):
 
     def read(self, conn: psycopg.Connection[Any], caps: Capabilities, node: str,
              now: dt.datetime, out: ProbeOutput) -> None:
-        rows = conn.execute(_WAITS_QUERY, [OWN_APPS]).fetchall()
+        rows = conn.execute(_WAITS_QUERY).fetchall()
         total = 0
         for backend_type, wait_type, wait_event, count in rows:
             total += int(count)
@@ -55,15 +55,18 @@ class LockWaits(DbProbe):
             longest = "extract(epoch FROM max(now() - waitstart) FILTER (WHERE NOT granted))"
         else:
             longest = "NULL::float8"
+        # one statement a second, not two: each costs the observed server a transaction
         row = row_dict(conn, f"""
             SELECT count(*) FILTER (WHERE NOT granted) AS ungranted_locks,
                    count(DISTINCT pid) FILTER (WHERE NOT granted) AS blocked_backends,
-                   coalesce({longest}, 0) AS longest_wait_s
+                   coalesce({longest}, 0) AS longest_wait_s,
+                   (SELECT json_object_agg(locktype, n) FROM (
+                      SELECT locktype, count(*) AS n FROM pg_locks WHERE NOT granted
+                      GROUP BY 1) AS t) AS by_type
             FROM pg_locks""")
+        by_type = row.pop("by_type", None) or {}
         self.add_gauges(out, now, node, "", row)
-        for locktype, count in conn.execute(
-            "SELECT locktype, count(*) FROM pg_locks WHERE NOT granted GROUP BY 1"
-        ).fetchall():
+        for locktype, count in by_type.items():
             out.samples.append(Sample(now, node, self.name, "ungranted_by_type", str(locktype),
                                       float(count)))
 
@@ -75,19 +78,20 @@ class BackendStates(DbProbe):
     def read(self, conn: psycopg.Connection[Any], caps: Capabilities, node: str,
              now: dt.datetime, out: ProbeOutput) -> None:
         rows = conn.execute(
-            "SELECT coalesce(backend_type, 'unknown'), coalesce(state, ''), count(*) "
-            "FROM pg_stat_activity WHERE coalesce(application_name, '') <> ALL(%s) "
-            "GROUP BY 1, 2", [OWN_APPS],
+            "SELECT coalesce(backend_type, 'unknown'), coalesce(state, ''), count(*), "
+            "current_setting('max_connections')::int "
+            f"FROM pg_stat_activity WHERE coalesce(application_name, '') <> ALL({OWN_APPS_SQL}) "
+            "GROUP BY 1, 2",
         ).fetchall()
         clients = 0
-        for backend_type, state, count in rows:
+        limit = rows[0][3] if rows else None  # on every row: one statement, not two
+        for backend_type, state, count, _ in rows:
             label = f"{backend_type}/{state}" if state else str(backend_type)
             out.samples.append(Sample(now, node, self.name, "backends", label, float(count)))
             if backend_type == "client backend":
                 clients += int(count)
-        limit = row_dict(conn, "SELECT current_setting('max_connections')::int AS m")
         self.add_gauges(out, now, node, "", {"client_backends": clients,
-                                             "max_connections": limit.get("m")})
+                                             "max_connections": limit})
 
 
 class VacuumProgress(DbProbe):
@@ -102,16 +106,19 @@ class VacuumProgress(DbProbe):
 
     def read(self, conn: psycopg.Connection[Any], caps: Capabilities, node: str,
              now: dt.datetime, out: ProbeOutput) -> None:
-        rows = conn.execute("""
-            SELECT p.pid, p.relid, coalesce(c.relname, p.relid::text), p.phase,
-                   p.heap_blks_total, p.heap_blks_scanned, p.heap_blks_vacuumed,
-                   a.backend_type = 'autovacuum worker'
-            FROM pg_stat_progress_vacuum p
-            LEFT JOIN pg_class c ON c.oid = p.relid
-            LEFT JOIN pg_stat_activity a ON a.pid = p.pid""").fetchall()
-        workers = row_dict(conn, "SELECT count(*) AS n FROM pg_stat_activity "
-                                 "WHERE backend_type = 'autovacuum worker'")
-        self.add_gauges(out, now, node, "", {"autovacuum_workers": workers.get("n"),
+        # The workers' count with the progress rows (as JSON): one statement, not two.
+        workers, vacuums = conn.execute("""
+            SELECT (SELECT count(*) FROM pg_stat_activity
+                    WHERE backend_type = 'autovacuum worker'),
+                   (SELECT coalesce(json_agg(json_build_array(
+                        p.pid, p.relid, coalesce(c.relname, p.relid::text), p.phase,
+                        p.heap_blks_total, p.heap_blks_scanned, p.heap_blks_vacuumed,
+                        a.backend_type = 'autovacuum worker')), '[]')
+                    FROM pg_stat_progress_vacuum p
+                    LEFT JOIN pg_class c ON c.oid = p.relid
+                    LEFT JOIN pg_stat_activity a ON a.pid = p.pid)""").fetchone() or (None, [])
+        rows = list(vacuums)
+        self.add_gauges(out, now, node, "", {"autovacuum_workers": workers,
                                              "vacuums_running": len(rows)})
         seen = set()
         for pid, relid, table, phase, total, scanned, vacuumed, auto in rows:

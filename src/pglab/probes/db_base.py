@@ -37,6 +37,16 @@ class RateTracker:
                 if metric in before and value >= before[metric]
                 and not (nonzero_only and value == before[metric])}
 
+    def unchanged(self, label: str, mono: float) -> bool:
+        """Note that the label's counters did not move since its last values (what rates
+        would conclude with nonzero_only, without building them); False when the label
+        has none yet."""
+        previous = self._last.get(label)
+        if previous is None:
+            return False
+        self._last[label] = (previous[0], mono)
+        return True
+
 
 class DbProbe(Probe):
     """A probe that reads every node with a database connection."""
@@ -78,9 +88,9 @@ class DbProbe(Probe):
         return self.rates.setdefault(node, RateTracker())
 
     def add_rates(self, out: ProbeOutput, now: dt.datetime, node: str, label: str,
-                  counters: dict[str, Any], skip_zero: bool = False) -> None:
+                  counters: dict[str, Any]) -> None:
         values = {metric: float(value) for metric, value in counters.items() if value is not None}
-        rates = self.tracker(node).rates(label, values, time.monotonic(), nonzero_only=skip_zero)
+        rates = self.tracker(node).rates(label, values, time.monotonic())
         out.samples.extend(Sample(now, node, self.name, metric, label, rate)
                            for metric, rate in rates.items())
 
