@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli, write_scenario
+from pglab.tune import Candidate, CandidateResult, Step
 
 CHURN = """
 [server.settings]
@@ -68,3 +69,16 @@ def test_tune_keeps_a_pooler_for_a_connection_per_transaction(
         assert tuned["winning_overrides"] == ['topology.pooler="pgbouncer"']
     else:  # both together, against the original baseline
         assert tuned["combined"]["metrics"] and len(tuned["winning_overrides"]) >= 2
+
+
+def test_a_change_that_gives_up_durability_is_measured_never_taken_into_the_path() -> None:
+    # as step 3 of a real `tune wal-segment-init-stall --steps 3` had it: asynchronous
+    # commit kept (better on stall seconds, TPS and p99) beside a change that was not
+    async_commit = CandidateResult(Candidate(
+        "synchronous-commit-off", {"server.settings.synchronous_commit": "off"}, []),
+        kept=True)
+    buffers = CandidateResult(Candidate(
+        "wal-buffers", {"server.settings.wal_buffers": "64MB"}, []), kept=True)
+    assert async_commit.gives_up_durability and not buffers.gives_up_durability
+    assert Step(3, [], candidates=[async_commit, buffers]).winner is buffers
+    assert Step(3, [], candidates=[async_commit]).winner is None

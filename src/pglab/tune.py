@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pglab.analysis.recommendations import RULES
 from pglab.compare.comparison import MetricResult, applies_to, compare
 from pglab.compare.groups import Group
 from pglab.compare.metrics import BY_NAME
@@ -53,6 +54,7 @@ from pglab.scenario.overrides import toml_value
 
 # what a candidate is judged by (lost_commits only where a run has crashes or power losses)
 TUNE_METRICS = ["lost_commits", "stall_seconds", "tps", "p99"]
+RULES_BY_ID = {rule.id: rule for rule in RULES}
 TUNE_FORMAT = 2  # 1: one step (baseline, candidates); 2: + steps, combined, status
 
 
@@ -90,6 +92,14 @@ class CandidateResult:
     def delta(self, metric: str) -> float | None:
         return next((m.delta_pct for m in self.metrics if m.metric.name == metric), None)
 
+    @property
+    def gives_up_durability(self) -> bool:
+        """A change that trades acknowledged commits for speed (synchronous_commit = off):
+        measured like any other, never taken into the tune's path (a user makes that
+        trade per transaction, knowing which ones can afford it)."""
+        rule = RULES_BY_ID.get(self.candidate.rule)
+        return rule is not None and rule.gives_up_durability
+
 
 @dataclass
 class Step:
@@ -103,7 +113,7 @@ class Step:
 
     @property
     def winner(self) -> CandidateResult | None:
-        kept = [c for c in self.candidates if c.kept]
+        kept = [c for c in self.candidates if c.kept and not c.gives_up_durability]
         return min(kept, key=_rank) if kept else None
 
 
@@ -213,6 +223,9 @@ def _decide(result: CandidateResult) -> None:
         result.why = f"significantly worse on {', '.join(worse)}"
     elif better:
         result.why = f"significantly better on {', '.join(better)}"
+        if result.gives_up_durability:
+            result.why += ("; it gives up durability (a crash loses acknowledged commits): "
+                           "not taken into the path")
     else:
         result.why = "no significant difference"
 
