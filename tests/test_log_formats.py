@@ -17,7 +17,7 @@ from pglab.serverlog import FORMATS, parse_log_file
 
 PG18 = SAMPLES / "serverlog" / "pg18"
 SYSLOG = SAMPLES / "serverlog" / "syslog" / "postgresql.syslog"
-ACCEPTED = "stderr, csvlog, jsonlog, syslog, cloudlogging"
+ACCEPTED = "stderr, csvlog, jsonlog, syslog, heroku, cloudlogging"
 
 
 def pglab(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

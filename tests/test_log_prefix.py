@@ -222,7 +222,7 @@ def test_a_log_without_a_recognised_prefix_says_so_in_one_line(tmp_path: Path) -
         warning = (f"{path}: {lines} lines, but no message with a recognised "
                    "log_line_prefix; try --prefix with the server's log_line_prefix "
                    "(SHOW log_line_prefix), e.g. --prefix '%t:%r:%u@%d:[%p]:', or --format "
-                   "(stderr, csvlog, jsonlog, syslog, cloudlogging)\n")
+                   "(stderr, csvlog, jsonlog, syslog, heroku, cloudlogging)\n")
         assert warning in result.stderr
         assert f"0 messages, {unreadable} unreadable" in result.stderr
     wrong = run_cli("logs", "--prefix", "%m [%p] ", str(RDS / "postgresql.log"))

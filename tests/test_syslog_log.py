@@ -18,17 +18,23 @@ import pytest
 from conftest import SAMPLES
 from pglab.events import Event
 from pglab.serverlog import LogTail, compile_prefix, detect_format, parse_log_file, read_records
+from test_log_formats import pglab
 
 SYSLOG = SAMPLES / "serverlog" / "syslog"
 TRADITIONAL = SYSLOG / "postgresql.syslog"
 RFC3339 = SYSLOG / "postgresql-rfc3339.syslog"
-_PIECE_RE = re.compile(r"postgres\[(\d+)\]: \[(\d+)-(\d+)\] (.*)")
+HEROKU = SAMPLES / "serverlog" / "heroku" / "heroku.log"  # make_sample.sh with HEROKU=1
+# postgres[PID]: [SEQ-N] text, or Heroku's app[postgres.PID]: [DATABASE] [SEQ-N] text
+_PIECE_RE = re.compile(r"postgres[\[.](\d+)\]: (?:\[DATABASE\] )?\[(\d+)-(\d+)\] (.*)")
+_HEROKU_METRICS = " app[heroku-postgres]: "  # the add-on's metrics: no server message
 
 
 def pieces(path: Path) -> list[tuple[int, int, int, str]]:
     """(pid, seq, piece number, text) of each line, as the sample has them."""
     out = []
     for line in path.read_text().splitlines():
+        if _HEROKU_METRICS in line:
+            continue
         m = _PIECE_RE.search(line)
         assert m is not None, line
         out.append((int(m.group(1)), int(m.group(2)), int(m.group(3)), m.group(4)))
@@ -91,6 +97,37 @@ def test_every_message_and_event_as_the_lines_say(sample: Path, tmp_path: Path) 
     whose = {(e.attrs.get("user"), e.attrs.get("database"))
              for e in events if e.kind in ("slow-statement", "lock-wait", "error")}
     assert whose == {("app", "orders")}
+
+
+def test_heroku_logplex_lines_as_the_lines_say(capsys: pytest.CaptureFixture[str]) -> None:
+    """The same server and events as the syslog sample, through rsyslog in the shape
+    `heroku logs -p postgres` prints, with Heroku's log_line_prefix, then two of the
+    add-on's metric lines."""
+    lines = HEROKU.read_text().splitlines()
+    metrics = [line for line in lines if _HEROKU_METRICS in line]
+    assert len(metrics) == 2 and len(pieces(HEROKU)) + len(metrics) == len(lines)
+    assert detect_format(HEROKU.read_bytes()[:4096]) == "heroku"
+    records, stats = read_records(HEROKU)
+    records_list = list(records)
+    assert (stats.format, stats.lines, stats.skipped, stats.other_loggers) == (
+        "heroku", len(lines), 0, 2)
+    assert stats.prefix == "sql_error_code = %e " and stats.prefix_guessed
+    # the pid is PostgreSQL's, from app[postgres.PID], in the order the messages began
+    assert [r.pid for r in records_list] == [pid for pid, _s, n, _t in pieces(HEROKU) if n == 1]
+    assert len(records_list) == len(firsts(HEROKU)) == 35
+    events, _ = parse_log_file(HEROKU)
+    assert kinds(events) == expected_kinds(HEROKU) == {
+        "checkpoint": 2, "autovacuum": 4, "autoanalyze": 11, "slow-statement": 3,
+        "lock-wait": 1, "error": 1, "server-start": 1, "server-stop": 1}
+    statements = [e.attrs["statement"] for e in events if e.kind == "slow-statement"]
+    assert statements[1] == "SELECT count(*),\n\tsum(balance)\nFROM accounts\nWHERE id <= 100;"
+    (error,) = [e for e in events if e.kind == "error"]
+    assert (error.attrs["message"], error.attrs["statement"]) == ("division by zero",
+                                                                   "SELECT 1/0")
+    code, _out, err = pglab(capsys, "logs", str(HEROKU))
+    assert code == 0 and (f"{HEROKU}: heroku (detected), log_line_prefix "
+                          "'sql_error_code = %e ' (guessed), ") in err
+    assert "2 lines of other programs or loggers, 24 events" in err
 
 
 def test_pieces_are_joined_into_the_statement_postgresql_logged(tmp_path: Path) -> None:

@@ -119,7 +119,7 @@ def scenarios() -> int:
 
 # serverlog.FORMATS' names, written out: importing the parser would slow every command's
 # start (a test checks that they are the registry's)
-_LOG_FORMATS = "stderr, csvlog, jsonlog, syslog, cloudlogging"
+_LOG_FORMATS = "stderr, csvlog, jsonlog, syslog, heroku, cloudlogging"
 
 
 @cli.command()

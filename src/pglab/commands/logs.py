@@ -23,6 +23,7 @@ from pglab.serverlog import (
     iter_event_batches,
     read_records,
 )
+from pglab.serverlog.decoders import LINE_FORMATS, STAMPED_FORMATS
 from pglab.serverlog.reader import compression, sniff_format
 
 # The attributes worth a glance, per event kind; others are in --json.
@@ -69,7 +70,7 @@ def _describe(stat: ParseStats) -> str:
     with and how that was chosen."""
     how = "given" if stat.format_given else "detected"
     text = f"{stat.format} ({how})"
-    if stat.format not in _LINE_FORMATS:
+    if stat.format not in LINE_FORMATS:
         return text
     if stat.prefix is None:
         return text + ", log_line_prefix not recognised: time and pid found heuristically"
@@ -77,8 +78,6 @@ def _describe(stat: ParseStats) -> str:
     return f"{text}, log_line_prefix {stat.prefix!r} ({how})"
 
 
-# formats whose messages are stderr lines with a log_line_prefix
-_LINE_FORMATS = ("stderr", "syslog", "cloudlogging")
 # how many messages of a file without events are counted (read again, all of them)
 _RECOUNT_MESSAGES = 20_000
 
@@ -111,11 +110,11 @@ def _no_events(path: Path, stat: ParseStats, prefix: LinePrefix | None) -> str:
                 "autovacuum, lock wait, slow statement, temp file or error (the server "
                 "logs them with log_checkpoints, log_autovacuum_min_duration, "
                 "log_lock_waits, log_min_duration_statement, log_temp_files)")
-    if stat.format in _LINE_FORMATS and stat.prefix is not None and not stat.prefix_guessed:
+    if stat.format in LINE_FORMATS and stat.prefix is not None and not stat.prefix_guessed:
         return (f"{path}: {stat.lines:,} lines, but none read with --prefix "
                 f"{stat.prefix!r}; check it against the server's log_line_prefix "
                 "(SHOW log_line_prefix)")
-    if stat.format in _LINE_FORMATS:
+    if stat.format in LINE_FORMATS:
         return (f"{path}: {stat.lines:,} lines, but no message with a recognised "
                 "log_line_prefix; try --prefix with the server's log_line_prefix "
                 "(SHOW log_line_prefix), e.g. --prefix '%t:%r:%u@%d:[%p]:', or --format "
@@ -148,7 +147,7 @@ def _check_files(files: tuple[Path, ...], fmt: str | None,
                              ExitCode.ENVIRONMENT)
         if prefix is not None and not prefix.has_time:
             found = fmt or sniff_format(path)
-            if found != "syslog":
+            if found not in STAMPED_FORMATS:
                 raise PglabError(
                     f"--prefix: {prefix.text!r} has no time escape: pglab needs %m, %t or "
                     f"%n in the prefix to place {path}'s {found} messages in time (only "

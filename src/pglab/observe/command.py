@@ -24,6 +24,7 @@ def observe(dsn: str, standbys: tuple[str, ...], duration: str | None,
             log_format: str | None = None) -> int:
     from pglab.commands.logs import line_prefix
     from pglab.commands.logs import log_format as checked_format
+    from pglab.serverlog.decoders import STAMPED_FORMATS
 
     # the log options first, before the observer's modules are loaded: a mistake is one
     # line at once
@@ -32,7 +33,7 @@ def observe(dsn: str, standbys: tuple[str, ...], duration: str | None,
         if log is None:
             raise BadInput("--log-prefix: it is the prefix of --log's lines; give --log too")
         # a bad prefix: one line, before anything (without a time: syslog only)
-        line_prefix(log_prefix, "--log-prefix", need_time=log_format != "syslog")
+        line_prefix(log_prefix, "--log-prefix", need_time=log_format not in STAMPED_FORMATS)
     if log_format is not None and log is None:
         raise BadInput("--log-format: it is the format of --log; give --log too")
 

@@ -35,6 +35,7 @@ from pglab.results.files import iso, utc_now, write_parquet
 from pglab.results.folder import RunFolder, StoredRun, create_run_folder, load_run
 from pglab.results.manifest import Manifest
 from pglab.serverlog import LinePrefix, compile_prefix
+from pglab.serverlog.decoders import STAMPED_FORMATS
 from pglab.telemetry import TelemetryRunner, monotonic_wall_clock
 
 _NODE = re.compile(r"^(primary|standby[1-9][0-9]*)=(.+)$")
@@ -50,7 +51,7 @@ def _log_prefix(text: str | None, log_format: str | None) -> LinePrefix | None:
         return None
     try:
         # only syslog lines carry a time of their own
-        return compile_prefix(text, need_time=log_format != "syslog")
+        return compile_prefix(text, need_time=log_format not in STAMPED_FORMATS)
     except ValueError as exc:
         raise BadInput(f"--log-prefix: {exc}") from None
 

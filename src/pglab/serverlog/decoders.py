@@ -60,11 +60,21 @@ FORMATS: dict[str, LogFormat] = {f.name: f for f in (
     LogFormat("syslog", "a syslog file (log_destination = 'syslog'; rsyslog, journalctl)",
               lambda a: SyslogDecoder(a.stats, a.timestamps, a.candidates_only, a.prefix,
                                       a.log_end)),
+    LogFormat("heroku", "Heroku Postgres' logs as `heroku logs -p postgres` prints them "
+              "(logplex: app[postgres.PID]: [DATABASE] [SEQ-N] ...)",
+              lambda a: SyslogDecoder(a.stats, a.timestamps, a.candidates_only, a.prefix,
+                                      a.log_end)),
     LogFormat("cloudlogging", "Google Cloud Logging entries with the line in textPayload "
               "(Cloud SQL), one per line or a JSON array",
               lambda a: CloudLoggingDecoder(a.stats, a.timestamps, a.candidates_only,
                                             a.prefix)),
 )}
+
+
+# formats whose lines carry a time of their own (a log_line_prefix needs none)
+STAMPED_FORMATS = ("syslog", "heroku")
+# formats whose messages are stderr lines with a log_line_prefix
+LINE_FORMATS = ("stderr", "syslog", "heroku", "cloudlogging")
 
 
 def unknown_format(fmt: str) -> str:
@@ -97,6 +107,7 @@ _SYSLOG_LINE_RE = re.compile(
     rb"(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?"
     rb"(?:Z|[+-]\d\d:?\d\d)) (?:[^ ]+ )?[^ \[:]+\[\d+\]: "
 )
+_HEROKU_LINE_RE = re.compile(rb"\d{4}-\d\d-\d\dT[^ ]+ app\[(?:postgres\.\d+|heroku-postgres)\]: ")
 # a Cloud Logging entry: these keys are in every one
 _CLOUD_RE = re.compile(rb'"(?:textPayload|logName|insertId)"\s*:')
 
@@ -112,6 +123,8 @@ def detect_format(head: bytes, name: str = "") -> str:
             continue
         if line.startswith(b"{"):
             votes["cloudlogging" if _CLOUD_RE.search(line) else "jsonlog"] += 1
+        elif _HEROKU_LINE_RE.match(line):
+            votes["heroku"] += 1
         elif _SYSLOG_LINE_RE.match(line):
             votes["syslog"] += 1
         elif _CSV_LINE_RE.match(line):

@@ -66,7 +66,7 @@ KNOWN_PREFIXES = (
 
 # Prefixes without a time, as syslog users write them (syslog stamps each line): tried
 # after KNOWN_PREFIXES on a syslog file's messages.
-SYSLOG_PREFIXES = ("%q%u@%d ", "[%l-1] user=%u,db=%d ", "")
+SYSLOG_PREFIXES = ("%q%u@%d ", "[%l-1] user=%u,db=%d ", "sql_error_code = %e ", "")
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,12 @@ modification; now for a followed log) and goes up where the months wrap (Decembe
 January), the zone is taken as UTC, and `ParseStats.assumed` says so. The pid is always
 syslog's `postgres[PID]`. Lines of programs whose name does not start with `postgres`
 (syslog_ident's default) are counted in `ParseStats.other_loggers`.
+
+Heroku Postgres' logs (`heroku logs -p postgres`, a logplex drain) are this with
+`app[postgres.PID]:` for `postgres[PID]:` and the database's attachment name
+(`[DATABASE]`, `[HEROKU_POSTGRESQL_RED]`) before the pieces' `[SEQ-N]`; Heroku's
+log_line_prefix is `sql_error_code = %e `. The add-on's metric lines
+(`app[heroku-postgres]: source=DATABASE sample#...`) are another logger's.
 """
 
 from __future__ import annotations
@@ -48,9 +54,11 @@ _LINE_RE = re.compile(
     r"(?:(?P<mon>[A-Z][a-z]{2}) (?P<day>[ 0-9][0-9]) (?P<hms>[0-9]{2}:[0-9]{2}:[0-9]{2})"
     r"|(?P<iso>[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?)"
     r"(?P<offset>Z|[+-][0-9]{2}:?[0-9]{2}))"
-    r" (?:[^ ]+ )?(?P<ident>[^ \[:]+)\[(?P<pid>[0-9]+)\]: "
+    r" (?:[^ ]+ )?(?P<ident>[^ \[:]+)\[(?P<proc>[^\]\s]+)\]: "
+    r"(?:\[(?P<tag>[A-Z][A-Z0-9_]*)\] )?"
     r"(?:\[(?P<seq>[0-9]+)(?:-(?P<chunk>[0-9]+))?\] )?(?P<text>.*)"
 )
+_HEROKU_PROC = "postgres."  # logplex's app[postgres.PID]
 _WORD_RE = re.compile(r"([A-Z]+):  ")
 # A message whose pid has written nothing for this many pieces of other processes is
 # complete (PostgreSQL sends a message's pieces one after another).
@@ -123,12 +131,15 @@ class SyslogDecoder(RecordsToEvents):
             if line.strip():
                 self.stats.skipped += 1
             return
-        mon, day, hms, iso, offset, ident, pid_text, seq, chunk, text = m.groups()
-        if not ident.startswith("postgres"):
+        mon, day, hms, iso, offset, ident, proc, _tag, seq, chunk, text = m.groups()
+        if ident.startswith("postgres") and proc.isdigit():
+            pid = int(proc)
+        elif ident == "app" and proc.startswith(_HEROKU_PROC) and proc[9:].isdigit():
+            pid = int(proc[9:])  # Heroku: app[postgres.PID]: [DATABASE] [SEQ-N] ...
+        else:  # another program, or Heroku's app[heroku-postgres] metrics
             self.stats.other_loggers += 1
             return
         self._pieces += 1
-        pid = int(pid_text)
         if "#011" in text:
             text = text.replace("#011", "\t")
         if text.endswith("\r"):

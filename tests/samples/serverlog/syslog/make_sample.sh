@@ -27,6 +27,13 @@
 #     multi-line autovacuum report);
 #   - postgres@postgres: CHECKPOINT (requested), then the shutdown checkpoint.
 #
+# HEROKU=1 makes tests/samples/serverlog/heroku/ instead: the same server and events,
+# log_line_prefix 'sql_error_code = %e ' (Heroku Postgres' own) and one file,
+# heroku.log, in the shape `heroku logs -p postgres` prints (logplex: an RFC 3339 time,
+# `app[postgres.PID]:`, the database's attachment name `[DATABASE]`, then PostgreSQL's
+# `[SEQ-N]` pieces); then the add-on's metric lines, as Heroku documents them
+# (`app[heroku-postgres]: source=DATABASE ... sample#...`), which are no server messages.
+#
 # Needs root (rsyslogd listens on /dev/log; the server runs as `nobody`). It refuses to
 # run when something already listens on /dev/log (a syslog daemon of the machine).
 # Everything lives under $ROOT (default /tmp/pglab-syslog-sample) and is removed on
@@ -40,6 +47,14 @@ PORT=${PORT:-55521}
 RUNAS=nobody
 
 log() { printf '== %s\n' "$*" >&2; }
+HEROKU=${HEROKU:-}
+PREFIX='%q%u@%d '
+OUT=$HERE
+if [[ -n $HEROKU ]]; then
+    PREFIX='sql_error_code = %e '
+    OUT=$(cd "$HERE/.." && pwd)/heroku
+    mkdir -p "$OUT"
+fi
 
 if [[ -e /dev/log ]]; then
     echo "make_sample.sh: /dev/log exists (a syslog daemon runs here); stop it first" >&2
@@ -79,7 +94,16 @@ trap stop EXIT
 
 rm -rf "$ROOT"
 mkdir -p "$ROOT/sock" "$ROOT/rsyslog"
-cat >"$ROOT/rsyslog.conf" <<CONF
+if [[ -n $HEROKU ]]; then
+    cat >"$ROOT/rsyslog.conf" <<CONF
+global(workDirectory="$ROOT/rsyslog")
+module(load="imuxsock" SysSock.Name="/dev/log" SysSock.RateLimit.Interval="0"
+       SysSock.UseSysTimeStamp="off")
+template(name="logplex" type="string" string="%TIMESTAMP:::date-rfc3339% app[postgres.%PROCID%]: [DATABASE]%msg:::sp-if-no-1st-sp%%msg:::drop-last-lf%\\n")
+local0.* action(type="omfile" file="$ROOT/heroku.log" template="logplex")
+CONF
+else
+    cat >"$ROOT/rsyslog.conf" <<CONF
 global(workDirectory="$ROOT/rsyslog")
 module(load="imuxsock" SysSock.Name="/dev/log" SysSock.RateLimit.Interval="0"
        SysSock.UseSysTimeStamp="off")
@@ -88,6 +112,7 @@ local0.* action(type="omfile" file="$ROOT/postgresql.syslog"
 local0.* action(type="omfile" file="$ROOT/postgresql-rfc3339.syslog"
                 template="RSYSLOG_FileFormat")
 CONF
+fi
 log "rsyslogd on /dev/log, LOCAL0 to two files"
 TZ=UTC rsyslogd -n -f "$ROOT/rsyslog.conf" -i "$ROOT/rsyslog.pid" &
 RSYSLOG_PID=$!
@@ -110,7 +135,7 @@ logging_collector = off
 log_destination = 'syslog'
 syslog_facility = 'LOCAL0'
 syslog_ident = 'postgres'
-log_line_prefix = '%q%u@%d '
+log_line_prefix = '$PREFIX'
 log_checkpoints = on
 log_autovacuum_min_duration = 0
 log_lock_waits = on
@@ -168,6 +193,24 @@ sleep 0.5  # rsyslogd writes what it received
 kill "$RSYSLOG_PID"
 wait "$RSYSLOG_PID" 2>/dev/null || true
 RSYSLOG_PID=""
+if [[ -n $HEROKU ]]; then
+    cp "$ROOT/heroku.log" "$OUT/heroku.log"
+    # the add-on's metrics every minute or so, in Heroku's documented shape (made up
+    # values: no server wrote these, and a reader must count them as no message)
+    last=$(tail -1 "$OUT/heroku.log" | cut -d' ' -f1)
+    for load in 0.01 0.02; do
+        echo "$last app[heroku-postgres]: source=DATABASE addon=postgresql-sample-12345" \
+             "sample#current_transaction=1873 sample#db_size=9420143bytes sample#tables=1" \
+             "sample#active-connections=3 sample#waiting-connections=0" \
+             "sample#index-cache-hit-rate=0.99 sample#table-cache-hit-rate=0.99" \
+             "sample#load-avg-1m=$load sample#read-iops=0 sample#write-iops=0.5" \
+             "sample#memory-total=4045272kB sample#memory-free=3011212kB" >>"$OUT/heroku.log"
+    done
+    chmod 644 "$OUT/heroku.log"
+    "$BIN/postgres" --version >"$OUT/version.txt"
+    log "done: $(wc -l <"$OUT/heroku.log") lines"
+    exit 0
+fi
 # the host name is the generating machine's: replaced by a fixed one
 for name in postgresql.syslog postgresql-rfc3339.syslog; do
     sed "s/ $(hostname) postgres\[/ db1 postgres[/" "$ROOT/$name" >"$HERE/$name"
