@@ -6,7 +6,6 @@ step (the flusher's expiry age, THP) and for a moment only.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -16,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from pglab.errors import EnvironmentProblem
-from pglab.lab.kernel import kernel_knobs, read_knobs, restore_stale_knobs
+from pglab.lab.kernel import KNOB_STATE_DIR, kernel_knobs, read_knobs, restore_stale_knobs
 from pglab.scenario.kernel_knobs import KNOB_NAMES, check_knobs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,13 +70,13 @@ def test_set_then_restored_after_success_and_failure(pglab_home: Path) -> None:
     with kernel_knobs({EXPIRE: step}) as during:
         assert during[EXPIRE] == step
         assert Path(f"/proc/sys/vm/{EXPIRE[3:]}").read_text().strip() == str(step)
-        assert len(list((pglab_home / "kernel-knobs").glob("*.json"))) == 1
+        assert (KNOB_STATE_DIR / f"{os.getpid()}.json").exists()
     assert read_knobs() == before
     with pytest.raises(RuntimeError), kernel_knobs({"transparent_hugepage": "never"}):
         assert read_knobs()["transparent_hugepage"] == "never"
         raise RuntimeError("the run failed")
     assert read_knobs() == before
-    assert list((pglab_home / "kernel-knobs").glob("*.json")) == []
+    assert not (KNOB_STATE_DIR / f"{os.getpid()}.json").exists()
 
 
 @pytest.mark.exclusive
@@ -94,16 +93,21 @@ def test_a_bytes_knob_gives_its_ratio_back() -> None:
 
 @pytest.mark.exclusive
 @needs_root
-def test_another_runs_changes_are_not_taken_for_originals(pglab_home: Path) -> None:
-    state = pglab_home / "kernel-knobs" / "1.json"  # pid 1 is alive
-    state.parent.mkdir(exist_ok=True)
-    state.write_text(json.dumps({"pid": 1, "originals": {}}))
+def test_another_runs_changes_are_not_taken_for_originals(pglab_home: Path,
+                                                          tmp_path: Path) -> None:
+    # The other run has a PGLAB_HOME of its own: knobs are machine-wide, and so is the
+    # record of who changed them.
+    before = read_knobs()
+    other = _holder(int(before[EXPIRE] or 0) + 1, {"PGLAB_HOME": str(tmp_path / "other")})
     try:
-        with pytest.raises(EnvironmentProblem, match=r"another pglab run \(pid 1\)"), \
+        with pytest.raises(EnvironmentProblem,
+                           match=rf"another pglab run \(pid {other.pid}\) has changed {EXPIRE}"), \
                 kernel_knobs({EXPIRE: 3000}):
             pass
     finally:
-        state.unlink()
+        other.terminate()
+        other.communicate(timeout=30)
+    assert read_knobs() == before
 
 
 _HOLDER = """
@@ -121,9 +125,9 @@ except Interrupted as exc:
 """
 
 
-def _holder(step: int) -> subprocess.Popen[str]:
+def _holder(step: int, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     proc = subprocess.Popen([sys.executable, "-c", _HOLDER, EXPIRE, str(step)],
-                            stdout=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "ready"
     assert read_knobs()[EXPIRE] == step

@@ -569,3 +569,31 @@ def test_storage_needs_root(tmp_path: Path) -> None:
     assert result.stderr.strip().endswith("[storage] volumes need root (losetup, mkfs, "
                                           "mount); pglab runs as uid 65534")
     assert "Traceback" not in result.stderr
+
+
+_DAEMON_USER = """
+import subprocess, sys
+from pglab.storage.zfs import ensure_daemon, release_daemon
+for _ in range(int(sys.argv[1])):
+    ensure_daemon()
+    listed = subprocess.run(["zpool", "list"], capture_output=True, text=True)
+    if listed.returncode != 0:
+        sys.exit("zpool list failed right after ensure_daemon: " + listed.stderr.strip())
+    release_daemon()
+"""
+
+
+@root_only
+@pytest.mark.live
+@pytest.mark.root
+def test_pglabs_starting_and_stopping_zfs_fuse_together_never_collide(
+        storage_packages: None, pglab_home: Path) -> None:
+    """The zfs-fuse daemon is machine-wide: one pglab stopping it (its last user) while
+    another starts using it must end with the second one's daemon answering, never with
+    'zfs-fuse did not start' (a new daemon refused beside the one still exiting)."""
+    procs = [subprocess.Popen([sys.executable, "-c", _DAEMON_USER, "4"],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for _ in range(2)]
+    outputs = [proc.communicate(timeout=240)[0] for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], outputs
+    assert leftovers(pglab_home) == []

@@ -6,8 +6,16 @@ throwaway and can be deleted at any time when no run is in progress.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+from collections.abc import Iterator
 from pathlib import Path
+
+# Machine-wide state, for what is machine-wide itself (kernel knobs, the zfs-fuse daemon):
+# pglabs with different PGLAB_HOMEs must see each other there. /run is emptied by a reboot,
+# which also resets the knobs and ends the daemon.
+RUN_DIR = Path("/run/pglab")
 
 
 def pglab_home() -> Path:
@@ -30,6 +38,16 @@ def ensure_dir(path: Path, mode: int = 0o755) -> Path:
     # mkdir's mode is filtered by the umask; the unprivileged server user needs o+x here.
     os.chmod(path, mode)
     return path
+
+
+@contextlib.contextmanager
+def machine_lock(name: str) -> Iterator[None]:
+    """An exclusive flock on RUN_DIR/<name>.lock for the body: one pglab at a time on the
+    machine (root only, as everything under RUN_DIR is)."""
+    RUN_DIR.mkdir(parents=True, exist_ok=True)
+    with open(RUN_DIR / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def labs_dir() -> Path:

@@ -1,10 +1,11 @@
 """Kernel knobs of a run: always recorded, set by the scenario's [kernel] table, restored.
 
 The knobs are machine-wide, so a change must never outlive the run: the originals are
-restored on every exit path, and written first to a state file under PGLAB_HOME so that
-the next pglab repairs them after a `kill -9` (`restore_stale_knobs`). Two runs may not
-change knobs at the same time: the second would record the first one's values as the
-"originals".
+restored on every exit path, and written first to a state file so that the next pglab
+repairs them after a `kill -9` (`restore_stale_knobs`). Two runs may not change knobs at
+the same time: the second would record the first one's values as the "originals". So the
+state files are machine-wide, like the knobs (under /run, which a reboot empties as it
+resets the knobs), not under PGLAB_HOME: runs with different homes see each other.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 import psutil
 
 from pglab.errors import BadInput, EnvironmentProblem
-from pglab.paths import pglab_home
+from pglab.paths import RUN_DIR, machine_lock, pglab_home
 from pglab.scenario.kernel_knobs import BY_NAME, KNOBS, Knob, KnobValue, check_knobs
 
 
@@ -60,8 +61,13 @@ def _restore(originals: Mapping[str, KnobValue | None]) -> None:
         raise EnvironmentProblem("; ".join(problems))
 
 
-def _state_dir() -> Path:
-    return pglab_home() / "kernel-knobs"
+KNOB_STATE_DIR = RUN_DIR / "kernel-knobs"
+
+
+def _state_dirs() -> list[Path]:
+    # Before the state was machine-wide it lived in PGLAB_HOME: a pglab killed then may
+    # have left a state file there.
+    return [KNOB_STATE_DIR, pglab_home() / "kernel-knobs"]
 
 
 def _originals_for(wanted: Mapping[str, object]) -> dict[str, KnobValue | None]:
@@ -85,16 +91,19 @@ def kernel_knobs(wanted: Mapping[str, object]) -> Iterator[dict[str, KnobValue |
     if os.geteuid() != 0:
         raise EnvironmentProblem(f"kernel: setting {', '.join(wanted)} needs root (pglab runs "
                                  f"as uid {os.geteuid()}); run as root or remove [kernel]")
-    restore_stale_knobs()
-    state_dir = _state_dir()
-    others = sorted(state_dir.glob("*.json")) if state_dir.is_dir() else []
-    if others:
-        raise EnvironmentProblem(f"kernel: another pglab run (pid {others[0].stem}) has "
-                                 "changed kernel knobs; wait for it to finish")
-    originals = _originals_for(wanted)
-    state = state_dir / f"{os.getpid()}.json"
-    with shielded():
-        state_dir.mkdir(parents=True, exist_ok=True)
+    state = KNOB_STATE_DIR / f"{os.getpid()}.json"
+    # One lock around the check and the state file: two runs starting together must not
+    # both find the machine free.
+    with shielded(), machine_lock("kernel-knobs"):
+        KNOB_STATE_DIR.mkdir(exist_ok=True)
+        restore_stale_knobs()
+        others = held_knobs()
+        if others:
+            pid = min(others)
+            raise EnvironmentProblem(f"kernel: another pglab run (pid {pid}) has changed "
+                                     f"{', '.join(sorted(others[pid]))}; wait for it to "
+                                     "finish")
+        originals = _originals_for(wanted)
         write_json(state, {"pid": os.getpid(), "originals": originals})
     try:
         deliver_pending()
@@ -107,19 +116,31 @@ def kernel_knobs(wanted: Mapping[str, object]) -> Iterator[dict[str, KnobValue |
             state.unlink(missing_ok=True)
 
 
+def _states() -> Iterator[tuple[Path, int, dict[str, KnobValue | None]]]:
+    """Every state file: its path, its run's pid and the originals it will restore
+    (unreadable ones are removed: nothing could be restored from them)."""
+    for state_dir in _state_dirs():
+        for state in sorted(state_dir.glob("*.json")) if state_dir.is_dir() else []:
+            try:
+                data = json.loads(state.read_text())
+                pid, originals = int(data["pid"]), dict(data["originals"])
+            except (OSError, ValueError, KeyError, TypeError):
+                with contextlib.suppress(OSError):
+                    state.unlink(missing_ok=True)
+                continue
+            yield state, pid, originals
+
+
+def held_knobs() -> dict[int, set[str]]:
+    """The knobs other live pglab runs have changed now, by pid."""
+    return {pid: set(originals) for _, pid, originals in _states()
+            if pid != os.getpid() and psutil.pid_exists(pid)}
+
+
 def restore_stale_knobs() -> list[str]:
     """Restore the knobs a killed pglab left changed; returns 'name=value' restored."""
-    state_dir = _state_dir()
-    if not state_dir.is_dir():
-        return []
     restored: list[str] = []
-    for state in sorted(state_dir.glob("*.json")):
-        try:
-            data = json.loads(state.read_text())
-            pid, originals = int(data["pid"]), dict(data["originals"])
-        except (OSError, ValueError, KeyError, TypeError):
-            state.unlink(missing_ok=True)  # unreadable: nothing we could restore from it
-            continue
+    for state, pid, originals in _states():
         if pid == os.getpid() or psutil.pid_exists(pid):
             continue
         if os.geteuid() != 0:

@@ -27,6 +27,7 @@ from typing import Any
 import psutil
 
 from pglab.errors import EnvironmentProblem, PglabError
+from pglab.paths import RUN_DIR, machine_lock
 from pglab.storage.filesystems import MB, Filesystem, FsOption, mount_entry, run_tool
 
 _ON_OFF = ("on", "off")
@@ -149,16 +150,18 @@ def _wait_mounted(mountpoint: Path, timeout: float = 10) -> None:
         time.sleep(0.05)
 
 
-# Machine-wide, like the daemon itself: pglabs with different PGLAB_HOMEs share it.
-STATE_DIR = Path("/run/pglab")
-
-
 def _daemon_file() -> Path:
-    return STATE_DIR / "zfs-fuse.json"
+    return RUN_DIR / "zfs-fuse.json"
 
 
 def _users_dir() -> Path:
-    return STATE_DIR / "zfs-fuse-users"
+    return RUN_DIR / "zfs-fuse-users"
+
+
+# Held while the daemon is checked and started, or found unused and stopped: otherwise a
+# pglab could find the daemon another is stopping still there (and use it as it goes), or
+# start a second one while the first has not exited (which refuses to run beside it).
+DAEMON_LOCK = "zfs-fuse"
 
 
 def ensure_daemon_if_fuse() -> None:
@@ -169,6 +172,11 @@ def ensure_daemon_if_fuse() -> None:
 
 def ensure_daemon() -> None:
     """A zfs-fuse daemon that answers, started (and recorded) when none does."""
+    with machine_lock(DAEMON_LOCK):
+        _ensure_daemon()
+
+
+def _ensure_daemon() -> None:
     users = _users_dir()
     users.mkdir(parents=True, exist_ok=True)
     (users / str(os.getpid())).touch()
@@ -218,6 +226,11 @@ def release_daemon() -> None:
 
 
 def _stop_unused_daemon() -> None:
+    with machine_lock(DAEMON_LOCK):
+        _stop_if_unused()
+
+
+def _stop_if_unused() -> None:
     users = _users_dir()
     live = []
     if users.is_dir():
