@@ -167,6 +167,106 @@ def test_probe_says_once_what_it_cannot_read(tmp_path: Path) -> None:
 
 # --- live -----------------------------------------------------------------------------
 
+PAUSED = """name = "kernel-live"
+[workload]
+scale = 1
+clients = 1
+duration = "2s"
+warmup = "0s"
+[server.settings]
+wal_writer_delay = "10s"
+[storage]
+filesystem = "ext4"
+size = "256MB"
+[[faults]]
+at = "1s"
+action = "pause-disk"
+duration = "1s"
+"""
+
+
 @pytest.mark.live
-def test_probe_live_sees_its_own_children(tmp_path: Path) -> None:
-    """placeholder"""
+@pytest.mark.root
+def test_backend_blocked_in_fdatasync_on_a_paused_device(storage_packages: None) -> None:
+    """One session commits while the volume's device is paused, another sleeps in
+    pg_sleep: a whole second of samples shows the first in fdatasync under ext4's frames
+    and the second in its idle wait (epoll_wait). The WAL writer waits 10 s between
+    rounds, so it does not flush the commit first (the backend would wait on its lock)."""
+    from pglab.lab.lab import Lab
+    from pglab.runner import probe_nodes
+    from pglab.scenario import load_text
+
+    scenario = load_text(PAUSED, "kernel-live.toml").scenario  # the fault: an emulated device
+    with Lab(scenario, "kernel-live.toml", f"kernel-live-{time.time_ns()}") as lab:
+        server = lab.primary
+        assert server is not None
+        committing, sleeping = server.connect(), server.connect()
+        committing.execute("CREATE TABLE blocked (x int)")
+        devices = lab.storage.emulated("primary")
+        probe = KernelProbe()
+        probe.start(ProbeContext(probe_nodes(lab), lambda: None, time.time))
+        import threading
+
+        threads = [threading.Thread(target=lambda: committing.execute(
+                       "INSERT INTO blocked VALUES (1)"), daemon=True),
+                   threading.Thread(target=lambda: sleeping.execute("SELECT pg_sleep(3)"),
+                                    daemon=True)]
+        samples = []
+        try:
+            for device in devices:
+                device.set_behaviour({"paused": True})
+            for thread in threads:
+                thread.start()
+            time.sleep(0.3)  # both are in their calls
+            end = time.time() + 2.2  # two whole seconds at least begin and end in it
+            while time.time() < end:
+                samples += probe.sample(dt.datetime.now(dt.timezone.utc)).samples
+                time.sleep(0.1)
+        finally:
+            for device in devices:
+                device.set_behaviour({"paused": False})
+            probe.stop()
+        for thread in threads:
+            thread.join(timeout=10)
+        committing.close()
+        sleeping.close()
+    by_second: dict[dt.datetime, dict[str, float]] = {}
+    for s in samples:
+        if s.node == "primary" and s.label == "backends":
+            by_second.setdefault(s.t, {})[s.metric] = s.value
+    whole = [v for v in by_second.values() if v.get("samples", 0) >= 18]  # 2 backends, 9+ reads
+    assert whole, by_second
+    second = whole[0]
+    assert second["processes"] == 2
+    assert second["syscall:fdatasync"] == pytest.approx(50, abs=6), second
+    assert second["syscall:epoll_wait"] == pytest.approx(50, abs=6), second
+    assert second["state:uninterruptible"] == pytest.approx(50, abs=6), second
+    fsync_frames = [m for m in second if m.startswith("stack:") and "ext4_sync_file" in m]
+    assert fsync_frames and second[fsync_frames[0]] >= 40, second
+    assert second.get("stack:do_epoll_wait", 0) >= 40, second
+
+
+# --- opt-in ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("include", "message"), [
+    ('["os.kernal"]', "s.toml: telemetry.include = ['os.kernal'] is not valid: 'os.kernal' "
+                      "is not an opt-in probe (did you mean 'os.kernel'?)"),
+    ('["db.io"]', "'db.io' is not an opt-in probe; include turns on os.kernel (the others "
+                  "are on unless excluded)"),
+])
+def test_include_names_opt_in_probes_only(include: str, message: str) -> None:
+    from pglab.errors import BadInput
+    from pglab.scenario import load_text
+
+    with pytest.raises(BadInput) as info:
+        load_text(f'name = "s"\n[telemetry]\ninclude = {include}\n', "s.toml")
+    assert message in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_kernel_sampling_is_opt_in() -> None:
+    from pglab.probes import make_probes
+
+    assert "os.kernel" not in [p.name for p in make_probes()]
+    assert "os.kernel" in [p.name for p in make_probes(include=["os.kernel"])]
+    assert "os.kernel" not in [p.name for p in make_probes(["os.kernel"], ["os.kernel"])]

@@ -60,6 +60,7 @@ class TelemetryRunner:
         self.interval_overruns = 0
         self.started: list[Probe] = []
         self._loop_cpu_s: dict[str, float] = {}  # CPU seconds each sampling loop has used
+        self._probe_cpu_s: dict[str, float] = {}  # and each probe's reads within them
         self._span = [0.0, 0.0]  # monotonic start and stop: what the cost is a share of
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -163,6 +164,7 @@ class TelemetryRunner:
 
     def _call(self, probe: Probe, node: str | None, now: dt.datetime) -> None:
         """One probe's sample: of one node for a database probe, else of the host."""
+        began = time.thread_time()
         try:
             if node is not None and isinstance(probe, DbProbe):
                 out = probe.sample_node(node, now)
@@ -172,6 +174,10 @@ class TelemetryRunner:
         except Exception as exc:
             self._report(probe, node, now, exc)
             return
+        finally:  # loops of different nodes may add at once: one key per probe and loop
+            key = f"{probe.name}\0{node}"
+            self._probe_cpu_s[key] = self._probe_cpu_s.get(key, 0.0) + (
+                time.thread_time() - began)
         self.sink.write(out)
 
     def _report(self, probe: Probe, node: str | None, now: dt.datetime, exc: Exception) -> None:
@@ -208,7 +214,17 @@ class TelemetryRunner:
             "samples_written": self.sink.sample_count,
             "events_written": self.sink.event_count,
             **self._observer_cpu(),
+            "probe_cpu_s": self._probe_cpu(),
         }
+
+    def _probe_cpu(self) -> dict[str, float]:
+        """CPU seconds of pglab's own thread reading each probe (part of observer_cpu_s;
+        what the probe's reads cost the server, for database probes, is not in it)."""
+        by_probe: dict[str, float] = {}
+        for key, seconds in list(self._probe_cpu_s.items()):
+            name = key.split("\0", 1)[0]
+            by_probe[name] = by_probe.get(name, 0.0) + seconds
+        return {name: round(seconds, 3) for name, seconds in sorted(by_probe.items())}
 
     def _observer_cpu(self) -> dict[str, float]:
         """What observing cost: CPU seconds of pglab's sampling loops and of the server

@@ -61,6 +61,9 @@ from pglab.probes.os_probes.disk import (
     DiskProbe,
     device_of_mount,
 )
+from pglab.probes.os_probes.kernel import (
+    KernelProbe,
+)
 from pglab.probes.os_probes.memory import (
     MemoryProbe,
     PressureProbe,
@@ -90,6 +93,7 @@ OS_PROBES: tuple[type[OsProbe], ...] = (
     PressureProbe,
     ProcessesProbe,
     TcpProbe,
+    KernelProbe,
 )
 
 
@@ -113,6 +117,7 @@ __all__ = [
     "CpuProbe",
     "DeviceResolver",
     "DiskProbe",
+    "KernelProbe",
     "MemoryProbe",
     "OsProbe",
     "PressureProbe",
