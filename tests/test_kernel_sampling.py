@@ -95,6 +95,7 @@ def test_unknown_numbers_and_unreadable_text() -> None:
     assert kproc.parse_pid_io("rchar: 1\n") is None
     assert kproc.parse_state("garbage") is None
     assert kproc.parse_stack("[<0>] zil_commit_impl+0x1c/0x40 [zfs]\n") == ["zil_commit_impl"]
+    assert kproc.parse_wchan("ext4_fsync_nojournal.constprop.0") == "ext4_fsync_nojournal"
 
 
 # --- the probe on a /proc tree rebuilt from the samples -------------------------------
@@ -163,6 +164,55 @@ def test_probe_says_once_what_it_cannot_read(tmp_path: Path) -> None:
     values = {(s.label, s.metric): s.value for o in outputs for s in o.samples}
     assert values[("backends", "wchan:folio_wait_bit")] == 50  # the fallback
     probe.stop()
+
+
+# --- analysis and report, on a committed run with os.kernel ---------------------------
+
+RUN = Path(__file__).resolve().parent / "samples" / "runs" / "sync-slow-disk-kernel"
+
+
+def test_sync_standby_analysis_cites_the_wal_receivers_syscalls() -> None:
+    """The built-in sync-standby-slow-disk, shortened, sampled by os.kernel: commits wait
+    on SyncRep while the standby's WAL receiver is in its flush calls."""
+    import re
+
+    from pglab.analysis.analyze import build_analysis
+    from pglab.analysis.loading import load_run_frames
+
+    analysis = build_analysis(load_run_frames(RUN)).to_json()
+    worst = max(analysis["stalls"], key=lambda s: s["deficit_transactions"])
+    top = worst["causes"][0]
+    assert top["cause"] == "sync-replication", worst
+    receiver = re.compile(r"the WAL receiver on standby1 spent (\d+)% of its samples in "
+                          r"\S+ and (\d+)% in (fdatasync|fsync)\S* \(healthy (\d+)% and "
+                          r"(\d+)%\); waiting in \S+ \.\.\. ext4_\w+ \d+%")
+    found = [m for line in top["evidence"] if (m := receiver.match(line))]
+    assert found, top["evidence"]
+    # most of the window in its flush calls (on the 6 MB/s disk, healthy seconds too: a
+    # receiver that keeps up also flushes all the time, only less WAL)
+    assert int(found[0][2]) >= 50, found[0][0]
+    # the stall's dominant wait seen from the kernel: backends sleeping in epoll_wait
+    # (a latch wait for the standby's confirmation), not in any IO call
+    (line,) = worst["kernel"]
+    assert re.match(r"client backends on primary, \d+% of whose samples were in IPC:SyncRep, "
+                    r"were in the kernel in epoll_wait \d+% \(healthy \d+%\) -> "
+                    r"do_epoll_wait \d+%", line), line
+    assert top["evidence"][-1] == line
+
+
+def test_report_has_a_kernel_chart_per_node_beside_the_waits() -> None:
+    from pglab.report.model import build_model
+
+    model = build_model(RUN)
+    charts = model.timeline["charts"]
+    ids = [c["id"] for c in charts]
+    at = ids.index("waits")
+    assert ids[at + 1:at + 3] == ["kernel_primary", "kernel_standby1"], ids
+    standby = charts[at + 2]
+    names = [series["n"] for series in standby["series"]]
+    assert any(n.startswith("walreceiver f") and "sync" in n for n in names), names
+    assert standby["x"] and set(standby["x"]) <= set(charts[at]["x"]) | set(range(
+        max(charts[at]["x"]) + 2))  # the same time axis as the waits
 
 
 # --- live -----------------------------------------------------------------------------

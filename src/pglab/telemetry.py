@@ -233,9 +233,11 @@ class TelemetryRunner:
         cost = {"observer_cpu_s": sum(self._loop_cpu_s.values())}
         if self.ctx.db is not None:
             cost["observer_server_cpu_s"] = self.ctx.db.backend_cpu_s
-        capacity = (self._span[1] - self._span[0]) * (os.cpu_count() or 1)
+        span = self._span[1] - self._span[0]
+        capacity = span * (os.cpu_count() or 1)
         if capacity > 0:
             cost["observer_cpu_pct"] = 100 * sum(cost.values()) / capacity
+            cost["observed_s"] = span
         return {key: round(value, 3) for key, value in cost.items()}
 
 

@@ -67,21 +67,28 @@ def parse_syscall(text: str, names: dict[int, str]) -> str | None:
     return names.get(number, f"syscall_{number}")
 
 
+def _function(symbol: str) -> str:
+    """A kernel symbol without the compiler's clone suffix (`.constprop.0`, `.isra.0`,
+    `.part.0`): the same function, whichever copy of it the build made."""
+    return symbol.split(".", 1)[0]
+
+
 def parse_wchan(text: str) -> str | None:
     """/proc/<pid>/wchan: the kernel function a sleeping process waits in; "0" (or nothing)
     when it is not waiting."""
     symbol = text.strip()
-    return None if symbol in ("", "0") else symbol
+    return None if symbol in ("", "0") else _function(symbol)
 
 
 def parse_stack(text: str) -> list[str]:
-    """/proc/<pid>/stack -> function names, innermost first, without offsets and modules.
+    """/proc/<pid>/stack -> function names, innermost first, without offsets, modules and
+    clone suffixes.
 
     Lines are "[<0>] jbd2_log_wait_commit+0xb6/0x130" or "... [zfs]" for a module."""
     frames = []
     for line in text.splitlines():
         _, _, rest = line.partition("] ")
-        name = rest.split("+", 1)[0].split(" ", 1)[0].strip()
+        name = _function(rest.split("+", 1)[0].split(" ", 1)[0].strip())
         if name:
             frames.append(name)
     return frames
