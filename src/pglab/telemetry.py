@@ -84,8 +84,9 @@ class TelemetryRunner:
             fast = [p for p in mine if p.cadence == "fast"]
             if interval:
                 self._launch(f"telemetry-interval{suffix}", self._interval_loop, interval, node)
-            if fast:
-                self._launch(f"telemetry-waits{suffix}", self._fast_loop, fast, node)
+            if fast:  # the host's (os.kernel) is no wait sampler: summary() tells them apart
+                name = "telemetry-fast-host" if node is None else f"telemetry-waits{suffix}"
+                self._launch(name, self._fast_loop, fast, node)
 
     def _launch(self, name: str, loop: Callable[[str, list[Probe], str | None], None],
                 probes: list[Probe], node: str | None) -> None:
@@ -190,9 +191,10 @@ class TelemetryRunner:
     # --- what the manifest records about sampling itself --------------------------------
 
     def summary(self) -> dict[str, Any]:
-        times = self.fast_times.values()
+        waits = [name for name in self.fast_times if name.startswith("telemetry-waits")]
+        times = [self.fast_times[name] for name in waits]
         intervals = [(b - a) * 1000 for loop in times for a, b in itertools.pairwise(loop)]
-        late = [ms for loop in self.fast_lateness_ms.values() for ms in loop]
+        late = [ms for name in waits for ms in self.fast_lateness_ms[name]]
 
         def pct(values: list[float], q: float) -> float | None:
             if not values:

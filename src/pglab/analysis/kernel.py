@@ -48,18 +48,31 @@ def _top(found: dict[str, float], skip: tuple[str, ...] = ()) -> tuple[str, floa
     return (ranked[0][1], ranked[0][0]) if ranked else None
 
 
-def in_the_kernel(ev: WindowEvidence, node: str, kind: str) -> str | None:
-    """"fdatasync 80% (healthy 3%) -> folio_wait_bit ... ext4_sync_file 78%, uninterruptible
-    79%": the kind's commonest call in the window, where it waited, and its D state."""
-    calls = shares(ev.inside, node, kind, "syscall:")
-    top = _top(calls, NOT_A_CALL)
-    if top is None:
+def _risen(ev: WindowEvidence, node: str, kind: str, prefix: str,
+           skip: tuple[str, ...] = ()) -> tuple[str, float, float] | None:
+    """The name whose share rose most against the healthy seconds (at least 10% of the
+    window's samples): (name, window %, healthy %). What is new in the window, not the
+    idle sleep every kind has (a backend waiting for a lock or its client is in
+    epoll_wait in healthy seconds too)."""
+    inside = shares(ev.inside, node, kind, prefix)
+    healthy = shares(ev.healthy, node, kind, prefix)
+    ranked = sorted(((v - healthy.get(k, 0.0), k) for k, v in inside.items()
+                     if k not in skip and v >= 10), reverse=True)
+    if not ranked:
         return None
-    call, share = top
-    healthy = shares(ev.healthy, node, kind, "syscall:").get(call, 0.0)
-    text = f"{call} {share:.0f}% (healthy {healthy:.0f}%)"
-    frames = _top(shares(ev.inside, node, kind, "stack:")) or _top(
-        shares(ev.inside, node, kind, "wchan:"))
+    name = ranked[0][1]
+    return name, inside[name], healthy.get(name, 0.0)
+
+
+def in_the_kernel(ev: WindowEvidence, node: str, kind: str) -> str | None:
+    """"fdatasync 46% (healthy 8%) -> folio_wait_bit ... ext4_sync_file 40%, uninterruptible
+    (D) 46%": the kind's call that rose most in the window, the frames that rose most, and
+    its share of uninterruptible sleep."""
+    call = _risen(ev, node, kind, "syscall:", NOT_A_CALL)
+    if call is None:
+        return None
+    text = f"{call[0]} {call[1]:.0f}% (healthy {call[2]:.0f}%)"
+    frames = _risen(ev, node, kind, "stack:") or _risen(ev, node, kind, "wchan:")
     if frames is not None:
         text += f" -> {frames_summary(frames[0])} {frames[1]:.0f}%"
     stuck = shares(ev.inside, node, kind, "state:").get("uninterruptible", 0.0)

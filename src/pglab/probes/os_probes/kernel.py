@@ -31,6 +31,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pglab.events import Event
 from pglab.probes import procfs
 from pglab.probes.base import ProbeContext, ProbeOutput
 from pglab.probes.os_probes.common import (
@@ -221,8 +222,6 @@ class KernelProbe(OsProbe):
             self.events.append((node, file, reason))
 
     def say(self, out: ProbeOutput, now: dt.datetime) -> None:
-        from pglab.events import Event
-
         for node, file, reason in self.events:
             out.events.append(Event(now, "probe-unreadable", node, attrs={
                 "probe": self.name, "file": f"/proc/<pid>/{file}", "reason": reason}))
@@ -235,6 +234,8 @@ class KernelProbe(OsProbe):
         wanted: dict[int, tuple[str, str | None, Path | None]] = {}
         everything = None if self.children_listed or not refresh_client else (
             scan_processes(self.proc_root))
+        # telemetry's own sessions are no backends of the load (db.waits leaves them out too)
+        own = self.ctx.db.backend_pids if self.ctx.db is not None else frozenset()
         for node in self.ctx.nodes:
             root = node.postmaster_pid()
             if root is None:
@@ -246,6 +247,8 @@ class KernelProbe(OsProbe):
             else:  # no children files: the tree is refreshed once a second
                 children = [p for p, w in self.watched.items() if w.node == node.name]
             for pid in children:
+                if pid in own:
+                    continue
                 known = self.watched.get(pid)
                 kind = known.kind if known is not None and known.titled else (
                     procfs.process_kind(read_text(f"{self.proc_root}/{pid}/cmdline") or ""))
