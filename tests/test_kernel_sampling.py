@@ -166,6 +166,16 @@ def test_probe_says_once_what_it_cannot_read(tmp_path: Path) -> None:
     probe.stop()
 
 
+def test_a_kernel_without_the_syscall_file_is_said_once(tmp_path: Path) -> None:
+    probe = KernelProbe(proc_root=tmp_path)  # an empty /proc: no /proc/self/syscall
+    probe.start(ProbeContext([], lambda: None, time.time))
+    outputs = [probe.sample(dt.datetime.now(dt.timezone.utc)) for _ in range(3)]
+    assert [o.samples for o in outputs] == [[], [], []]
+    events = [e for o in outputs for e in o.events]
+    assert len(events) == 1 and events[0].kind == "probe-unreadable", events
+    assert "self/syscall is not readable" in str(events[0].attrs["reason"])
+
+
 # --- analysis and report, on a committed run with os.kernel ---------------------------
 
 RUN = Path(__file__).resolve().parent / "samples" / "runs" / "sync-slow-disk-kernel"

@@ -124,6 +124,8 @@ class KernelProbe(OsProbe):
     def sample(self, now: dt.datetime) -> ProbeOutput:
         out = ProbeOutput()
         if self.unavailable is not None:
+            self.note("host", "syscall", self.unavailable + ": nothing sampled")
+            self.say(out, now)
             return out
         second = math.floor(now.timestamp())
         new_second = second != self.second
