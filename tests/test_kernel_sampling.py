@@ -221,6 +221,7 @@ def test_report_has_a_kernel_chart_per_node_beside_the_waits() -> None:
     standby = charts[at + 2]
     names = [series["n"] for series in standby["series"]]
     assert any(n.startswith("walreceiver f") and "sync" in n for n in names), names
+    assert not any(n.endswith("epoll_wait") for n in names), names  # idle: left out
     assert standby["x"] and set(standby["x"]) <= set(charts[at]["x"]) | set(range(
         max(charts[at]["x"]) + 2))  # the same time axis as the waits
 
