@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import statistics
 from pathlib import Path
 
@@ -277,6 +278,12 @@ def test_sync_standby_on_slow_disk_makes_commits_wait_on_syncrep(tmp_path: Path)
     for stall in analysis["stalls"]:
         top = stall["causes"][0]
         assert top["cause"] == "sync-replication" or top.get("outside_the_lab"), stall
+    # the built-in samples the kernel (os.kernel): the WAL receiver's syscalls are cited
+    receiver = re.compile(r"the WAL receiver on standby1 spent \d+% of its samples in \S+ "
+                          r"and (\d+)% in (fdatasync|fsync)")
+    cited = [m for stall in analysis["stalls"] for line in stall["causes"][0]["evidence"]
+             if (m := receiver.match(line))]
+    assert cited, analysis["stalls"]
 
 
 @pytest.mark.exclusive

@@ -355,7 +355,7 @@ def test_process_kinds_of_real_titles() -> None:
         ("postgres: io worker 2", "io_worker"),
         ("postgres: parallel worker for PID 4711", "backends"),
         ("postgres: postgres pglab [local] idle", "backends"),
-        ("postgres: archiver last was 000000010000000000000003", "other"),
+        ("postgres: archiver last was 000000010000000000000003", "archiver"),
         ("/usr/lib/postgresql/15/bin/postgres\0-D\0/data\0", None),  # the postmaster
         ("", None),
     ],

@@ -7,6 +7,7 @@ The live tests need root (losetup, mkfs, mount) and Debian's packages, which the
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import re
@@ -374,6 +375,7 @@ def test_device_server_answers_real_nbd_clients(storage_packages: None,
 def test_pause_disk_stops_commits_and_the_analysis_names_it(
         storage_packages: None, pglab_home: Path, tmp_path: Path) -> None:
     scenario = _scenario(tmp_path, 'filesystem = "ext4"\nsize = "512MB"', duration=10, extra=(
+        '[telemetry]\ninclude = ["os.kernel"]\n'
         '[[faults]]\nat = "3s"\naction = "pause-disk"\nduration = "3s"\n'))
     result = run_cli("run", str(scenario), "--results", str(tmp_path / "r"))
     assert result.returncode == 0, result.stderr[-2000:]
@@ -388,6 +390,17 @@ def test_pause_disk_stops_commits_and_the_analysis_names_it(
     longest = max(stalls, key=lambda s: int(s["seconds"]))
     assert longest["seconds"] >= 2
     assert longest["causes"][0]["cause"] == "storage-device"
+    # below the wait events (os.kernel): whoever flushed the WAL when the device paused
+    # (a backend, or the WAL writer) sat in fdatasync under ext4's fsync the whole time,
+    # and the stall says what the backends did in the kernel
+    kernel = pl.read_parquet(folder / "timeseries.parquet").filter(
+        (pl.col("source") == "os.kernel") & (pl.col("node") == "primary")
+        & pl.col("metric").str.starts_with("stack:")
+        & pl.col("metric").str.contains("ext4_sync_file"))
+    start = dt.datetime.fromisoformat(longest["start"].replace("Z", "+00:00"))
+    flushing = kernel.filter(pl.col("t") >= start).group_by("t").agg(pl.col("value").sum())
+    assert flushing.height >= 2, kernel
+    assert longest["kernel"] and "were in the kernel in " in longest["kernel"][0], longest
     assert leftovers(pglab_home) == []
 
 

@@ -389,7 +389,8 @@ def _telemetry_for(scenario: Scenario, lab: Lab, folder: RunFolder,
     ctx = ProbeContext(nodes, lambda: client_pids[-1] if client_pids else None,
                        monotonic_wall_clock(), DbSessions(nodes),
                        lab.pooler.admin_connect if lab.pooler is not None else None)
-    runner = TelemetryRunner(make_probes(scenario.telemetry.exclude), ctx,
+    runner = TelemetryRunner(make_probes(scenario.telemetry.exclude,
+                                         scenario.telemetry.include), ctx,
                              TelemetrySink(folder.path), scenario.telemetry.interval,
                              scenario.telemetry.wait_sampling_hz)
     return runner

@@ -60,6 +60,7 @@ class TelemetryRunner:
         self.interval_overruns = 0
         self.started: list[Probe] = []
         self._loop_cpu_s: dict[str, float] = {}  # CPU seconds each sampling loop has used
+        self._probe_cpu_s: dict[str, float] = {}  # and each probe's reads within them
         self._span = [0.0, 0.0]  # monotonic start and stop: what the cost is a share of
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -83,8 +84,9 @@ class TelemetryRunner:
             fast = [p for p in mine if p.cadence == "fast"]
             if interval:
                 self._launch(f"telemetry-interval{suffix}", self._interval_loop, interval, node)
-            if fast:
-                self._launch(f"telemetry-waits{suffix}", self._fast_loop, fast, node)
+            if fast:  # the host's (os.kernel) is no wait sampler: summary() tells them apart
+                name = "telemetry-fast-host" if node is None else f"telemetry-waits{suffix}"
+                self._launch(name, self._fast_loop, fast, node)
 
     def _launch(self, name: str, loop: Callable[[str, list[Probe], str | None], None],
                 probes: list[Probe], node: str | None) -> None:
@@ -163,6 +165,7 @@ class TelemetryRunner:
 
     def _call(self, probe: Probe, node: str | None, now: dt.datetime) -> None:
         """One probe's sample: of one node for a database probe, else of the host."""
+        began = time.thread_time()
         try:
             if node is not None and isinstance(probe, DbProbe):
                 out = probe.sample_node(node, now)
@@ -172,6 +175,10 @@ class TelemetryRunner:
         except Exception as exc:
             self._report(probe, node, now, exc)
             return
+        finally:  # loops of different nodes may add at once: one key per probe and loop
+            key = f"{probe.name}\0{node}"
+            self._probe_cpu_s[key] = self._probe_cpu_s.get(key, 0.0) + (
+                time.thread_time() - began)
         self.sink.write(out)
 
     def _report(self, probe: Probe, node: str | None, now: dt.datetime, exc: Exception) -> None:
@@ -184,9 +191,10 @@ class TelemetryRunner:
     # --- what the manifest records about sampling itself --------------------------------
 
     def summary(self) -> dict[str, Any]:
-        times = self.fast_times.values()
+        waits = [name for name in self.fast_times if name.startswith("telemetry-waits")]
+        times = [self.fast_times[name] for name in waits]
         intervals = [(b - a) * 1000 for loop in times for a, b in itertools.pairwise(loop)]
-        late = [ms for loop in self.fast_lateness_ms.values() for ms in loop]
+        late = [ms for name in waits for ms in self.fast_lateness_ms[name]]
 
         def pct(values: list[float], q: float) -> float | None:
             if not values:
@@ -208,7 +216,17 @@ class TelemetryRunner:
             "samples_written": self.sink.sample_count,
             "events_written": self.sink.event_count,
             **self._observer_cpu(),
+            "probe_cpu_s": self._probe_cpu(),
         }
+
+    def _probe_cpu(self) -> dict[str, float]:
+        """CPU seconds of pglab's own thread reading each probe (part of observer_cpu_s;
+        what the probe's reads cost the server, for database probes, is not in it)."""
+        by_probe: dict[str, float] = {}
+        for key, seconds in list(self._probe_cpu_s.items()):
+            name = key.split("\0", 1)[0]
+            by_probe[name] = by_probe.get(name, 0.0) + seconds
+        return {name: round(seconds, 3) for name, seconds in sorted(by_probe.items())}
 
     def _observer_cpu(self) -> dict[str, float]:
         """What observing cost: CPU seconds of pglab's sampling loops and of the server
@@ -217,9 +235,11 @@ class TelemetryRunner:
         cost = {"observer_cpu_s": sum(self._loop_cpu_s.values())}
         if self.ctx.db is not None:
             cost["observer_server_cpu_s"] = self.ctx.db.backend_cpu_s
-        capacity = (self._span[1] - self._span[0]) * (os.cpu_count() or 1)
+        span = self._span[1] - self._span[0]
+        capacity = span * (os.cpu_count() or 1)
         if capacity > 0:
             cost["observer_cpu_pct"] = 100 * sum(cost.values()) / capacity
+            cost["observed_s"] = span
         return {key: round(value, 3) for key, value in cost.items()}
 
 

@@ -16,6 +16,7 @@ import polars as pl
 from pglab.analysis.causes import WEAK_BELOW, durability_causes, ranked_causes, steady_causes
 from pglab.analysis.durability import durability_section
 from pglab.analysis.evidence import WindowEvidence, run_evidence
+from pglab.analysis.kernel import dominant_wait_line
 from pglab.analysis.loading import RunFrames, load_run_frames
 from pglab.analysis.recommendations import CAUSE_FLOOR, Facts, recommend
 from pglab.analysis.signals import Finding
@@ -78,6 +79,9 @@ def _summary(report: StallReport, data: RunFrames) -> dict[str, Any]:
 def _stall(ev: WindowEvidence) -> dict[str, Any]:
     w = ev.window
     causes = ranked_causes(ev)
+    kernel = [line for line in (dominant_wait_line(ev),) if line is not None]
+    if causes and kernel and kernel[0] not in causes[0].evidence:
+        causes[0].evidence.append(kernel[0])  # the top cause's waits, seen from the kernel
     return {
         "start": iso(w.start), "end": iso(w.end), "seconds": w.seconds, "kind": w.kind,
         "depth": w.depth, "deficit_transactions": w.deficit_transactions,
@@ -88,6 +92,7 @@ def _stall(ev: WindowEvidence) -> dict[str, Any]:
         "faults": [{"kind": e.kind, "node": e.node, "start": iso(e.start), "end": iso(e.end),
                     **e.attrs} for e in ev.events if e.kind.startswith("fault")],
         "causes": [_finding(f) for f in causes],
+        **({"kernel": kernel} if kernel else {}),
     }
 
 

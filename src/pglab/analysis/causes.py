@@ -19,6 +19,7 @@ from typing import Any
 from pglab.analysis import steady as steady_state
 from pglab.analysis.durability import LYING_CACHE
 from pglab.analysis.evidence import EventView, WindowEvidence
+from pglab.analysis.kernel import receiver_line
 from pglab.analysis.names import busiest_queue
 from pglab.analysis.signals import (
     Finding,
@@ -323,6 +324,9 @@ def sync_replication(ev: WindowEvidence) -> Finding | None:
             break
     if s.value > 0:
         _standby_kind(s, ev)
+        for node in ev.nodes[1:]:  # below the wait events: writing or flushing WAL
+            if (line := receiver_line(ev, node)) is not None:
+                s.lines.append(line)
     return s.finding()
 
 

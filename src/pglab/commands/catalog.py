@@ -27,7 +27,8 @@ def probes() -> int:
         table.add_column(column)
     for probe in PROBES:
         cadence = "wait_sampling_hz" if probe.cadence == "fast" else "interval"
-        table.add_row(probe.name, cadence, probe.help)
+        opt_in = " (opt-in: telemetry.include)" if probe.opt_in else ""
+        table.add_row(probe.name, cadence, probe.help + opt_in)
     out.print(table)
     return ExitCode.OK
 

@@ -41,6 +41,13 @@ def probe_names() -> list[str]:
     return [p.name for p in PROBES]
 
 
-def make_probes(exclude: list[str] | None = None) -> list[Probe]:
-    skip = set(exclude or [])
-    return [cls() for cls in PROBES if cls.name not in skip]
+def opt_in_names() -> list[str]:
+    return [p.name for p in PROBES if p.opt_in]
+
+
+def make_probes(exclude: list[str] | None = None,
+                include: list[str] | None = None) -> list[Probe]:
+    """The probes of a run: every default one not excluded, and the opt-in ones included."""
+    skip, wanted = set(exclude or []), set(include or [])
+    return [cls() for cls in PROBES
+            if cls.name not in skip and (not cls.opt_in or cls.name in wanted)]

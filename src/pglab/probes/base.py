@@ -68,6 +68,9 @@ class Probe(ABC):
     name: ClassVar[str]
     help: ClassVar[str]
     cadence: ClassVar[Cadence] = "interval"
+    # Off unless a scenario names it in telemetry.include: its cost is above the observer's
+    # budget (about 1% of the machine) for some runs.
+    opt_in: ClassVar[bool] = False
 
     def start(self, ctx: ProbeContext) -> None:  # noqa: B027 - optional hook
         """Open what the probe needs; read baselines for deltas."""

@@ -77,6 +77,12 @@ class DbSessions:
             conn.close()
 
     @property
+    def backend_pids(self) -> frozenset[int]:
+        """The pids of the local backends serving telemetry's open connections."""
+        with self._lock:
+            return frozenset(self._backends.values())
+
+    @property
     def backend_cpu_s(self) -> float:
         """CPU seconds used by the backends of telemetry's connections closed so far."""
         return self._backend_cpu_s

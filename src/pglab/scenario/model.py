@@ -331,6 +331,7 @@ class Telemetry(StrictModel):
     interval: Duration = 1.0
     wait_sampling_hz: int = Field(10, ge=1, le=100)
     exclude: list[str] = Field(default_factory=list)  # probe names, see `pglab probes`
+    include: list[str] = Field(default_factory=list)  # opt-in probes to turn on (os.kernel)
 
     @field_validator("interval")
     @classmethod
@@ -349,6 +350,19 @@ class Telemetry(StrictModel):
             if name not in names:
                 raise ValueError(f"unknown probe '{name}'{did_you_mean(name, names)}; "
                                  "see `pglab probes`")
+        return value
+
+    @field_validator("include")
+    @classmethod
+    def _opt_in_probes(cls, value: list[str]) -> list[str]:
+        from pglab.probes import opt_in_names
+
+        names = opt_in_names()
+        for name in value:
+            if name not in names:
+                raise ValueError(f"'{name}' is not an opt-in probe{did_you_mean(name, names)}; "
+                                 f"include turns on {', '.join(names)} (the others are on "
+                                 "unless excluded)")
         return value
 
 

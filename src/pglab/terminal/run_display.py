@@ -148,8 +148,10 @@ def observer_line(info: dict[str, Any]) -> str | None:
     """What observing cost, from the manifest (the wait sampler's regularity is there too)."""
     if info.get("observer_cpu_pct") is None:
         return None  # telemetry off, or a run recorded before pglab measured its cost
+    kernel = (info.get("probe_cpu_s") or {}).get("os.kernel")
+    within = f" (os.kernel {kernel:.2f} s of it)" if kernel is not None else ""
     return (f"observer cost {info['observer_cpu_pct']:.1f}% of the machine: CPU "
-            f"{info.get('observer_cpu_s', 0):.2f} s pglab + "
+            f"{info.get('observer_cpu_s', 0):.2f} s pglab{within} + "
             f"{info.get('observer_server_cpu_s', 0):.2f} s server")
 
 

@@ -38,6 +38,9 @@ BUILTIN_RUNS["sync-slow-disk"] = ("sync-standby-slow-disk", (  # as its test in 
     "workload.duration=15s", "workload.warmup=2s",
     'faults=[{at="5s", action="bulk-update", args={rows=50000}}]',
 ))
+# the same with os.kernel on (the built-in includes it since issue 16): the WAL
+# receiver's syscall shares
+BUILTIN_RUNS["sync-slow-disk-kernel"] = BUILTIN_RUNS["sync-slow-disk"]
 # 1 MB WAL segments on the built-in's 8 MB/s disk: a segment is created every few
 # hundred transactions, and commits queue on WALWriteLock behind its creator (issue 17:
 # one run of this was called wal-write, another wal-segment-init)

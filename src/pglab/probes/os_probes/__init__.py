@@ -25,7 +25,7 @@ Metrics (node "host" unless said otherwise; MB = MiB = 2**20 bytes, as in Postgr
                some_pct full_pct (% of this interval with some/all tasks stalled)
   os.processes node = node, label "postgres": cpu_cores (postmaster and all descendants),
                processes (count); label = kind (backends checkpointer walwriter bgwriter
-               autovacuum walsender walreceiver startup io_worker other): cpu_cores, which
+               autovacuum walsender walreceiver startup io_worker archiver other): cpu_cores, which
                add up to the "postgres" value; node "client", label "pgbench": cpu_cores,
                max_thread_cores (the busiest pgbench thread)
   os.tcp       label "local->peer" of each replication socket (owned by a walsender or
@@ -61,6 +61,9 @@ from pglab.probes.os_probes.disk import (
     DiskProbe,
     device_of_mount,
 )
+from pglab.probes.os_probes.kernel import (
+    KernelProbe,
+)
 from pglab.probes.os_probes.memory import (
     MemoryProbe,
     PressureProbe,
@@ -90,6 +93,7 @@ OS_PROBES: tuple[type[OsProbe], ...] = (
     PressureProbe,
     ProcessesProbe,
     TcpProbe,
+    KernelProbe,
 )
 
 
@@ -113,6 +117,7 @@ __all__ = [
     "CpuProbe",
     "DeviceResolver",
     "DiskProbe",
+    "KernelProbe",
     "MemoryProbe",
     "OsProbe",
     "PressureProbe",

@@ -32,6 +32,7 @@ KINDS = (
     "walreceiver",
     "startup",
     "io_worker",
+    "archiver",
     "other",
 )
 

@@ -18,6 +18,7 @@ class ProcStat:
     cstime: int
     starttime: int  # ticks after boot: tells a reused pid from the process we knew
     threads: int = 1
+    state: str = "?"  # R running, S sleeping, D uninterruptible (disk), T stopped, ...
 
     @property
     def own_ticks(self) -> int:
@@ -45,6 +46,7 @@ def parse_pid_stat(text: str) -> ProcStat | None:
         cstime=int(words[14]),
         starttime=int(words[19]),
         threads=int(words[17]),
+        state=words[0],
     )
 
 
@@ -69,7 +71,7 @@ TITLE_KINDS = {
     "startup": "startup",
     "io worker": "io_worker",
     "parallel worker": "backends",
-    "archiver": "other",
+    "archiver": "archiver",
     "stats collector": "other",
     "logical replication": "other",
     "walsummarizer": "other",

@@ -340,6 +340,8 @@
     var specs = T.charts.slice();
     var at = specs.findIndex(function (s) { return s.id === "waits"; });
     if (at < 0) at = Math.min(specs.length, 2) - 1;
+    // the kernel's view of the same seconds stays next to the waits
+    while (at + 1 < specs.length && specs[at + 1].id.indexOf("kernel_") === 0) at++;
     specs.splice(at + 1, 0, { id: "events", title: "Events", unit: "", lanes: T.lanes });
     specs.forEach(function (s) {
       var c = makeChart(s, s.lanes || null);
