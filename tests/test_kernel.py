@@ -10,6 +10,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -99,11 +101,20 @@ def test_another_runs_changes_are_not_taken_for_originals(pglab_home: Path,
     # record of who changed them.
     before = read_knobs()
     other = _holder(int(before[EXPIRE] or 0) + 1, {"PGLAB_HOME": str(tmp_path / "other")})
+    told: list[str] = []
     try:
-        with pytest.raises(EnvironmentProblem,
-                           match=rf"another pglab run \(pid {other.pid}\) has changed {EXPIRE}"), \
-                kernel_knobs({EXPIRE: 3000}):
+        with pytest.raises(EnvironmentProblem, match=rf"another pglab run \(pid {other.pid}\) "
+                           rf"has changed {EXPIRE}; waited 1 s for it to finish"), \
+                kernel_knobs({EXPIRE: 3000}, wait_s=1, on_wait=told.append):
             pass
+        assert told == [f"waiting: another pglab run (pid {other.pid}) has changed {EXPIRE}"]
+        # Given time, the second run waits for the first to put its knobs back, and so
+        # records the true originals.
+        started = time.monotonic()
+        threading.Timer(1.0, other.terminate).start()
+        with kernel_knobs({EXPIRE: 3000}) as during:
+            assert time.monotonic() - started >= 1.0  # until the other had finished
+            assert during[EXPIRE] == 3000
     finally:
         other.terminate()
         other.communicate(timeout=30)

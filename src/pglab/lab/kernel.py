@@ -13,7 +13,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import psutil
@@ -62,6 +63,7 @@ def _restore(originals: Mapping[str, KnobValue | None]) -> None:
 
 
 KNOB_STATE_DIR = RUN_DIR / "kernel-knobs"
+KNOB_WAIT_S = 900.0  # a queued tune candidate may wait out another run's whole lab
 
 
 def _state_dirs() -> list[Path]:
@@ -76,8 +78,12 @@ def _originals_for(wanted: Mapping[str, object]) -> dict[str, KnobValue | None]:
 
 
 @contextlib.contextmanager
-def kernel_knobs(wanted: Mapping[str, object]) -> Iterator[dict[str, KnobValue | None]]:
-    """Set the knobs for the body and restore them after; yields the values in effect."""
+def kernel_knobs(wanted: Mapping[str, object], wait_s: float = KNOB_WAIT_S,
+                 on_wait: Callable[[str], None] = lambda _message: None,
+                 ) -> Iterator[dict[str, KnobValue | None]]:
+    """Set the knobs for the body and restore them after; yields the values in effect.
+    While another run has knobs changed, wait for it (up to `wait_s`, said once through
+    `on_wait`): its values are not originals, and the knobs are the machine's one set."""
     from pglab.processes import deliver_pending, shielded
     from pglab.results.files import write_json
 
@@ -92,19 +98,28 @@ def kernel_knobs(wanted: Mapping[str, object]) -> Iterator[dict[str, KnobValue |
         raise EnvironmentProblem(f"kernel: setting {', '.join(wanted)} needs root (pglab runs "
                                  f"as uid {os.geteuid()}); run as root or remove [kernel]")
     state = KNOB_STATE_DIR / f"{os.getpid()}.json"
-    # One lock around the check and the state file: two runs starting together must not
-    # both find the machine free.
-    with shielded(), machine_lock("kernel-knobs"):
-        KNOB_STATE_DIR.mkdir(exist_ok=True)
-        restore_stale_knobs()
-        others = held_knobs()
-        if others:
-            pid = min(others)
-            raise EnvironmentProblem(f"kernel: another pglab run (pid {pid}) has changed "
-                                     f"{', '.join(sorted(others[pid]))}; wait for it to "
+    deadline, told = time.monotonic() + wait_s, False
+    while True:
+        # One lock around the check and the state file: two runs starting together must
+        # not both find the machine free.
+        with shielded(), machine_lock("kernel-knobs"):
+            KNOB_STATE_DIR.mkdir(exist_ok=True)
+            restore_stale_knobs()
+            others = held_knobs()
+            if not others:
+                originals = _originals_for(wanted)
+                write_json(state, {"pid": os.getpid(), "originals": originals})
+                break
+        pid = min(others)
+        holder = f"another pglab run (pid {pid}) has changed {', '.join(sorted(others[pid]))}"
+        if time.monotonic() > deadline:
+            raise EnvironmentProblem(f"kernel: {holder}; waited {wait_s:.0f} s for it to "
                                      "finish")
-        originals = _originals_for(wanted)
-        write_json(state, {"pid": os.getpid(), "originals": originals})
+        if not told:
+            on_wait(f"waiting: {holder}")
+            told = True
+        deliver_pending()
+        time.sleep(0.5)
     try:
         deliver_pending()
         for name, value in values.items():

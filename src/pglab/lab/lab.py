@@ -342,7 +342,7 @@ class Lab:
 
     def _start_local(self) -> None:
         reap_stale_labs()
-        self.resources.set_kernel_knobs()
+        self.resources.set_kernel_knobs(self.on_status)
         self.bins = runnable_by(find_binaries(self.pg_bin), self.user)
         server_spec = self.scenario.server
         self.template = get_template(

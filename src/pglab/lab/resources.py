@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,9 +64,9 @@ class LabResources:
         self.envelopes: dict[str, AppliedEnvelope] = {}
         self.knobs: dict[str, Any] = {}
 
-    def set_kernel_knobs(self) -> None:
+    def set_kernel_knobs(self, on_status: Callable[[str], None]) -> None:
         wanted = dict(self.scenario.kernel)
-        in_effect = self._stack.enter_context(kernel_knobs(wanted))
+        in_effect = self._stack.enter_context(kernel_knobs(wanted, on_wait=on_status))
         self.knobs = {"set": wanted, "in_effect": in_effect}
 
     def enter_envelope(self, node: str, data_dir: Path | None) -> list[Path]:
