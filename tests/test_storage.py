@@ -140,13 +140,15 @@ def leftovers(home: Path) -> list[str]:
         cmd = " ".join(proc.info["cmdline"] or [])
         if labs in cmd and ("device_server" in cmd or "nbdfuse" in cmd):
             found.append(f"process {proc.pid} {cmd[:80]}")
-    # ZFS names are machine-wide and carry their pglab's pid: another session's live
-    # pglab may have one; a pool of a dead pglab is a leftover.
-    pools = subprocess.run(["zpool", "list", "-H", "-o", "name"], capture_output=True,
-                           text=True).stdout.split()
-    for pool in pools:
+    # ZFS names are machine-wide and carry their pglab's pid: a pool of a dead pglab is
+    # a leftover if it was mounted under `home` (a concurrent test's killed pglab has
+    # one under its own home until its next pglab reaps it).
+    pools = subprocess.run(["zfs", "list", "-H", "-d", "0", "-o", "name,mountpoint"],
+                           capture_output=True, text=True).stdout.splitlines()
+    for pool, _, mountpoint in (line.partition("\t") for line in pools):
         match = re.match(r"pglab-(\d+)-", pool)
-        if match and not psutil.pid_exists(int(match.group(1))):
+        if (match and not psutil.pid_exists(int(match.group(1)))
+                and mountpoint.startswith(labs)):
             found.append(f"ZFS pool {pool} of a dead pglab")
     return found
 
