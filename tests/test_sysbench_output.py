@@ -7,8 +7,8 @@ import datetime as dt
 
 import polars as pl
 import pytest
-from tests.conftest import SAMPLES
 
+from conftest import SAMPLES
 from pglab.results.schemas import CLIENT_SCHEMA, SYSBENCH_CLIENT_COLUMNS
 from pglab.workload.sysbench_output import (
     IntervalLine,
