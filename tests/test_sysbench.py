@@ -12,7 +12,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from conftest import apt_install, run_cli, write_scenario
+from conftest import SAMPLES, apt_install, run_cli, write_scenario
 from pglab.results.schemas import CLIENT_SCHEMA, SYSBENCH_CLIENT_COLUMNS
 
 pytestmark = pytest.mark.live
@@ -74,6 +74,16 @@ def test_a_short_run_writes_the_client_series_and_the_manifest(
     assert stats["seconds"] == 3
     assert stats["tps"] == pytest.approx(measured.head(3)["tps"].mean())
     assert stats["tps"] == pytest.approx(summary["transactions_per_s"], rel=0.5)
+
+    # old sysbench numbers, imported, compare with the new run
+    old = run_cli("import", str(SAMPLES / "sysbench" / "run_read_write.txt"), "--name", "old",
+                  "--results", str(tmp_path / "r"))
+    assert old.returncode == 0, old.stderr
+    (imported,) = _runs(tmp_path / "r", "old")
+    compared = run_cli("compare", str(imported), str(run))
+    assert compared.returncode == 0, compared.stderr
+    tps = next(line for line in compared.stdout.splitlines() if line.startswith("TPS"))
+    assert tps.split()[1] == "625.1"  # the sample's mean per-second tps
 
 
 def test_a_threads_sweep_makes_two_runs_and_a_study(sysbench_binary: str,
