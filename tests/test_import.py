@@ -12,6 +12,7 @@ import polars as pl
 import pytest
 
 from conftest import SAMPLES, run_cli
+from pglab.errors import BadInput
 from pglab.importer import import_run, read_aggregate_log
 from pglab.workload.pgbench_output import parse_summary
 
@@ -170,3 +171,53 @@ def test_bad_input_is_one_line(tmp_path: Path, files: list[str], expected: str) 
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and expected.format(**values) in lines[0], result.stderr
     assert not (tmp_path / "r").exists()  # nothing written for bad input
+
+
+# --- sysbench's stdout ---------------------------------------------------------------------
+
+SYSBENCH = SAMPLES / "sysbench"
+
+
+def test_sysbench_output_imports_with_its_series_and_summary(tmp_path: Path) -> None:
+    path = SYSBENCH / "run_read_write.txt"
+    run = import_run(path, [], tmp_path, "old-sysbench", warmup_s=1)
+    manifest = json.loads((run.path / "manifest.json").read_text())
+    assert manifest["status"] == "completed"
+    assert manifest["source"]["from"] == "sysbench"
+    assert manifest["scenario"]["workload"]["driver"] == "sysbench"
+    assert manifest["workload"] == {"driver": "sysbench", "version": "1.0.20", "threads": 4,
+                                    "per_transaction_log": False}
+    assert manifest["results"]["sysbench"]["transactions"] == 3132
+    measured = manifest["results"]["measured"]
+    # the seconds after the first: 756.83, 647.06, 656.90, 352.66 tps
+    assert measured["seconds"] == 4
+    assert measured["tps"] == pytest.approx((756.83 + 647.06 + 656.90 + 352.66) / 4)
+    assert measured["lat_p95_ms"] == pytest.approx((13.70 + 15.27) / 2)
+    series = pl.read_parquet(run.path / "client.parquet")
+    assert series["tps"].to_list() == [712.28, 756.83, 647.06, 656.90, 352.66]
+    assert series["warmup"].to_list() == [True, False, False, False, False]
+    ended = path.stat().st_mtime
+    assert series["t"][-1].timestamp() == pytest.approx(ended - 5.0399 + 4, abs=1)
+    assert (run.path / "raw" / "sysbench.stdout").read_text() == path.read_text()
+
+
+def test_imported_sysbench_runs_compare(tmp_path: Path) -> None:
+    old = import_run(SYSBENCH / "run_read_write.txt", [], tmp_path, "sb")
+    new = import_run(SYSBENCH / "run_insert.txt", [], tmp_path, "sb")
+    result = run_cli("compare", str(old.path), str(new.path))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    # the means of the per-second tps: (712.28 + ... + 352.66) / 5, (3368.86 + ...) / 3
+    tps = next(line for line in lines if line.startswith("TPS"))
+    assert tps.split()[1:5] == ["625.1", "tx/s", "3,207", "tx/s"]
+    p95 = next(line for line in lines if line.startswith("latency p95"))
+    assert p95.split()[2:6] == ["13.70", "ms", "5.67", "ms"]  # the medians of the seconds
+
+
+def test_a_failed_sysbench_output_imports_as_failed(tmp_path: Path) -> None:
+    run = import_run(SYSBENCH / "run_division_by_zero.txt", [], tmp_path, "sb")
+    manifest = json.loads((run.path / "manifest.json").read_text())
+    assert manifest["status"] == "failed"
+    assert manifest["reason"] == "PQexec() failed: 7 division by zero"
+    with pytest.raises(BadInput, match="imported alone"):
+        import_run(SYSBENCH / "run_insert.txt", [SYSBENCH / "run_deadlock.txt"], tmp_path, "sb")

@@ -212,3 +212,65 @@ def test_a_standby_fault_without_a_node_acts_on_the_only_standby() -> None:
         'duration', 'node = "primary"\nduration'), "s.toml").scenario
     with pytest.raises(BadInput, match="acts on a standby, not on 'primary'"):
         check_faults(named, "s.toml")
+
+
+SYSBENCH = BASE + '[workload]\ndriver = "sysbench"\n'
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ('test = "oltp_read_wirte"', "workload.test = 'oltp_read_wirte' is not valid: unknown "
+                                     "sysbench test 'oltp_read_wirte' (did you mean "
+                                     "'oltp_read_write'?)"),
+        ('test = "mine.lua"', "workload.test: 'mine.lua' not found (looked for "),
+        ("scale = 10", "workload: 'scale' is a pgbench key, and driver = 'sysbench'"),
+        ("clients = 4\njobs = 2", "'clients', 'jobs' are pgbench keys, and driver = 'sysbench'"),
+        ("threads = [4, 0]", "workload.threads = [4, 0] is not valid: expected a whole number "
+                             "of threads ≥ 1"),
+        ('options = { "--range_selects" = "off" }', "'--range_selects' is not a sysbench "
+                                                    "option name"),
+        ('options = { "Range Selects" = "off" }', "is not a sysbench option name"),
+        ("options = { threads = 4 }", "'threads' is set by pglab from workload.threads"),
+        ('options = { pgsql-host = "db" }', "'pgsql-host': pglab connects sysbench"),
+        ("percentile = 101", "workload.percentile = 101 is not valid: expected a number ≤ 100"),
+        ("rate = 2.5", "rate = 2.5: sysbench --rate takes a whole number"),
+        ("table_size = 0", "workload.table_size = 0 is not valid"),
+    ],
+)
+def test_bad_sysbench_workloads_get_one_line_errors(body: str, expected: str,
+                                                     tmp_path: Path) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text(SYSBENCH + body + "\n")
+    with pytest.raises(BadInput) as info:
+        load(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: ")
+    assert expected in message, message
+    assert "\n" not in message
+
+
+def test_sysbench_keys_are_refused_with_pgbench() -> None:
+    with pytest.raises(BadInput, match="'test', 'threads' are sysbench keys, and driver = "
+                                       "'pgbench'"):
+        load_text(BASE + '[workload]\ntest = "oltp_insert"\nthreads = 4\n', "s.toml")
+
+
+def test_sysbench_threads_sweep_like_clients(tmp_path: Path) -> None:
+    (tmp_path / "my.lua").write_text("function event() end\n")
+    path = tmp_path / "s.toml"
+    path.write_text(SYSBENCH + 'test = "my.lua"\ntables = 8\ntable_size = 100000\n'
+                    'threads = [25, 50, 100]\nduration = "5m"\nwarmup = "10s"\nrate = 0\n'
+                    'percentile = 99\noptions = { range_selects = "off", skip_trx = true }\n'
+                    '[matrix]\n"server.settings.fsync" = ["on", "off"]\n')
+    loaded = load(path)
+    workload = loaded.scenario.workload
+    assert (workload.driver, workload.tables, workload.table_size, workload.percentile) == (
+        "sysbench", 8, 100000, 99)
+    assert workload.options == {"range_selects": "off", "skip_trx": True}
+    assert [(v.overrides["server.settings.fsync"], v.clients) for v in loaded.variants] == [
+        ("on", 25), ("on", 50), ("on", 100), ("off", 25), ("off", 50), ("off", 100)]
+    assert loaded.variants[1].overrides["workload.threads"] == 50
+    assert loaded.variants[1].scenario.workload.threads == [50]
+    with pytest.raises(BadInput, match=r"matrix\.workload\.threads: use workload\.threads"):
+        load_text(SYSBENCH + '[matrix]\n"workload.threads" = [1, 2]\n', "s.toml")

@@ -285,10 +285,11 @@ def observe(dsn: str, standbys: tuple[str, ...], duration: str | None,
               help="The pgbench run was made on this machine: record its host facts.")
 def import_(summary: Path, logs: tuple[Path, ...], name: str, results: Path, warmup: str,
             sampling_rate: float, this_host: bool) -> int:
-    """Turn a pgbench run made without pglab into a results folder.
+    """Turn a pgbench or sysbench run made without pglab into a results folder.
 
     SUMMARY is pgbench's stdout; LOGS are its -l per-transaction logs or its
-    --aggregate-interval logs (one file per pgbench thread), optional.
+    --aggregate-interval logs (one file per pgbench thread), optional. Or SUMMARY is
+    sysbench's stdout (with --report-interval=1 for a per-second series), alone.
     """
     from pglab.commands import importing
 

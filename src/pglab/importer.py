@@ -14,6 +14,12 @@ The folder gets the same files a pglab run has, as far as the input allows:
 - raw/: copies of the input files.
 Without logs only the summary's figures exist (no per-second samples).
 
+sysbench's stdout (`--report-interval=1`, alone, no logs) imports too: its per-second
+lines become client.parquet as in a pglab sysbench run (workload/sysbench_output.py),
+its summary `results.sysbench`. sysbench prints no clock time and not the test's name:
+the run is placed so that it ended when the file was last written, and the test is
+unknown.
+
 Aggregate log line (pgbench 15-18, checked against real logs in tests/samples/pgbench/):
 interval_start num_transactions sum_latency sum_latency_2 min_latency max_latency
 sum_lag sum_lag_2 min_lag max_lag skipped retried retries serialization_failures
@@ -40,6 +46,10 @@ from pglab.results.folder import RunFolder, StoredRun, create_run_folder, load_r
 from pglab.results.manifest import Manifest
 from pglab.results.schemas import CLIENT_SCHEMA
 from pglab.workload.pgbench_output import PgbenchSummary, parse_summary, summary_to_dict
+from pglab.workload.sysbench_output import SysbenchOutput, parse_output
+from pglab.workload.sysbench_output import measured_window_stats as sysbench_window_stats
+from pglab.workload.sysbench_output import per_second_series as sysbench_series
+from pglab.workload.sysbench_output import summary_to_dict as sysbench_summary
 from pglab.workload.txlog import (
     US,
     TxLogSpec,
@@ -186,6 +196,13 @@ def import_run(summary_path: Path, logs: list[Path], results_root: Path, name: s
     """Make a results folder from a pgbench summary and its logs (see the module doc)."""
     if not re.fullmatch(r"[a-z0-9-]+", name):
         raise BadInput(f"--name {name!r}: expected lowercase letters, digits and '-'")
+    sysbench = _sysbench_output(summary_path)
+    if sysbench is not None:
+        if logs:
+            raise BadInput(f"{summary_path}: sysbench's output is imported alone (sysbench "
+                           "writes no logs); drop the other files")
+        return _import_sysbench(summary_path, sysbench, results_root, name, warmup_s,
+                                this_host)
     summary = _read_summary(summary_path)
     kinds = {path: _log_kind(path) for path in logs}
     if len(set(kinds.values())) > 1:
@@ -251,3 +268,66 @@ def _manifest(folder: RunFolder, name: str, summary: PgbenchSummary, measured: d
         workload={"jobs": summary.threads, "log_sampling": sampling_rate},
         results={"pgbench": summary_to_dict(summary), "measured": measured},
     )
+
+
+def _sysbench_output(path: Path) -> SysbenchOutput | None:
+    """sysbench's parsed stdout when the file is one (its banner and per-second lines or
+    its summary), else None."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return None  # _read_summary names the problem
+    if not text.startswith("sysbench "):
+        return None
+    output = parse_output(text)
+    if not output.intervals and output.summary is None:
+        raise BadInput(f"{path}: sysbench output without per-second lines or a summary "
+                       "(run it with --report-interval=1)")
+    return output
+
+
+def _import_sysbench(path: Path, output: SysbenchOutput, results_root: Path, name: str,
+                     warmup_s: int, this_host: bool) -> StoredRun:
+    """A results folder from sysbench's stdout: the per-second series, the summary."""
+    summary = output.summary
+    seconds = (summary.total_time_s if summary is not None and summary.total_time_s
+               else float(len(output.intervals)))
+    # sysbench prints no clock time: the file was last written when it ended
+    ended_s = path.stat().st_mtime
+    started_s = ended_s - seconds
+    series = sysbench_series(output.intervals, started_s, warmup_s)
+    measured_seconds = series.filter(~pl.col("warmup")).height
+    measured = sysbench_window_stats(series, measured_seconds)
+    if not output.intervals and summary is not None:  # the summary's figures alone
+        measured.update(seconds=int(seconds), transactions=summary.transactions,
+                        tps=summary.transactions_per_s or 0.0,
+                        lat_avg_ms=summary.lat_avg_ms, lat_max_ms=summary.lat_max_ms)
+    percentile = output.intervals[0].percentile if output.intervals else (
+        summary.percentile if summary is not None else None)
+    folder = create_run_folder(results_root, name)
+    shutil.copyfile(path, folder.raw / "sysbench.stdout")
+    if output.intervals:
+        write_parquet(folder.file(files.CLIENT), series)
+    workload = {"driver": "sysbench", "test": None, "threads": [output.threads or 1],
+                "duration": float(measured_seconds), "warmup": float(warmup_s),
+                "percentile": percentile}
+    started = dt.datetime.fromtimestamp(started_s, dt.timezone.utc)
+    manifest = Manifest(
+        run_id=folder.path.name, scenario_name=name,
+        status="completed" if not output.fatal else "failed",
+        reason=output.fatal[0] if output.fatal else None,
+        started_at=iso(started),
+        ended_at=iso(dt.datetime.fromtimestamp(ended_s, dt.timezone.utc)),
+        scenario_source="import",
+        scenario={"name": name, "server": {"target": "imported"}, "workload": workload},
+        nodes={"primary": {"name": "primary", "target": "imported", "server_version": None}},
+        workload={"driver": "sysbench", "version": output.version,
+                  "threads": output.threads, "per_transaction_log": False},
+        results={"sysbench": sysbench_summary(output), "measured": measured},
+    )
+    manifest.source = {"kind": "import", "from": "sysbench", "imported_at": iso(utc_now()),
+                       "summary": str(path.absolute()), "logs": []}
+    if this_host:
+        manifest.host = host_facts(None)
+    folder.write_manifest(manifest)
+    return load_run(folder.path)

@@ -39,8 +39,12 @@ from pglab.results.study import StudyDocument, study_entry, study_path
 from pglab.results.study import write_study as write_study_file
 from pglab.scenario import LoadedScenario, Scenario, Variant, Workload
 from pglab.telemetry import TelemetryRunner, monotonic_wall_clock
-from pglab.workload import pgbench
+from pglab.workload import pgbench, sysbench
 from pglab.workload.pgbench_output import ProgressLine, parse_summary, summary_to_dict
+from pglab.workload.sysbench_output import IntervalLine, fatal_message, parse_output
+from pglab.workload.sysbench_output import measured_window_stats as sysbench_window_stats
+from pglab.workload.sysbench_output import per_second_series as sysbench_series
+from pglab.workload.sysbench_output import summary_to_dict as sysbench_summary
 from pglab.workload.txlog import measured_window_stats, per_second_series, read_txlogs
 
 
@@ -117,6 +121,48 @@ def _process_client_data(folder: RunFolder, cmd: pgbench.PgbenchCommand, warmup_
     return dataclasses.asdict(stats)
 
 
+def _process_sysbench_data(folder: RunFolder, run: sysbench.SysbenchRun, warmup_s: int,
+                           duration_s: int) -> dict[str, Any]:
+    """Per-second series from sysbench's per-second lines (it keeps no per-transaction
+    log); the measured-window statistics from that series."""
+    if run.threads_started_at is None:
+        return {}
+    output = parse_output(run.stdout)
+    series = sysbench_series(output.intervals, run.threads_started_at, warmup_s)
+    write_parquet(folder.file(files.CLIENT), series)
+    return sysbench_window_stats(series, duration_s)
+
+
+def _as_progress(line: IntervalLine) -> ProgressLine:
+    """A sysbench second as the live display's progress line."""
+    return ProgressLine(t=time.time(), tps=line.tps, lat_ms=line.lat_ms, stddev_ms=None,
+                        failed=0, lag_ms=None, skipped=0, retried=round(line.errors_per_s),
+                        retries=round(line.errors_per_s))
+
+
+def _sysbench_outcome(manifest: Manifest, cmd: sysbench.SysbenchCommand,
+                      run: sysbench.SysbenchRun) -> None:
+    """The summary into the manifest; PglabError when sysbench failed, naming the error
+    it printed and when."""
+    output = parse_output(run.stdout)
+    manifest.workload.update(started_at=iso(run.started_at), ended_at=iso(run.ended_at),
+                             returncode=run.returncode)
+    if run.threads_started_at is not None:
+        manifest.workload["threads_started_at"] = iso(run.threads_started_at)
+    manifest.results["sysbench"] = sysbench_summary(output)
+    if run.timed_out:
+        raise PglabError(f"sysbench did not finish within {sysbench.FINISH_GRACE_S:.0f}s "
+                         f"after its {cmd.total_s}s (every event failing with an error it "
+                         "ignores, such as a unique violation, is re-run without end)")
+    if run.returncode != 0:
+        message = fatal_message(output) or (output.fatal[0] if output.fatal else None)
+        when = (f" {run.first_fatal[1]:.1f}s into the load" if run.first_fatal is not None
+                else "")
+        last = run.stdout.strip().splitlines()[-1:] or ["(no output)"]
+        raise PglabError(f"sysbench exited with code {run.returncode}{when}: "
+                         f"{message or last[0]}")
+
+
 def run_variant(loaded: LoadedScenario, variant: Variant, options: RunOptions, ui: RunUI,
                 study_id: str | None = None) -> StoredRun:
     """Run one variant; the folder records the outcome even when this raises."""
@@ -127,18 +173,30 @@ def run_variant(loaded: LoadedScenario, variant: Variant, options: RunOptions, u
     write_text(folder.file(files.SCENARIO),
                redact_text(loaded.source_text, scenario.server.dsn))
     cmd: pgbench.PgbenchCommand | None = None
+    # The driver is chosen where the command is built, where the load runs and where its
+    # output becomes the client data; the rest of a run does not depend on it.
+    sb_cmd: sysbench.SysbenchCommand | None = None
+    sb_run: sysbench.SysbenchRun | None = None
     error: BaseException | None = None
     try:
+        sysbench.check_scenario(scenario, loaded.where)
+        tool = (sysbench.for_workload(scenario.workload, loaded.base_dir)
+                if scenario.workload.driver == "sysbench" else None)
         with Lab(scenario, loaded.where, folder.path.name, keep=options.keep,
-                 pg_bin=options.pg_bin, on_status=ui.status) as lab:
+                 pg_bin=options.pg_bin, on_status=ui.status,
+                 data_init=tool.data_init if tool is not None else None) as lab:
             lab.logs_to = folder.raw
             assert lab.bins is not None
             cuts = [f for f in scenario.faults if f.action in CUT_ACTIONS]
             ledger_problem = pgbench.ledger_problem(scenario.workload)
-            cmd = pgbench.build_command(lab.bins, scenario.workload, variant.clients,
-                                        folder.raw, loaded.base_dir,
-                                        pgbench.txlog_spool_dir(),
-                                        ledger=bool(cuts) and ledger_problem is None)
+            if tool is not None:
+                sb_cmd = sysbench.build_command(tool.binary, tool.version, scenario.workload,
+                                                variant.clients, loaded.base_dir)
+            else:
+                cmd = pgbench.build_command(lab.bins, scenario.workload, variant.clients,
+                                            folder.raw, loaded.base_dir,
+                                            pgbench.txlog_spool_dir(),
+                                            ledger=bool(cuts) and ledger_problem is None)
             data_dir = lab.primary.data_dir if lab.primary else None
             manifest.host = host_facts(data_dir)
             manifest.nodes = lab.nodes_facts()
@@ -154,8 +212,12 @@ def run_variant(loaded: LoadedScenario, variant: Variant, options: RunOptions, u
                     "created_at": lab.template.meta.get("created_at"),
                     "init": lab.template.meta.get("init"),
                 }
-            manifest.workload = {"argv": cmd.argv, "jobs": cmd.jobs,
-                                    "log_sampling": cmd.txlog_spec.sampling_rate}
+            if cmd is not None:
+                manifest.workload = {"argv": cmd.argv, "jobs": cmd.jobs,
+                                     "log_sampling": cmd.txlog_spec.sampling_rate}
+            elif sb_cmd is not None:
+                manifest.workload = sysbench.manifest_record(sb_cmd, scenario.workload,
+                                                             lab.client_env())
             folder.write_manifest(manifest)
             client_pids: list[int] = []
             telemetry = _telemetry_for(scenario, lab, folder, client_pids)
@@ -167,7 +229,7 @@ def run_variant(loaded: LoadedScenario, variant: Variant, options: RunOptions, u
 
             measured_start: list[float] = []
             durability = _Durability(lab, cmd, ledger_problem, scenario, measured_start,
-                                     timeline) if cuts else None
+                                     timeline) if cuts and cmd is not None else None
 
             def load_started(pid: int) -> None:
                 client_pids.append(pid)
@@ -180,9 +242,18 @@ def run_variant(loaded: LoadedScenario, variant: Variant, options: RunOptions, u
             try:  # from the probes' start: a Ctrl-C at any point still stops and writes them
                 if telemetry is not None:  # before the load, so the first second has a baseline
                     telemetry.start()
-                ui.load_started(cmd.total_s, variant.label() or scenario.name)
-                segments = _run_load(cmd, lab, folder, ui, load_started, timeline, durability)
-                result = segments[-1]
+                if sb_cmd is not None:
+                    ui.load_started(sb_cmd.total_s, variant.label() or scenario.name)
+                    sb_run = sysbench.run(sb_cmd, lab.client_env(), folder.raw,
+                                          lambda line: ui.progress(_as_progress(line)),
+                                          on_started=load_started,
+                                          cgroup_procs=lab.client_cgroup)
+                else:
+                    assert cmd is not None
+                    ui.load_started(cmd.total_s, variant.label() or scenario.name)
+                    segments = _run_load(cmd, lab, folder, ui, load_started, timeline,
+                                         durability)
+                    result = segments[-1]
             finally:
                 ui.load_finished()
                 with shielded():
@@ -200,37 +271,40 @@ def run_variant(loaded: LoadedScenario, variant: Variant, options: RunOptions, u
             if durability is not None:  # the end-of-run verdict, with the lab still up
                 durability.verify_now("end of run", None)
                 manifest.durability = durability.record
-        manifest.workload.update(
-            started_at=iso(segments[0].started_at), ended_at=iso(result.ended_at),
-            returncode=result.returncode,
-        )
-        if len(segments) > 1:
-            manifest.workload["segments"] = [
-                {"started_at": iso(r.started_at), "ended_at": iso(r.ended_at),
-                 "returncode": r.returncode,
-                 "last_error": r.stderr_tail[-1] if r.stderr_tail else None}
-                for r in segments]
-        summary = parse_summary(result.stdout)
-        manifest.results["pgbench"] = summary_to_dict(summary)
-        if result.timed_out:
-            raise PglabError(f"pgbench did not finish within {pgbench.FINISH_GRACE_S:.0f}s "
-                             "after its duration (stuck transactions?)")
-        failed = [r for r in segments if r.returncode != 0]
-        if failed:
-            last = failed[-1].stderr_tail[-1] if failed[-1].stderr_tail else "(no message)"
-            if timeline.cut_times:
-                # A crash or power loss cuts every client's connection and pgbench does
-                # not reconnect (the load restarts once the node is back): the seconds
-                # after it are the point of the run, not a failure.
-                manifest.results["clients_aborted_by_crash"] = last
-            else:
-                raise PglabError(f"pgbench exited with code {failed[-1].returncode}: {last}")
+        if sb_run is not None and sb_cmd is not None:
+            _sysbench_outcome(manifest, sb_cmd, sb_run)
+        else:
+            manifest.workload.update(
+                started_at=iso(segments[0].started_at), ended_at=iso(result.ended_at),
+                returncode=result.returncode,
+            )
+            if len(segments) > 1:
+                manifest.workload["segments"] = [
+                    {"started_at": iso(r.started_at), "ended_at": iso(r.ended_at),
+                     "returncode": r.returncode,
+                     "last_error": r.stderr_tail[-1] if r.stderr_tail else None}
+                    for r in segments]
+            summary = parse_summary(result.stdout)
+            manifest.results["pgbench"] = summary_to_dict(summary)
+            if result.timed_out:
+                raise PglabError(f"pgbench did not finish within {pgbench.FINISH_GRACE_S:.0f}s "
+                                 "after its duration (stuck transactions?)")
+            failed = [r for r in segments if r.returncode != 0]
+            if failed:
+                last = failed[-1].stderr_tail[-1] if failed[-1].stderr_tail else "(no message)"
+                if timeline.cut_times:
+                    # A crash or power loss cuts every client's connection and pgbench does
+                    # not reconnect (the load restarts once the node is back): the seconds
+                    # after it are the point of the run, not a failure.
+                    manifest.results["clients_aborted_by_crash"] = last
+                else:
+                    raise PglabError(f"pgbench exited with code {failed[-1].returncode}: {last}")
     except BaseException as exc:
         error = exc
         raise
     finally:
         with shielded():
-            late = _finish(folder, manifest, cmd, scenario.workload, error)
+            late = _finish(folder, manifest, cmd, scenario.workload, error, sb_run)
             if error is not None or late:  # failed or interrupted: a report, not analysed
                 _write_report(folder, manifest)
     if late:  # a signal held back while the load's end was cleaned up: stop here too
@@ -397,9 +471,18 @@ def _telemetry_for(scenario: Scenario, lab: Lab, folder: RunFolder,
 
 
 def _finish(folder: RunFolder, manifest: Manifest, cmd: pgbench.PgbenchCommand | None,
-            workload: Workload, error: BaseException | None) -> str | None:
+            workload: Workload, error: BaseException | None,
+            sb_run: sysbench.SysbenchRun | None = None) -> str | None:
     """Whatever happened: keep the client data that exists, and say how the run ended.
     Returns the name of a signal that was held back meanwhile, if any."""
+    if sb_run is not None:
+        try:
+            measured = _process_sysbench_data(folder, sb_run, int(workload.warmup),
+                                              int(workload.duration))
+            if measured:
+                manifest.results["measured"] = measured
+        except Exception as exc:  # keep the run's outcome even if its output is unreadable
+            manifest.results["client_data_error"] = f"{type(exc).__name__}: {exc}"
     if cmd is not None:
         pgbench.collect_txlogs(cmd, folder.raw)
         try:
@@ -451,6 +534,7 @@ def check_variants(loaded: LoadedScenario) -> None:
     alone)."""
     for variant in loaded.variants:
         check_supported(variant.scenario, loaded.where)
+        sysbench.check_scenario(variant.scenario, loaded.where)
 
 
 def run_scenario(loaded: LoadedScenario, options: RunOptions, ui: RunUI,

@@ -522,10 +522,12 @@ RULES: tuple[Rule, ...] = (
          lambda f: {"workload.jobs": max(2, min(_clients(f), f.cores))},
          "the measurement reflects the server again",
          "pgbench threads compete with the server for the same cores on one machine",
+         when=lambda f: not _is_sysbench(f),  # sysbench has a thread per client already
          not_when="pgbench has a thread per core or per client already"),
     Rule("fewer-clients", ("cpu-saturation",),
          "measure with fewer clients (about 2 per core) or more CPUs",
-         lambda f: {"workload.clients": 2 * f.cores},
+         lambda f: {"workload.threads" if _is_sysbench(f) else "workload.clients":
+                    2 * f.cores},
          "same throughput, much lower latency: the excess clients only queue",
          "none for the server; it changes what is measured",
          when=lambda f: _clients(f) > 2 * f.cores,
@@ -533,10 +535,15 @@ RULES: tuple[Rule, ...] = (
 )
 
 
+def _is_sysbench(f: Facts) -> bool:
+    return f.manifest.scenario_workload.get("driver") == "sysbench"
+
+
 def _clients(f: Facts) -> int:
     clients = f.manifest.clients
     if isinstance(clients, list):
-        clients = f.manifest.variant.get("workload.clients", max(clients) if clients else 1)
+        key = "workload.threads" if _is_sysbench(f) else "workload.clients"
+        clients = f.manifest.variant.get(key, max(clients) if clients else 1)
     return int(clients or 1)
 
 

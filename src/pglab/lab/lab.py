@@ -37,7 +37,7 @@ from pglab.lab.settings import (
     setting_choices,
     start_with_settings,
 )
-from pglab.lab.template import Template, copy_data_dir, get_template
+from pglab.lab.template import DataInit, Template, copy_data_dir, get_template
 from pglab.lab.topology import (
     make_standby,
     replication_login,
@@ -188,8 +188,10 @@ class Lab:
     """Servers for one run. Use as `with Lab(...) as lab:`."""
 
     def __init__(self, scenario: Scenario, where: str, run_id: str, keep: bool = False,
-                 pg_bin: str | None = None, on_status: StatusCallback | None = None) -> None:
+                 pg_bin: str | None = None, on_status: StatusCallback | None = None,
+                 data_init: DataInit | None = None) -> None:
         self.scenario = scenario
+        self.data_init = data_init  # None: pgbench's tables at workload.scale
         self.where = where
         self.run_id = run_id
         self.keep = keep
@@ -347,7 +349,7 @@ class Lab:
         server_spec = self.scenario.server
         self.template = get_template(
             self.bins, self.user, server_spec.initdb, self.scenario.workload.scale,
-            server_spec.settings, self.where, self.on_status,
+            server_spec.settings, self.where, self.on_status, self.data_init,
         )
         ensure_dir(self.lab_dir.parent)
         ensure_dir(self.lab_dir)
@@ -380,7 +382,7 @@ class Lab:
             self._start_standbys(server)
         if topo.pooler == "pgbouncer":
             self.on_status("starting PgBouncer")
-            clients = max(self.scenario.workload.clients)
+            clients = max(self.scenario.workload.concurrency)
             self.pooler = PgBouncer(find_pgbouncer(), self.lab_dir / "pgbouncer", self.user,
                                     server, topo.pool_size, max_clients=clients + 20)
             self.pooler.start()

@@ -2,8 +2,9 @@
 
 A template is a cleanly shut down data dir holding pgbench's tables at one scale, made by
 one set of binaries with one set of initdb options; those make its key, so a template is
-reused only where initialising anew would give the same data. Scenario settings are not
-part of it: each run applies its own to its own copy.
+reused only where initialising anew would give the same data. Another load generator's
+data (sysbench's `prepare`) comes as a `DataInit`, whose identity joins the key. Scenario
+settings are not part of it: each run applies its own to its own copy.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import json
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,9 +43,22 @@ class Template:
     reused: bool
 
 
-def template_key(bins: PgBinaries, initdb: InitdbOptions, scale: int) -> str:
+@dataclass(frozen=True)
+class DataInit:
+    """What fills a template's database instead of `pgbench -i` (given by the runner: the
+    lab knows no load generator but pgbench)."""
+
+    ident: dict[str, Any]  # what decides the data (tool version, options): in the key
+    status: str  # what the person sees while it runs
+    # Fills the database that the libpq environment names; returns what meta.json keeps
+    # as "init" (timings, the tool's output).
+    fill: Callable[[dict[str, str]], dict[str, Any] | None]
+
+
+def template_key(bins: PgBinaries, initdb: InitdbOptions, scale: int,
+                 data: dict[str, Any] | None = None) -> str:
     postgres = bins.tool("postgres")
-    ident = {
+    ident: dict[str, Any] = {
         "format": TEMPLATE_FORMAT,
         "bin": str(postgres.resolve()),
         "mtime": postgres.stat().st_mtime_ns,
@@ -51,6 +66,8 @@ def template_key(bins: PgBinaries, initdb: InitdbOptions, scale: int) -> str:
         "initdb": initdb.model_dump(),
         "scale": scale,
     }
+    if data is not None:  # absent for pgbench's data, so its keys stay what they were
+        ident["data"] = data
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:20]
 
 
@@ -66,14 +83,16 @@ def get_template(
     settings: dict[str, SettingValue],
     where: str,
     on_status: Any = None,
+    data: DataInit | None = None,
 ) -> Template:
-    """The template for these binaries, initdb options and scale; built when missing.
+    """The template for these binaries, initdb options and scale (or `data`); built when
+    missing.
 
     `settings` are checked on the builder server before pgbench -i, so a misspelt
     parameter fails in a second instead of after the initialisation.
     """
     root = templates_dir()
-    key = template_key(bins, initdb, scale)
+    key = template_key(bins, initdb, scale, data.ident if data is not None else None)
     final = root / key
     with open(root / f"{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one builder per key, others wait and reuse
@@ -84,7 +103,8 @@ def get_template(
             shutil.rmtree(stale, ignore_errors=True)
         staging = root / f"{key}.partial-{os.getpid()}"
         try:
-            meta = _build(bins, user, initdb, scale, settings, where, staging, on_status)
+            meta = _build(bins, user, initdb, scale, settings, where, staging, on_status,
+                          data)
             staging.rename(final)
         finally:
             with shielded():
@@ -102,6 +122,7 @@ def _build(
     where: str,
     staging: Path,
     on_status: Any,
+    data: DataInit | None = None,
 ) -> dict[str, Any]:
     server = LocalServer("template", bins, staging, user)
     try:
@@ -114,9 +135,16 @@ def _build(
             check_settings(server, settings, where)
         with server.connect("postgres") as conn:
             conn.execute(f"CREATE DATABASE {BENCH_DB}")
-        if on_status:
-            on_status(f"pgbench -i -s {scale}")
-        timings = init_data(bins, server.libpq_env(), scale)
+        init: dict[str, Any] | None
+        if data is not None:
+            if on_status:
+                on_status(data.status)
+            init = data.fill(server.libpq_env())
+        else:
+            if on_status:
+                on_status(f"pgbench -i -s {scale}")
+            timings = init_data(bins, server.libpq_env(), scale)
+            init = {"total_s": timings.total_s, "phases": timings.phases} if timings else None
         with server.connect() as conn:
             conn.execute("CHECKPOINT")
     finally:
@@ -134,8 +162,10 @@ def _build(
         "bin_dir": str(bins.bin_dir),
         "initdb": initdb.model_dump(),
         "scale": scale,
-        "init": {"total_s": timings.total_s, "phases": timings.phases} if timings else None,
+        "init": init,
     }
+    if data is not None:
+        meta["data"] = data.ident
     (staging / "meta.json").write_text(json.dumps(meta, indent=2))
     return meta
 

@@ -23,6 +23,7 @@ from pglab.results.manifest import Manifest
 from pglab.results.study import read_study
 
 CLIENTS_KEY = "workload.clients"
+CLIENTS_KEYS = (CLIENTS_KEY, "workload.threads")  # pgbench's clients, sysbench's threads
 
 
 @dataclass
@@ -63,7 +64,8 @@ def find_study(target: str, results_root: Path) -> Path:
 
 
 def _clients(entry: dict[str, Any], manifest: Manifest | None) -> int | None:
-    value = (entry.get("variant") or {}).get(CLIENTS_KEY)
+    variant = entry.get("variant") or {}
+    value = next((variant[key] for key in CLIENTS_KEYS if key in variant), None)
     if value is None and manifest is not None:
         value = manifest.clients
     if isinstance(value, list):
@@ -86,7 +88,7 @@ def load_study(path: Path) -> Study:
         if clients is None:
             continue
         name = ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in
-                         sorted((entry.get("variant") or {}).items()) if k != CLIENTS_KEY)
+                         sorted((entry.get("variant") or {}).items()) if k not in CLIENTS_KEYS)
         lines.setdefault(name, Line(name)).points.append(Point(
             clients, measured.get("tps"), measured.get("lat_avg_ms"), measured.get("lat_p95_ms"),
             measured.get("lat_p99_ms"), str(entry.get("status", "?")), str(entry.get("path"))))

@@ -105,8 +105,10 @@ class Manifest:
 
     @property
     def clients(self) -> Any:
-        """workload.clients as the scenario recorded it (a number or a one-point list)."""
-        return self.scenario_workload.get("clients")
+        """workload.clients as the scenario recorded it (a number or a one-point list);
+        a sysbench run's workload.threads."""
+        workload = self.scenario_workload
+        return workload.get("threads" if workload.get("driver") == "sysbench" else "clients")
 
     @property
     def duration_s(self) -> int:

@@ -32,6 +32,20 @@ CLIENT_SCHEMA: SchemaType = {
     "lag_max_ms": pl.Float64(),
 }
 
+# client.parquet of a sysbench run: CLIENT_SCHEMA's columns (one all-threads row per
+# second, job null), then these, which pgbench has no equivalent of
+# (workload/sysbench_output.py: per_second_series).
+SYSBENCH_CLIENT_COLUMNS: SchemaType = {
+    "qps": pl.Float64(),  # queries per second, and by kind as sysbench counts them
+    "qps_read": pl.Float64(),
+    "qps_write": pl.Float64(),
+    "qps_other": pl.Float64(),  # BEGIN/COMMIT and other statements
+    "errors_per_s": pl.Float64(),  # ignored errors (the event re-run): err/s as printed
+    "reconnects_per_s": pl.Float64(),
+    "lat_percentile_ms": pl.Float64(),  # the second's latency at workload.percentile
+    "threads": pl.Int32(),  # threads running in that second
+}
+
 # timeseries.parquet: every telemetry sample, long format (docs/TELEMETRY.md).
 TIMESERIES_SCHEMA: SchemaType = {
     "t": pl.Datetime("us", "UTC"),

@@ -74,7 +74,13 @@ def load(path: Path, overrides: list[str] | None = None) -> LoadedScenario:
 
 
 def _check_files(loaded: LoadedScenario) -> None:
-    for script, _ in loaded.scenario.workload.script_files():
+    workload = loaded.scenario.workload
+    if workload.driver == "sysbench" and workload.test.endswith(".lua"):
+        path = loaded.base_dir / workload.test
+        if not path.is_file():
+            raise BadInput(f"{loaded.where}: workload.test: '{workload.test}' not found "
+                           f"(looked for {path})")
+    for script, _ in workload.script_files():
         path = loaded.base_dir / script
         if not path.is_file():
             raise BadInput(

@@ -24,6 +24,12 @@ from pglab.errors import did_you_mean
 from pglab.scenario.disk_profiles import DiskFigures, profile_figures
 from pglab.scenario.envelope_limits import EnvelopeLimits, cpu_list
 from pglab.scenario.kernel_knobs import check_knobs
+from pglab.scenario.sysbench_tests import (
+    MANAGED_OPTIONS,
+    MANAGED_PREFIXES,
+    READ_ONLY_TESTS,
+    SYSBENCH_TESTS,
+)
 from pglab.units import DURATION_HINT, SIZE_HINT, parse_duration, parse_size
 
 BUILTIN_SCRIPTS = ("tpcb-like", "simple-update", "select-only")
@@ -230,18 +236,32 @@ class Topology(StrictModel):
         raise ValueError("expected 'off', 'on' or 'any:K' (K standbys must confirm)")
 
 
-def _clients(value: Any) -> list[int]:
-    items = value if isinstance(value, list) else [value]
-    if not items:
-        raise ValueError("expected a whole number of clients ≥ 1, or a non-empty list of them")
-    for item in items:
-        if isinstance(item, bool) or not isinstance(item, int) or item < 1:
-            raise ValueError("expected a whole number of clients ≥ 1, or a list of them")
-    return list(items)
+def _counts(what: str) -> Any:
+    def check(value: Any) -> list[int]:
+        items = value if isinstance(value, list) else [value]
+        if not items:
+            raise ValueError(f"expected a whole number of {what} ≥ 1, or a non-empty list "
+                             "of them")
+        for item in items:
+            if isinstance(item, bool) or not isinstance(item, int) or item < 1:
+                raise ValueError(f"expected a whole number of {what} ≥ 1, or a list of them")
+        return list(items)
+
+    return check
+
+
+_clients = _counts("clients")
+
+# Keys that only one driver reads: given with the other driver they would be silently
+# ignored, so they are refused (Workload._driver_keys).
+PGBENCH_KEYS = ("scale", "mix", "scripts", "clients", "jobs", "latency_limit", "protocol",
+                "per_statement", "max_tries", "reconnect", "log_sampling")
+SYSBENCH_KEYS = ("test", "tables", "table_size", "threads", "percentile", "options")
+_SYSBENCH_OPTION = re.compile(r"[a-z][a-z0-9]*(?:[_-][a-z0-9]+)*")
 
 
 class Workload(StrictModel):
-    driver: Literal["pgbench"] = "pgbench"
+    driver: Literal["pgbench", "sysbench"] = "pgbench"
     scale: int = Field(10, ge=1)
     mix: list[str] = Field(default_factory=lambda: ["tpcb-like"])
     scripts: list[str] = Field(default_factory=list)
@@ -263,6 +283,15 @@ class Workload(StrictModel):
     on: Literal["primary", "standbys"] = "primary"
     # Limits for pgbench itself (a load generator with the CPU of a small client VM).
     envelope: Envelope = Envelope()
+    # --- driver = "sysbench" (workload/sysbench.py) ---
+    test: str = "oltp_read_write"  # a bundled test, or a Lua script relative to the file
+    tables: int = Field(1, ge=1)
+    table_size: int = Field(10000, ge=1)
+    threads: Annotated[list[int], BeforeValidator(_counts("threads"))] = Field(
+        default_factory=lambda: [8])
+    percentile: int = Field(95, ge=0, le=100)  # sysbench --percentile; 0 turns it off
+    # Any other sysbench option, passed as --NAME=VALUE (true/false as on/off).
+    options: dict[str, bool | int | float | str] = Field(default_factory=dict)
 
     @field_validator("duration")
     @classmethod
@@ -301,6 +330,55 @@ class Workload(StrictModel):
                 raise ValueError(f"'{entry}': expected PATH or PATH@WEIGHT, a whole weight ≥ 1")
         return value
 
+    @field_validator("test")
+    @classmethod
+    def _test(cls, value: str) -> str:
+        if value in SYSBENCH_TESTS or value.endswith(".lua"):
+            return value
+        raise ValueError(f"unknown sysbench test '{value}'{did_you_mean(value, SYSBENCH_TESTS)}"
+                         f"; expected one of {', '.join(SYSBENCH_TESTS)} or a Lua script "
+                         "path ending in .lua")
+
+    @field_validator("options")
+    @classmethod
+    def _options(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for name in value:
+            if not _SYSBENCH_OPTION.fullmatch(name):
+                raise ValueError(f"'{name}' is not a sysbench option name (lowercase words "
+                                 "joined by '_' or '-', without the leading '--')")
+            if name in MANAGED_OPTIONS:
+                raise ValueError(f"'{name}' is set by pglab from {MANAGED_OPTIONS[name]}")
+            if name.startswith(MANAGED_PREFIXES):
+                raise ValueError(f"'{name}': pglab connects sysbench to the lab's server "
+                                 "itself")
+        return value
+
+    @model_validator(mode="after")
+    def _driver_keys(self) -> Workload:
+        given = self.model_fields_set
+        other = SYSBENCH_KEYS if self.driver == "pgbench" else PGBENCH_KEYS
+        wrong = [key for key in other if key in given]
+        if wrong:
+            owner = "sysbench" if self.driver == "pgbench" else "pgbench"
+            names = ", ".join(f"'{key}'" for key in wrong)
+            raise ValueError(f"{names} {'is a' if len(wrong) == 1 else 'are'} {owner} "
+                             f"key{'s' if len(wrong) > 1 else ''}, and driver = "
+                             f"'{self.driver}'")
+        if self.driver == "sysbench" and self.rate != int(self.rate):
+            raise ValueError(f"rate = {self.rate:g}: sysbench --rate takes a whole number of "
+                             "transactions per second")
+        return self
+
+    @property
+    def concurrency(self) -> list[int]:
+        """The client counts of the sweep: pgbench's clients or sysbench's threads."""
+        return self.threads if self.driver == "sysbench" else self.clients
+
+    @property
+    def concurrency_key(self) -> str:
+        """The dotted key a sweep varies (`workload.clients` or `workload.threads`)."""
+        return "workload.threads" if self.driver == "sysbench" else "workload.clients"
+
     def expanded_mix(self) -> list[tuple[str, int]]:
         """Builtin scripts with weights, named mixes expanded."""
         out: list[tuple[str, int]] = []
@@ -323,6 +401,8 @@ class Workload(StrictModel):
 
     def is_read_only(self) -> bool:
         """True when every script is a builtin known not to write."""
+        if self.driver == "sysbench":
+            return self.test in READ_ONLY_TESTS
         return not self.scripts and all(n in READ_ONLY_SCRIPTS for n, _ in self.expanded_mix())
 
 

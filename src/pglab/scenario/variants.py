@@ -1,7 +1,7 @@
 """Sweeps and matrices: one scenario -> the variants that each make one run.
 
-`workload.clients = [1, 4, 16]` is a sweep; `[matrix]` is a cartesian product of
-overrides; together, every matrix point runs at every client count.
+`workload.clients = [1, 4, 16]` (sysbench: `workload.threads`) is a sweep; `[matrix]` is
+a cartesian product of overrides; together, every matrix point runs at every client count.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ class Variant:
 
     @property
     def clients(self) -> int:
-        return self.scenario.workload.clients[0]
+        """This point's client count (pgbench clients, sysbench threads)."""
+        return self.scenario.workload.concurrency[0]
 
     def label(self) -> str:
         return ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in self.overrides.items())
@@ -40,12 +41,12 @@ def expand_variants(scenario: Scenario, raw: dict[str, Any], where: str) -> list
         check_key(key, f"{where}: matrix")
         if not values:
             raise BadInput(f"{where}: matrix.{key} is empty: expected a list of values")
-        if key == "workload.clients":
-            raise BadInput(f"{where}: matrix.workload.clients: use workload.clients = [..]")
+        if key in ("workload.clients", "workload.threads"):
+            raise BadInput(f"{where}: matrix.{key}: use {key} = [..]")
         axes.append((key, values))
-    clients = scenario.workload.clients
+    clients = scenario.workload.concurrency
     if len(clients) > 1 or axes:
-        axes.append(("workload.clients", clients))
+        axes.append((scenario.workload.concurrency_key, clients))
     variants: list[Variant] = []
     for point in itertools.product(*(values for _, values in axes)):
         overrides = {key: value for (key, _), value in zip(axes, point, strict=True)}
