@@ -262,6 +262,7 @@ def pytest_runtest_protocol(item: pytest.Item,
 
 
 _HOME: list[Path] = []  # this session's PGLAB_HOME, once the pglab_home fixture made it
+_BASETEMP: list[Path] = []  # this worker's pytest temp dir
 _FRESH = ((False, 0), (False, 0))  # a PGLAB_HOME before anything ran
 _FOOTPRINT = pytest.StashKey[tuple[tuple[bool, int], ...]]()
 
@@ -296,8 +297,8 @@ def _reachable(path: Path) -> None:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_setup(item: pytest.Item) -> Generator[None, None, None]:
     item.stash[_FOOTPRINT] = _footprint()  # before any fixture: module fixtures count too
-    if _HOME:  # each pytest that starts makes /tmp/pytest-of-USER 0700 again: undo it
-        _reachable(_HOME[0])
+    if _BASETEMP:  # each pytest that starts makes /tmp/pytest-of-USER 0700 again: undo it
+        _reachable(_BASETEMP[0])  # (for tests whose servers use a dir of tmp_path)
     yield
 
 
@@ -349,8 +350,14 @@ def apt_install(package: str, wanted: Path) -> Path:
 
 @pytest.fixture(scope="session", autouse=True)
 def pglab_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    home = tmp_path_factory.mktemp("pglab-home")
+    # Outside pytest's own temp root: every pytest that starts on the machine makes
+    # /tmp/pytest-of-USER 0700 again, and a server running as another user then loses
+    # its data dir in mid-run (a second suite, or a single test run beside the suite).
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    home = Path(tempfile.mkdtemp(prefix=f"pglab-test-home-{worker}-"))
+    home.chmod(0o711)
     _reachable(home)
+    _BASETEMP.append(tmp_path_factory.getbasetemp())
     old = os.environ.get("PGLAB_HOME")
     os.environ["PGLAB_HOME"] = str(home)
     _HOME.append(home)
@@ -359,6 +366,9 @@ def pglab_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         del os.environ["PGLAB_HOME"]
     else:
         os.environ["PGLAB_HOME"] = old
+    mounts = Path("/proc/self/mounts").read_text()
+    if f" {home}/" not in mounts:  # never remove through a mount a failed test left
+        shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -93,17 +93,19 @@ def spawn(
     return proc
 
 
-def kill_tree(pid: int, timeout: float = 5.0) -> None:
-    """SIGKILL a process and everything below it, and wait until they are gone."""
+def kill_tree(pid: int, timeout: float = 5.0) -> list[int]:
+    """SIGKILL a process and everything below it, and wait until they are gone (at most
+    `timeout` seconds); the pids still there then (a process in uninterruptible I/O)."""
     try:
         root = psutil.Process(pid)
         procs = [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:
-        return
+        return []
     for proc in procs:
         with contextlib.suppress(psutil.NoSuchProcess):
             proc.kill()
-    psutil.wait_procs(procs, timeout=timeout)
+    _gone, alive = psutil.wait_procs(procs, timeout=timeout)
+    return sorted(proc.pid for proc in alive)
 
 
 def stop_child(proc: subprocess.Popen[bytes], grace: float = 5.0) -> None:

@@ -575,8 +575,11 @@ def server_crash(ev: WindowEvidence) -> Finding | None:
         recovery = e.attrs.get("recovery_s")
         after = ("then the load restarted" if _load_restarted_after(ev.manifest, e.start)
                  else "and the load was not restarted: its clients died with the server")
+        exited = e.attrs.get("exit_wait_s")
+        exiting = (f" (its killed processes took {exited} s to exit: blocked in I/O, which "
+                   "a kill -9 waits for)" if exited is not None else "")
         s.add(0.8, f"{e.node} {CUT_WORDS[action]} at {at(e)} (fault {action}): down "
-                   f"{down if down is not None else '?'} s, crash recovery "
+                   f"{down if down is not None else '?'} s{exiting}, crash recovery "
                    f"{recovery if recovery is not None else '?'} s, {after}")
         break
     for e in ev.events_of("crash")[:1]:

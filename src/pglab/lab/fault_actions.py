@@ -258,12 +258,8 @@ class Crash(FaultAction):
         self._cut_at = time.monotonic()
 
     def begin(self, target: FaultTarget) -> dict[str, Any]:
-        server = target.server
         self._cut_at = time.monotonic()
-        if server.process is not None:
-            kill_tree(server.process.pid)
-            server.process.wait(timeout=10)
-        return {"killed": True}
+        return {"killed": True, **kill_node(target.server)}
 
     def end(self, target: FaultTarget) -> dict[str, Any]:
         server = target.server
@@ -308,6 +304,28 @@ def _new_log_lines(server: LocalServer, before: dict[Path, int]) -> list[str]:
     return found[:20]
 
 
+# How long a killed node's processes may take to exit: one blocked in the I/O of a paused
+# or hung device exits only when that I/O ends (SIGKILL waits for it), and PostgreSQL
+# refuses to start while an old backend still holds the shared memory.
+EXIT_WAIT_S = 300.0
+
+
+def kill_node(server: LocalServer) -> dict[str, Any]:
+    """kill -9 of the node's postmaster and every process below it, then wait until all
+    of them have exited; `exit_wait_s` when that took a noticeable time."""
+    if server.process is None:
+        return {}
+    started = time.monotonic()
+    left = kill_tree(server.process.pid, timeout=EXIT_WAIT_S)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        server.process.wait(timeout=max(1.0, EXIT_WAIT_S - (time.monotonic() - started)))
+    waited = round(time.monotonic() - started, 3)
+    attrs: dict[str, Any] = {"exit_wait_s": waited} if waited >= 1.0 else {}
+    if left:
+        attrs["not_exited"] = left  # the restart will say what PostgreSQL thinks of them
+    return attrs
+
+
 def restart_after_cut(server: LocalServer) -> dict[str, Any]:
     """Start a node that was killed; the recovery time and log lines, or why it cannot
     start (the PANIC or FATAL line): a node that does not come back is a finding."""
@@ -342,11 +360,7 @@ class PowerLoss(FaultAction):
         # The filesystem and device first, at one instant: nothing the processes or the
         # kernel's flusher do after this reaches the medium.
         dropped = target.power_cut()
-        server = target.server
-        if server.process is not None:
-            kill_tree(server.process.pid)
-            server.process.wait(timeout=30)
-        return {"dropped": dropped,
+        return {**kill_node(target.server), "dropped": dropped,
                 "lost_bytes": sum(int(d.get("lost_bytes", 0)) for d in dropped.values()),
                 "lost_blocks": sum(int(d.get("lost_blocks", 0)) for d in dropped.values())}
 

@@ -141,7 +141,10 @@ class _Active:
 
 
 class FaultTimeline:
-    """Fires the scenario's faults at their times in a thread; `stop()` undoes the rest."""
+    """Fires the scenario's faults at their times, each occurrence in a thread of its own:
+    an action that blocks (a crash whose processes hang in a paused device's I/O, a
+    restart's recovery) must not hold back another fault's time, least of all the end of
+    the pause it waits on. `stop()` undoes the rest."""
 
     def __init__(self, faults: list[Fault], targets: Callable[[str], FaultTarget],
                  record: Callable[[Event], None], clock: Callable[[], float] = time.time
@@ -151,7 +154,7 @@ class FaultTimeline:
         self.record = record
         self.clock = clock
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
         self._active: list[_Active] = []
         self._lock = threading.Lock()
         self.recorded: list[Event] = []
@@ -162,48 +165,48 @@ class FaultTimeline:
 
     def start(self, measured_start: float) -> None:
         """Begin the timeline; `measured_start` is the epoch second the window opens."""
-        if not self.faults:
-            return
-        self._thread = threading.Thread(target=self._run, args=(measured_start,),
-                                        name="pglab-faults", daemon=True)
-        self._thread.start()
+        for index, fault in enumerate(self.faults):
+            thread = threading.Thread(target=self._occurrence, args=(measured_start, fault),
+                                      name=f"pglab-fault-{index}-{fault.action}", daemon=True)
+            self._threads.append(thread)
+            thread.start()
 
     def _sleep_until(self, epoch: float) -> bool:
         return not self._stop.wait(max(0.0, epoch - self.clock()))
 
-    def _run(self, t0: float) -> None:
-        # Ends are scheduled beside begins: one loop over a merged, time-ordered plan.
-        pending: list[tuple[float, int, Fault | _Active]] = [
-            (t0 + f.at, i, f) for i, f in enumerate(self.faults)]
-        seq = len(pending)
-        while pending and not self._stop.is_set():
-            pending.sort(key=lambda p: (p[0], p[1]))
-            when, order, item = pending.pop(0)
-            if not self._sleep_until(when):
-                pending.append((when, order, item))
-                break
-            if isinstance(item, _Active):
-                self._finish(item)
-                continue
-            if _cuts_primary(item):
+    def _occurrence(self, t0: float, fault: Fault) -> None:
+        """One fault from its time to its end: begin, hold for its duration, end."""
+        scheduled = t0 + fault.at
+        if not self._sleep_until(scheduled) or not self._take_cut_turn(fault):
+            if _cuts_primary(fault):
                 with self._lock:
-                    turn = self._next_cut_from
-                if turn is None or turn > self.clock():  # the previous cut is not done
-                    pending.append((self.clock() + 0.05 if turn is None else turn, order, item))
-                    continue
-            active = self._begin(item, t0 + item.at)
-            if active is None:
-                continue
-            if active.action.runs_until_done:
-                seq += 1
-                threading.Thread(target=self._finish_when_done, args=(active,),
-                                 daemon=True).start()
-            elif (length := item.duration if item.duration is not None
-                  else active.action.default_duration) is not None:
-                seq += 1
-                pending.append((self.clock() + length, seq, active))
-        self.unfired_cuts = sum(1 for _, _, p in pending
-                                if isinstance(p, Fault) and _cuts_primary(p))
+                    self.unfired_cuts += 1
+            return
+        active = self._begin(fault, scheduled)
+        if active is None:
+            return
+        length = (fault.duration if fault.duration is not None
+                  else active.action.default_duration)
+        if active.action.runs_until_done:
+            self._finish_when_done(active)
+        elif length is not None and self._sleep_until(self.clock() + length):
+            self._finish(active)
+        # else (no end of its own, or stopped meanwhile): stop() ends it with the run
+
+    def _take_cut_turn(self, fault: Fault) -> bool:
+        """A cut of the primary waits until the previous one was verified and the load ran
+        again (load_resumed); taking the turn is atomic, so two cuts never overlap. False
+        when the timeline stopped first."""
+        if not _cuts_primary(fault):
+            return True
+        while True:
+            with self._lock:
+                turn, now = self._next_cut_from, self.clock()
+                if turn is not None and turn <= now:
+                    self._next_cut_from = None
+                    return True
+            if self._stop.wait(0.05 if turn is None else turn - now):
+                return False
 
     def load_resumed(self) -> None:
         """The load runs again after a verified cut: the next cut may fire once it has
@@ -272,8 +275,9 @@ class FaultTimeline:
     def stop(self) -> None:
         """Stop firing, undo every active fault (resume, unthrottle, cancel, restart)."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
+        deadline = time.monotonic() + 30  # an end still restarting a node, at most this
+        for thread in self._threads:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
         with self._lock:
             remaining = list(self._active)
         for active in remaining:
