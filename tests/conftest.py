@@ -358,6 +358,7 @@ def pglab_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     home.chmod(0o711)
     _reachable(home)
     _BASETEMP.append(tmp_path_factory.getbasetemp())
+    _reachable(_BASETEMP[0])
     old = os.environ.get("PGLAB_HOME")
     os.environ["PGLAB_HOME"] = str(home)
     _HOME.append(home)
