@@ -93,6 +93,11 @@ def measured_tps_series(series: pl.DataFrame | None) -> list[float]:
     return [float(v) for v in rows["tps"].to_list()]
 
 
+# workload.path as `pglab show` says it.
+CONNECTION_PATH_NAMES = {"unix": "the Unix socket", "tcp": "loopback TCP",
+                         "pooler": "PgBouncer"}
+
+
 def print_summary(console: Console, run: StoredRun) -> None:
     manifest = run.manifest
     measured = manifest.measured
@@ -112,9 +117,11 @@ def print_summary(console: Console, run: StoredRun) -> None:
         clients = manifest.clients
         if isinstance(clients, list) and len(clients) == 1:
             clients = clients[0]
+        path = (manifest.workload or {}).get("path")  # absent in runs before the key
         console.print(f"  PostgreSQL {node.get('server_version')} "
                       f"({node.get('bin_source', node.get('target'))})"
-                      + (f", {clients} clients" if clients is not None else ""))
+                      + (f", {clients} clients" if clients is not None else "")
+                      + (f" via {CONNECTION_PATH_NAMES.get(path, path)}" if path else ""))
     for line in storage_lines(manifest):
         console.print(f"  storage {line}", highlight=False)
     if measured:
