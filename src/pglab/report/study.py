@@ -157,6 +157,12 @@ def _num(value: Any, digits: int) -> str:
     return f"{value:,.{digits}f}" if isinstance(value, (int, float)) else "–"
 
 
+def _ms(value: Any) -> str:
+    """A latency: three decimals under a millisecond, where round trips of a few tens of
+    microseconds (the connection-path probe) would otherwise look alike."""
+    return _num(value, 3 if isinstance(value, (int, float)) and value < 1 else 2)
+
+
 def _table(study: Study) -> str:
     clients = sorted({p.clients for line in study.lines for p in line.points})
     head1 = "".join(f'<th colspan="3" class="num">{escape(line.name or "all runs")}</th>'
@@ -173,8 +179,8 @@ def _table(study: Study) -> str:
                 continue
             flag = "" if p.status == "completed" else f" ({escape(p.status)})"
             cells.append(f'<td class="num" title="{escape(p.run)}">{_num(p.tps, 1)}{flag}</td>'
-                         f'<td class="num">{_num(p.lat_avg_ms, 2)}</td>'
-                         f'<td class="num">{_num(p.lat_p95_ms, 2)}</td>')
+                         f'<td class="num">{_ms(p.lat_avg_ms)}</td>'
+                         f'<td class="num">{_ms(p.lat_p95_ms)}</td>')
         rows.append(f'<tr><td class="num">{c}</td>{"".join(cells)}</tr>')
     return (f'<table><thead><tr><th></th>{head1}</tr><tr><th class="num">clients</th>{head2}'
             f'</tr></thead><tbody>{"".join(rows)}</tbody></table>')

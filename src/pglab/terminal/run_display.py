@@ -83,7 +83,11 @@ class TerminalUI:
 
 
 def _ms(value: Any) -> str:
-    return "-" if value is None else f"{float(value):.2f}"
+    # under a millisecond, three decimals: a round trip of 30 or 40 µs (select-1 over the
+    # socket or TCP) would both read 0.03
+    if value is None:
+        return "-"
+    return f"{float(value):.3f}" if float(value) < 1 else f"{float(value):.2f}"
 
 
 def measured_tps_series(series: pl.DataFrame | None) -> list[float]:
