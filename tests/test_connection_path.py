@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import statistics
 from pathlib import Path
 
 import polars as pl
@@ -33,13 +32,13 @@ def _no_password_recorded(run: Path) -> None:
             assert "--pgsql-password" not in text, path
 
 
-def _median_second_latency(run: Path) -> float:
-    """The median of the measured seconds' average latency: one second of other work on
-    the shared machine (the full suite runs beside this test) moves a 5 s average, not
-    the median."""
+def _quietest_second_latency(run: Path) -> float:
+    """The lowest average latency of a measured second: other work on the machine (a
+    suite running beside this test) only ever adds to a round trip, so the quietest
+    second is the closest to the path's own cost."""
     client = pl.read_parquet(run / "client.parquet")
     seconds = client.filter(pl.col("job").is_null() & ~pl.col("warmup") & ~pl.col("partial"))
-    return float(statistics.median(seconds["lat_avg_ms"].drop_nulls().to_list()))
+    return float(seconds["lat_avg_ms"].drop_nulls().min())
 
 
 @pytest.mark.exclusive  # latencies of tens of microseconds: no other live test beside it
@@ -82,14 +81,16 @@ def test_connection_path_builtin_orders_the_layers(tmp_path: Path,
     assert all(f"path={p}" in page for p in ("unix", "tcp", "pooler"))
 
     averages = [m["results"]["measured"]["lat_avg_ms"] for m in manifests]
-    medians = [_median_second_latency(run) for run in runs]
-    print(f"connection-path avg ms {averages}, median of seconds {medians}")
-    # Measured here 17 times (3 s and 5 s runs, while the full suite ran alongside):
-    # unix < pooler every time, by 1.8x or more; unix < tcp and tcp < pooler in all but
-    # one run each, when one second of other work made one average the larger. The
-    # median of the measured seconds held the order every time.
+    quietest = [_quietest_second_latency(run) for run in runs]
+    print(f"connection-path avg ms {averages}, quietest second {quietest}")
+    # Measured 15 times on a 2-core machine (3 s and 5 s runs; 11 of them while another
+    # full suite ran alongside): the run averages came out unix < tcp < pooler in 12, as
+    # the three runs follow each other and a burst of other work can land in one of them
+    # (tcp above pooler twice, unix above tcp once; on a quiet machine unix and tcp were
+    # 6% apart once). unix < pooler held every time, and so did the whole order for the
+    # quietest second of each run: that is what is asserted.
     assert averages[0] < averages[2]
-    assert medians[0] < medians[1] < medians[2]
+    assert quietest[0] < quietest[1] < quietest[2]
 
 
 @pytest.fixture(scope="module")
