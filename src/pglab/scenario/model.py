@@ -41,9 +41,6 @@ PGLAB_SCRIPTS = {"select-1": "SELECT 1;\n"}
 # Named mixes expand to weighted builtins; "read-intensive" is the common 80/20 read/write mix.
 NAMED_MIXES = {"read-intensive": ("select-only@80", "tpcb-like@20")}
 READ_ONLY_SCRIPTS = frozenset({"select-only", "select-1"})
-# How the load generator reaches the primary: its Unix socket, loopback TCP, or the lab's
-# PgBouncer (lab/lab.py: Lab.client_env).
-CONNECTION_PATHS = ("unix", "tcp", "pooler")
 
 
 def _duration(value: Any) -> float:
@@ -289,8 +286,9 @@ class Workload(StrictModel):
     # second stays exact for all jobs together (pgbench's own progress report).
     log_sampling: float = Field(1.0, gt=0, le=1)
     on: Literal["primary", "standbys"] = "primary"
-    # How the clients connect (CONNECTION_PATHS). Not given, it is "pooler" when the
-    # topology has one (the clients have always gone through it), else "unix".
+    # How the clients reach the primary: its Unix socket, loopback TCP or the lab's
+    # PgBouncer (lab/lab.py: Lab.client_env). Not given, it is "pooler" when the topology
+    # has one (the clients have always gone through it), else "unix".
     path: Literal["unix", "tcp", "pooler"] = "unix"
     # Limits for pgbench itself (a load generator with the CPU of a small client VM).
     envelope: Envelope = Envelope()
