@@ -9,13 +9,14 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+import shutil
 import statistics
 from pathlib import Path
 
 import polars as pl
 import pytest
 
-from conftest import run_cli
+from conftest import apt_install, run_cli
 from pglab.analysis.recommendations import Facts, _wal_compression
 from pglab.results.manifest import Manifest
 from pglab.scenario.builtin import builtin_names, load_builtin
@@ -199,6 +200,27 @@ def test_too_many_connections_pooler_wins(tmp_path: Path, pgbouncer_binary: str)
     direct = next(r for r in runs if json.loads((r / "manifest.json").read_text())
                   ["variant"]["topology.pooler"] == "none")
     assert top_cause(direct) == "too-many-connections"
+
+
+@pytest.mark.live
+def test_sysbench_read_intensive_is_80_20_and_its_study_is_side_by_side(
+        tmp_path: Path) -> None:
+    if shutil.which("sysbench") is None:
+        apt_install("sysbench", Path("/usr/bin/sysbench"))
+    runs = _run(tmp_path, "sysbench-read-intensive", "workload.duration=4s",
+                "workload.warmup=1s", "workload.table_size=10000")
+    manifests = [json.loads((r / "manifest.json").read_text()) for r in runs]
+    assert [m["workload"]["threads"] for m in manifests] == [4, 16]
+    for manifest in manifests:
+        summary = manifest["results"]["sysbench"]
+        # 8 point selects and 2 updates a transaction: 4 reads per write, exactly
+        assert summary["queries_read"] == 4 * summary["queries_write"] > 0, summary
+        assert manifest["results"]["measured"]["tps"] > 0
+        assert manifest["nodes"]["primary"]["envelope"]["limits"]["cpus"] == 1.0
+    (report,) = (tmp_path / "r" / "sysbench-read-intensive").glob("*.report.html")
+    table = report.read_text().split("<h2>Numbers</h2>", 1)[1].split("</table>", 1)[0]
+    assert '<th class="num">threads</th>' in table and table.count("<tr>") == 4
+    assert all(f'<td class="num">{n}</td>' in table for n in (4, 16))
 
 
 def _low_seconds_with(run: Path, metric_prefix: str, fraction: float = 0.1) -> list[str]:

@@ -274,3 +274,48 @@ def test_sysbench_threads_sweep_like_clients(tmp_path: Path) -> None:
     assert loaded.variants[1].scenario.workload.threads == [50]
     with pytest.raises(BadInput, match=r"matrix\.workload\.threads: use workload\.threads"):
         load_text(SYSBENCH + '[matrix]\n"workload.threads" = [1, 2]\n', "s.toml")
+
+
+def test_connection_path_defaults_and_matrix() -> None:
+    """workload.path: "unix" unless the topology has a pooler, which the clients have always
+    gone through; a matrix over the three paths makes three variants."""
+    assert load_text(BASE, "s.toml").scenario.workload.path == "unix"
+    pooled = load_text(BASE + '[topology]\npooler = "pgbouncer"\n', "s.toml").scenario
+    assert pooled.workload.path == "pooler"
+    loaded = load_text(BASE + '[workload]\nmix = ["select-1"]\nclients = [1]\n'
+                       '[topology]\npooler = "pgbouncer"\n'
+                       '[matrix]\n"workload.path" = ["unix", "tcp", "pooler"]\n', "s.toml")
+    assert [v.scenario.workload.path for v in loaded.variants] == ["unix", "tcp", "pooler"]
+    assert loaded.scenario.workload.is_read_only()
+    assert loaded.scenario.workload.expanded_mix() == [("select-1", 1)]
+    sysbench = load_text(BASE + '[workload]\ndriver = "sysbench"\ntest = "select-1"\n'
+                         'path = "tcp"\n', "s.toml").scenario.workload
+    assert (sysbench.test, sysbench.path) == ("select-1", "tcp") and sysbench.is_read_only()
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ('[workload]\npath = "socket"', "workload.path = 'socket' is not valid: expected one "
+                                        "of 'unix', 'tcp' or 'pooler'"),
+        ('[workload]\npath = "pooler"', "workload.path = 'pooler' needs a pooler: add "
+                                        "[topology] pooler = 'pgbouncer'"),
+        ('[matrix]\n"workload.path" = ["unix", "pooler"]',
+         "s.toml (variant {'workload.path': 'pooler', 'workload.clients': 8}): "
+         "workload.path = 'pooler' needs a pooler"),
+        ('[server]\ntarget = "dsn"\ndsn = "host=db"\n[workload]\npath = "tcp"',
+         "workload.path = 'tcp' needs server.target = 'local'"),
+        ('[topology]\nstandbys = 1\n[workload]\nmix = ["select-only"]\non = "standbys"\n'
+         'path = "tcp"', "workload.path = 'tcp' reaches the primary only"),
+    ],
+)
+def test_bad_connection_paths_get_one_line_errors(body: str, expected: str,
+                                                  tmp_path: Path) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text(BASE + body + "\n")
+    with pytest.raises(BadInput) as info:
+        load(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}")
+    assert expected in message, message
+    assert "\n" not in message

@@ -218,6 +218,8 @@ def run_variant(loaded: LoadedScenario, variant: Variant, options: RunOptions, u
             elif sb_cmd is not None:
                 manifest.workload = sysbench.manifest_record(sb_cmd, scenario.workload,
                                                              lab.client_env())
+            # how the clients reached the server: a round trip's share of every latency
+            manifest.workload["path"] = scenario.workload.path
             folder.write_manifest(manifest)
             client_pids: list[int] = []
             telemetry = _telemetry_for(scenario, lab, folder, client_pids)

@@ -25,6 +25,7 @@ def summary_json(run: StoredRun) -> dict[str, Any]:
         "ended_at": manifest.ended_at,
         "variant": manifest.variant,
         "clients": manifest.clients,
+        "connection_path": (manifest.workload or {}).get("path"),
         "server_version": manifest.node().get("server_version"),
         "measured": manifest.results.get("measured"),
         "source": manifest.source_kind,

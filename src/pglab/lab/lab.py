@@ -27,7 +27,13 @@ from pglab.errors import BadInput, EnvironmentProblem
 from pglab.lab.binaries import PgBinaries, find_binaries, runnable_by
 from pglab.lab.fault_actions import DEVICE_FAULTS, FaultTarget
 from pglab.lab.faults import check_faults
-from pglab.lab.local import SOCKET_PARENT, LocalServer, remove_socket_dir
+from pglab.lab.local import (
+    BENCH_DB,
+    CLIENT_ROLE,
+    SOCKET_PARENT,
+    LocalServer,
+    remove_socket_dir,
+)
 from pglab.lab.osuser import ServerUser, server_user
 from pglab.lab.pooler import PgBouncer, find_pgbouncer, pgbouncer_version
 from pglab.lab.resources import LabResources, check_resources, node_envelope
@@ -39,6 +45,7 @@ from pglab.lab.settings import (
 )
 from pglab.lab.template import DataInit, Template, copy_data_dir, get_template
 from pglab.lab.topology import (
+    client_login,
     make_standby,
     replication_login,
     replication_states,
@@ -169,7 +176,7 @@ def _check_topology(scenario: Scenario, where: str) -> None:
             raise BadInput(f"{where}: topology.pooler fronts the primary; it cannot be used "
                            "with workload.on = 'standbys'")
     if topo.pooler == "pgbouncer":
-        if workload.protocol == "prepared":
+        if workload.protocol == "prepared" and workload.path == "pooler":
             raise BadInput(f"{where}: workload.protocol = 'prepared' does not work through "
                            "PgBouncer in transaction mode; use 'simple' or 'extended'")
         find_pgbouncer()
@@ -208,6 +215,9 @@ class Lab:
         self.lab_dir = labs_dir() / run_id
         self.storage = LabStorage(scenario, self.lab_dir, set(_device_faults(scenario)))
         self._dsn_env: dict[str, str] = {}
+        # CLIENT_ROLE's password (workload.path = "tcp"): in memory and in the clients'
+        # environment only, never in a file.
+        self._client_password: str | None = None
         # Where server logs go when the lab comes down (set by the run), on every path.
         self.logs_to: Path | None = None
 
@@ -225,9 +235,16 @@ class Lab:
         return next(s for s in self.servers if s.name == name)
 
     def client_env(self) -> dict[str, str]:
-        """libpq environment for pgbench (password only ever in env)."""
-        if self.pooler is not None:
+        """libpq environment for the load generator, by workload.path (a password only
+        ever in the environment)."""
+        path = self.scenario.workload.path
+        if path == "pooler" and self.pooler is not None:
             return self.pooler.libpq_env()
+        if path == "tcp" and self.primary is not None:
+            assert self._client_password is not None
+            return {"PGHOST": "127.0.0.1", "PGPORT": str(self.primary.port),
+                    "PGUSER": CLIENT_ROLE, "PGDATABASE": BENCH_DB,
+                    "PGPASSWORD": self._client_password}
         if self.scenario.workload.on == "standbys" and self.standbys:
             # libpq 16+ picks one of several hosts at random per connection: the clients
             # spread across the standbys (older libpq takes the first that answers).
@@ -376,8 +393,13 @@ class Lab:
         topo = self.scenario.topology
         if topo.standbys:
             server.allow_replication_over_tcp()
+        tcp_clients = self.scenario.workload.path == "tcp"
+        if tcp_clients:
+            server.allow_clients_over_tcp()
         self.on_status(f"starting PostgreSQL {self.bins.version}")
         start_with_settings(server, server_spec.settings, self.where)
+        if tcp_clients:
+            self._client_password = client_login(server)
         if topo.standbys:
             self._start_standbys(server)
         if topo.pooler == "pgbouncer":

@@ -29,6 +29,7 @@ from pglab.processes import kill_tree, spawn, wait_until
 
 SUPERUSER = "postgres"
 REPLICATION_ROLE = "pglab_replication"  # standbys' login over TCP, with a password
+CLIENT_ROLE = "pglab_client"  # the load generator's login over TCP (workload.path = "tcp")
 BENCH_DB = "pglab"
 
 # Parameters pglab sets itself so that it can find, reach and read the server. A scenario
@@ -304,6 +305,16 @@ class LocalServer:
         other TCP login stays rejected."""
         hba = self.data_dir / "pg_hba.conf"
         line = f"host replication {REPLICATION_ROLE} 127.0.0.1/32 scram-sha-256\n"
+        text = hba.read_text()
+        if line not in text:
+            hba.write_text(line + text)
+
+    def allow_clients_over_tcp(self) -> None:
+        """Let the load generator log in over loopback TCP (workload.path = "tcp") as
+        CLIENT_ROLE with a password (topology.client_login), to the bench database only;
+        the server listens on 127.0.0.1 alone, and every other TCP login stays rejected."""
+        hba = self.data_dir / "pg_hba.conf"
+        line = f"host {BENCH_DB} {CLIENT_ROLE} 127.0.0.1/32 scram-sha-256\n"
         text = hba.read_text()
         if line not in text:
             hba.write_text(line + text)

@@ -19,7 +19,7 @@ from pathlib import Path
 from psycopg import sql
 
 from pglab.errors import PglabError
-from pglab.lab.local import REPLICATION_ROLE, SUPERUSER, LocalServer
+from pglab.lab.local import CLIENT_ROLE, REPLICATION_ROLE, SUPERUSER, LocalServer
 
 
 def standby_names(count: int) -> list[str]:
@@ -58,6 +58,27 @@ def replication_login(primary: LocalServer) -> str:
         conn.execute("SET password_encryption = 'scram-sha-256'")  # md5 on PG 13
         conn.execute(sql.SQL("CREATE ROLE {} REPLICATION LOGIN PASSWORD {}").format(
             sql.Identifier(REPLICATION_ROLE), sql.Literal(password)))
+    return password
+
+
+def client_login(primary: LocalServer) -> str:
+    """Creates the load generator's TCP role (workload.path = "tcp") with a new random
+    password; the password, which the run passes to the clients in their environment only.
+
+    The role is a superuser like the socket's login, so that the connection path is the
+    only difference between a run over TCP and one over the socket (pgbench's vacuum of
+    its tables, a script's DDL). What keeps other local users out is the same as for the
+    replication role: loopback only, scram, a password that is never written down. The
+    statement is kept out of the server log and of pg_stat_statements (both may end up in
+    the results folder)."""
+    password = secrets.token_urlsafe(24)
+    with primary.connect("postgres") as conn:
+        conn.execute("SET log_statement = 'none'")
+        conn.execute("SET log_min_duration_statement = -1")
+        conn.execute("SET pg_stat_statements.track_utility = off")
+        conn.execute("SET password_encryption = 'scram-sha-256'")  # md5 on PG 13
+        conn.execute(sql.SQL("CREATE ROLE {} SUPERUSER LOGIN PASSWORD {}").format(
+            sql.Identifier(CLIENT_ROLE), sql.Literal(password)))
     return password
 
 

@@ -49,6 +49,11 @@ class Study:
     data: dict[str, Any]
     lines: list[Line]
 
+    @property
+    def concurrency_word(self) -> str:
+        """What the client count is called: sysbench's sweeps are of threads."""
+        return "threads" if "workload.threads" in (self.data.get("axes") or []) else "clients"
+
 
 def find_study(target: str, results_root: Path) -> Path:
     """A study file from its path, or its id searched under the results root."""
@@ -135,7 +140,7 @@ def _svg_chart(study: Study, title: str, unit: str, value: str, log_x: bool) -> 
         parts.append(f'<text x="{fx(x):.1f}" y="{height - bottom + 16}" font-size="11" '
                      f'text-anchor="middle" fill="#555">{x}</text>')
     parts.append(f'<text x="{(left + width - right) / 2}" y="{height - 6}" font-size="11" '
-                 'text-anchor="middle" fill="#555">clients</text>')
+                 f'text-anchor="middle" fill="#555">{study.concurrency_word}</text>')
     for i, line in enumerate(study.lines):
         color = PALETTE[i % len(PALETTE)]
         pts = [(fx(p.clients), fy(getattr(p, value)), p) for p in line.points
@@ -144,7 +149,7 @@ def _svg_chart(study: Study, title: str, unit: str, value: str, log_x: bool) -> 
         parts.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2"/>')
         for px, py, p in pts:
             parts.append(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="4" fill="{color}"><title>'
-                         f'{escape(line.name or "run")}: {p.clients} clients, '
+                         f'{escape(line.name or "run")}: {p.clients} {study.concurrency_word}, '
                          f'{getattr(p, value):,.2f} {escape(unit)}</title></circle>')
         parts.append(f'<rect x="{width - right - 200}" y="{top + i * 16}" width="10" height="10" '
                      f'fill="{color}"/><text x="{width - right - 185}" y="{top + i * 16 + 9}" '
@@ -155,6 +160,12 @@ def _svg_chart(study: Study, title: str, unit: str, value: str, log_x: bool) -> 
 
 def _num(value: Any, digits: int) -> str:
     return f"{value:,.{digits}f}" if isinstance(value, (int, float)) else "–"
+
+
+def _ms(value: Any) -> str:
+    """A latency: three decimals under a millisecond, where round trips of a few tens of
+    microseconds (the connection-path probe) would otherwise look alike."""
+    return _num(value, 3 if isinstance(value, (int, float)) and value < 1 else 2)
 
 
 def _table(study: Study) -> str:
@@ -173,10 +184,11 @@ def _table(study: Study) -> str:
                 continue
             flag = "" if p.status == "completed" else f" ({escape(p.status)})"
             cells.append(f'<td class="num" title="{escape(p.run)}">{_num(p.tps, 1)}{flag}</td>'
-                         f'<td class="num">{_num(p.lat_avg_ms, 2)}</td>'
-                         f'<td class="num">{_num(p.lat_p95_ms, 2)}</td>')
+                         f'<td class="num">{_ms(p.lat_avg_ms)}</td>'
+                         f'<td class="num">{_ms(p.lat_p95_ms)}</td>')
         rows.append(f'<tr><td class="num">{c}</td>{"".join(cells)}</tr>')
-    return (f'<table><thead><tr><th></th>{head1}</tr><tr><th class="num">clients</th>{head2}'
+    word = study.concurrency_word
+    return (f'<table><thead><tr><th></th>{head1}</tr><tr><th class="num">{word}</th>{head2}'
             f'</tr></thead><tbody>{"".join(rows)}</tbody></table>')
 
 
@@ -186,7 +198,8 @@ def render_study(study: Study) -> str:
     axes = ", ".join(map(str, d.get("axes") or []))
     log_x = len({p.clients for line in study.lines for p in line.points}) > 2
     runs = "".join(f'<li><a href="{escape(p.run)}/report.html">{escape(p.run)}</a> '
-                   f"{escape(line.name)} {p.clients} clients · {escape(p.status)}</li>"
+                   f"{escape(line.name)} {p.clients} {study.concurrency_word} · "
+                   f"{escape(p.status)}</li>"
                    for line in study.lines for p in line.points)
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">

@@ -27,15 +27,20 @@ from pglab.scenario.kernel_knobs import check_knobs
 from pglab.scenario.sysbench_tests import (
     MANAGED_OPTIONS,
     MANAGED_PREFIXES,
+    PGLAB_TESTS,
     READ_ONLY_TESTS,
     SYSBENCH_TESTS,
 )
 from pglab.units import DURATION_HINT, SIZE_HINT, parse_duration, parse_size
 
-BUILTIN_SCRIPTS = ("tpcb-like", "simple-update", "select-only")
+BUILTIN_SCRIPTS = ("tpcb-like", "simple-update", "select-only", "select-1")
+# Builtins that pgbench does not have: pglab writes them as script files (workload/pgbench.py).
+# "select-1" is one `SELECT 1;` a transaction: no table, no plan worth the name, so its
+# latency is the connection path's round trip (workload.path).
+PGLAB_SCRIPTS = {"select-1": "SELECT 1;\n"}
 # Named mixes expand to weighted builtins; "read-intensive" is the common 80/20 read/write mix.
 NAMED_MIXES = {"read-intensive": ("select-only@80", "tpcb-like@20")}
-READ_ONLY_SCRIPTS = frozenset({"select-only"})
+READ_ONLY_SCRIPTS = frozenset({"select-only", "select-1"})
 
 
 def _duration(value: Any) -> float:
@@ -281,6 +286,10 @@ class Workload(StrictModel):
     # second stays exact for all jobs together (pgbench's own progress report).
     log_sampling: float = Field(1.0, gt=0, le=1)
     on: Literal["primary", "standbys"] = "primary"
+    # How the clients reach the primary: its Unix socket, loopback TCP or the lab's
+    # PgBouncer (lab/lab.py: Lab.client_env). Not given, it is "pooler" when the topology
+    # has one (the clients have always gone through it), else "unix".
+    path: Literal["unix", "tcp", "pooler"] = "unix"
     # Limits for pgbench itself (a load generator with the CPU of a small client VM).
     envelope: Envelope = Envelope()
     # --- driver = "sysbench" (workload/sysbench.py) ---
@@ -333,10 +342,11 @@ class Workload(StrictModel):
     @field_validator("test")
     @classmethod
     def _test(cls, value: str) -> str:
-        if value in SYSBENCH_TESTS or value.endswith(".lua"):
+        if value in SYSBENCH_TESTS or value in PGLAB_TESTS or value.endswith(".lua"):
             return value
-        raise ValueError(f"unknown sysbench test '{value}'{did_you_mean(value, SYSBENCH_TESTS)}"
-                         f"; expected one of {', '.join(SYSBENCH_TESTS)} or a Lua script "
+        known = [*SYSBENCH_TESTS, *PGLAB_TESTS]
+        raise ValueError(f"unknown sysbench test '{value}'{did_you_mean(value, known)}"
+                         f"; expected one of {', '.join(known)} or a Lua script "
                          "path ending in .lua")
 
     @field_validator("options")
@@ -493,6 +503,20 @@ class Scenario(StrictModel):
     faults: list[Fault] = Field(default_factory=list)
     nodes: dict[str, NodeSpec] = Field(default_factory=dict)
     matrix: dict[str, list[Any]] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_path(cls, data: Any) -> Any:
+        """workload.path defaults to the pooler when there is one: scenarios written
+        before the key existed sent their clients through it."""
+        if not isinstance(data, dict):
+            return data
+        topology, workload = data.get("topology"), data.get("workload")
+        if (isinstance(topology, dict) and topology.get("pooler") == "pgbouncer"
+                and (workload is None or (isinstance(workload, dict)
+                                          and "path" not in workload))):
+            return {**data, "workload": {**(workload or {}), "path": "pooler"}}
+        return data
 
     @model_validator(mode="before")
     @classmethod

@@ -13,9 +13,12 @@ SYSBENCH_TESTS = (
     "oltp_update_index", "oltp_update_non_index", "oltp_insert", "oltp_delete",
     "select_random_points", "select_random_ranges", "bulk_insert",
 )
+# Lua scripts shipped with pglab (src/pglab/workload/sysbench_lua/), named like a bundled
+# test: "select-1" is one `SELECT 1` an event, the connection path's round trip.
+PGLAB_TESTS = {"select-1": "select_1.lua"}
 # Tests that never write: the only ones a read-only target could run.
 READ_ONLY_TESTS = frozenset({"oltp_read_only", "oltp_point_select", "select_random_points",
-                             "select_random_ranges"})
+                             "select_random_ranges", "select-1"})
 
 # Options pglab passes itself, from the workload key that sets them: `options` may not
 # name them (a second --threads would silently win or lose).

@@ -89,10 +89,27 @@ def _describe(err: Any, where: str) -> str:
 
 def validate(raw: dict[str, Any], where: str) -> Scenario:
     try:
-        return Scenario.model_validate(raw)
+        scenario = Scenario.model_validate(raw)
     except ValidationError as exc:
         errors = exc.errors()
         message = _describe(errors[0], where)
         if len(errors) > 1:
             message += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
         raise BadInput(message) from None
+    check_connection_path(scenario, where)
+    return scenario
+
+
+def check_connection_path(scenario: Scenario, where: str) -> None:
+    """workload.path against the tables it depends on (the model checks each table alone);
+    here, so that a matrix with a bad point fails before its first run."""
+    path, topology = scenario.workload.path, scenario.topology
+    if path == "pooler" and topology.pooler == "none":
+        raise BadInput(f"{where}: workload.path = 'pooler' needs a pooler: add [topology] "
+                       "pooler = 'pgbouncer'")
+    if path != "unix" and scenario.server.target != "local":
+        raise BadInput(f"{where}: workload.path = '{path}' needs server.target = 'local': "
+                       "server.dsn says how to reach a server pglab did not start")
+    if path == "tcp" and scenario.workload.on == "standbys":
+        raise BadInput(f"{where}: workload.path = 'tcp' reaches the primary only; it cannot "
+                       "be used with workload.on = 'standbys'")

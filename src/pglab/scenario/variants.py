@@ -54,6 +54,7 @@ def expand_variants(scenario: Scenario, raw: dict[str, Any], where: str) -> list
         raw.pop("matrix", None)
         for key, value in overrides.items():
             set_dotted(raw, key, value)
-        where = f"{where} (variant {overrides})" if overrides else where
-        variants.append(Variant(validate(raw, where), overrides))
+        # each variant's own label: not accumulated over the loop
+        variant_where = f"{where} (variant {overrides})" if overrides else where
+        variants.append(Variant(validate(raw, variant_where), overrides))
     return variants

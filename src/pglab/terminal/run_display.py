@@ -83,7 +83,11 @@ class TerminalUI:
 
 
 def _ms(value: Any) -> str:
-    return "-" if value is None else f"{float(value):.2f}"
+    # under a millisecond, three decimals: a round trip of 30 or 40 µs (select-1 over the
+    # socket or TCP) would both read 0.03
+    if value is None:
+        return "-"
+    return f"{float(value):.3f}" if float(value) < 1 else f"{float(value):.2f}"
 
 
 def measured_tps_series(series: pl.DataFrame | None) -> list[float]:
@@ -91,6 +95,11 @@ def measured_tps_series(series: pl.DataFrame | None) -> list[float]:
         return []
     rows = series.filter(pl.col("job").is_null() & ~pl.col("partial")).sort("t")
     return [float(v) for v in rows["tps"].to_list()]
+
+
+# workload.path as `pglab show` says it.
+CONNECTION_PATH_NAMES = {"unix": "the Unix socket", "tcp": "loopback TCP",
+                         "pooler": "PgBouncer"}
 
 
 def print_summary(console: Console, run: StoredRun) -> None:
@@ -112,9 +121,11 @@ def print_summary(console: Console, run: StoredRun) -> None:
         clients = manifest.clients
         if isinstance(clients, list) and len(clients) == 1:
             clients = clients[0]
+        path = (manifest.workload or {}).get("path")  # absent in runs before the key
         console.print(f"  PostgreSQL {node.get('server_version')} "
                       f"({node.get('bin_source', node.get('target'))})"
-                      + (f", {clients} clients" if clients is not None else ""))
+                      + (f", {clients} clients" if clients is not None else "")
+                      + (f" via {CONNECTION_PATH_NAMES.get(path, path)}" if path else ""))
     for line in storage_lines(manifest):
         console.print(f"  storage {line}", highlight=False)
     if measured:

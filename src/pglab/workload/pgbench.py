@@ -27,6 +27,7 @@ from pglab.lab.binaries import PgBinaries
 from pglab.lab.pgbench_init import pgbench_env
 from pglab.processes import deliver_pending, spawn, stop_child
 from pglab.scenario import Workload
+from pglab.scenario.model import PGLAB_SCRIPTS
 from pglab.workload.pgbench_output import (
     ProgressLine,
     parse_progress_line,
@@ -177,6 +178,10 @@ def build_command(bins: PgBinaries, workload: Workload, clients: int, raw_dir: P
             ledger_file.write_text(LEDGER_SCRIPTS[name])
             argv += ["-f", f"{ledger_file}@{weight}"]
             ledger_scripts.append(script_no)
+        elif name in PGLAB_SCRIPTS:  # a builtin of pglab's, not pgbench's: a script file
+            script_file = raw_dir / f"{name}.sql"
+            script_file.write_text(PGLAB_SCRIPTS[name])
+            argv += ["-f", f"{script_file}@{weight}"]
         else:
             argv += ["-b", f"{name}@{weight}"]
     for path, weight in workload.script_files():

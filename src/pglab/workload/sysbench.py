@@ -24,9 +24,11 @@ from pglab.errors import BadInput, EnvironmentProblem, PglabError
 from pglab.lab.template import DataInit
 from pglab.processes import deliver_pending, spawn, stop_child
 from pglab.scenario import Scenario, Workload
-from pglab.scenario.sysbench_tests import SYSBENCH_TESTS
+from pglab.scenario.sysbench_tests import PGLAB_TESTS, SYSBENCH_TESTS
 from pglab.workload.sysbench_output import IntervalLine, parse_interval_line
 
+# pglab's own Lua tests (sysbench_tests.PGLAB_TESTS), shipped in the package.
+LUA_DIR = Path(__file__).parent / "sysbench_lua"
 INSTALL_HINT = "install Debian's package `sysbench` (apt-get install sysbench)"
 # A load whose every event hits an error sysbench ignores (a deadlock, a unique violation)
 # never ends: sysbench re-runs the event without looking at --time. pglab stops it this
@@ -85,18 +87,27 @@ def check_scenario(scenario: Scenario, where: str) -> None:
     if workload.on != "primary":
         raise BadInput(f"{where}: workload.on = '{workload.on}' cannot be used with "
                        "workload.driver = 'sysbench' yet: sysbench connects to one host")
-    if scenario.topology.pooler != "none":
-        raise BadInput(f"{where}: topology.pooler cannot be used with workload.driver = "
-                       "'sysbench' yet: sysbench prepares server-side statements, which "
-                       "PgBouncer's transaction mode does not keep")
+    if workload.path == "pooler":
+        raise BadInput(f"{where}: workload.path = 'pooler' (the default with a "
+                       "topology.pooler) cannot be used with workload.driver = 'sysbench' "
+                       "yet: sysbench prepares server-side statements, which PgBouncer's "
+                       "transaction mode does not keep")
     find_sysbench()
+
+
+def script_path(workload: Workload, scripts_base: Path) -> Path | None:
+    """The Lua script of a test that is not sysbench's own (pglab's, or the user's)."""
+    if workload.test in SYSBENCH_TESTS:
+        return None
+    if workload.test in PGLAB_TESTS:
+        return LUA_DIR / PGLAB_TESTS[workload.test]
+    return (scripts_base / workload.test).resolve()
 
 
 def test_argument(workload: Workload, scripts_base: Path) -> str:
     """What sysbench is given as its test: a bundled name, or the Lua script's full path."""
-    if workload.test in SYSBENCH_TESTS:
-        return workload.test
-    return str((scripts_base / workload.test).resolve())
+    script = script_path(workload, scripts_base)
+    return workload.test if script is None else str(script)
 
 
 def connection_options(conn_env: dict[str, str]) -> list[str]:
@@ -190,8 +201,8 @@ def data_ident(version: str, workload: Workload, scripts_base: Path) -> dict[str
     option that only the run reads makes a template of its own: harmless, and no list of
     which options `prepare` reads has to be kept)."""
     test: Any = workload.test
-    if workload.test not in SYSBENCH_TESTS:
-        script = scripts_base / workload.test
+    script = script_path(workload, scripts_base)
+    if script is not None:
         test = {"script": script.name,
                 "sha256": hashlib.sha256(script.read_bytes()).hexdigest()}
     return {"tool": "sysbench", "version": version, "test": test, "tables": workload.tables,
