@@ -109,6 +109,22 @@ def test_a_threads_sweep_makes_two_runs_and_a_study(sysbench_binary: str,
     assert html.count("<polyline") == 2 and "Latency (average): no measured values" in html
 
 
+def test_through_the_pooler_without_server_side_prepared_statements(
+        sysbench_binary: str, pgbouncer_binary: str, tmp_path: Path) -> None:
+    """Through PgBouncer's transaction mode a later transaction may get another server
+    connection, where a statement sysbench prepared does not exist: pglab runs it with
+    --db-ps-mode=disable, and the load completes with no server errors."""
+    scenario = write_scenario(tmp_path, SMALL + "[telemetry]\nenabled = false\n"
+                              '[topology]\npooler = "pgbouncer"\n', "pooled")
+    result = run_cli("run", str(scenario), "--results", str(tmp_path / "r"))
+    assert result.returncode == 0, result.stderr
+    (run,) = _runs(tmp_path / "r", "pooled")
+    manifest = json.loads((run / "manifest.json").read_text())
+    workload = manifest["workload"]
+    assert workload["path"] == "pooler" and "--db-ps-mode=disable" in workload["argv"]
+    assert workload["returncode"] == 0 and manifest["results"]["sysbench"]["transactions"] > 0
+
+
 HOT_ROWS = """\
 -- Its own table (prepare), and two rows every pair of threads updates in opposite order:
 -- deadlocks, which sysbench's pgsql driver rolls back and re-runs (ignored errors).
