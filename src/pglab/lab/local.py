@@ -61,6 +61,9 @@ MANAGED = frozenset(
 
 
 SOCKET_PARENT = "/tmp"
+# How long to wait, after the postmaster exited while starting, for the line that says
+# why to reach its log (the logging collector writes it, and exits after the postmaster).
+EXIT_LOG_DRAIN_S = 2.0
 
 
 def remove_socket_dir(node_dir: Path) -> None:
@@ -241,7 +244,7 @@ class LocalServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                output = self._startup_output()
+                output = self._exit_output()
                 if "Address already in use" in output:
                     return False
                 raise self._startup_error(output)
@@ -283,6 +286,17 @@ class LocalServer:
                     line = f"{record.get('error_severity')}:  {record.get('message')}"
             lines.append(line)
         return "\n".join(lines)
+
+    def _exit_output(self) -> str:
+        """The startup output once the postmaster has exited: its logging collector, a
+        child that outlives it by a moment on a busy machine, may still be writing the
+        lines that say why (a port in use was once read as "(no message)")."""
+        deadline = time.monotonic() + EXIT_LOG_DRAIN_S
+        while True:
+            output = self._startup_output()
+            if "FATAL" in output or "PANIC" in output or time.monotonic() >= deadline:
+                return output
+            time.sleep(0.05)
 
     def _startup_error(self, output: str) -> PglabError:
         # A PANIC (recovery that cannot go on) is why the server stopped; FATALs after it
