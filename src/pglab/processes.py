@@ -108,6 +108,19 @@ def kill_tree(pid: int, timeout: float = 5.0) -> list[int]:
     return sorted(proc.pid for proc in alive)
 
 
+def wait_for_exit(proc: subprocess.Popen[bytes], timeout: float) -> bool:
+    """Until a load generator exits (False after `timeout`). Every half second it raises
+    a Ctrl-C that Python dropped on the way (see deliver_pending)."""
+    deadline = time.monotonic() + timeout
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            proc.wait(timeout=min(0.5, left))
+            return True
+        except subprocess.TimeoutExpired:
+            deliver_pending()
+    return proc.poll() is not None
+
+
 def stop_child(proc: subprocess.Popen[bytes], grace: float = 5.0) -> None:
     """SIGTERM, then SIGKILL the whole tree after `grace` seconds."""
     if proc.poll() is None:

@@ -51,14 +51,7 @@ def replication_login(primary: LocalServer) -> str:
     let any of them copy the data dir. The statement is not logged (a scenario may log
     statements, and server logs go to the results folder); the password lives only in
     the primary's catalog and in each standby's passfile inside the lab directory."""
-    password = secrets.token_urlsafe(24)
-    with primary.connect("postgres") as conn:
-        conn.execute("SET log_statement = 'none'")
-        conn.execute("SET log_min_duration_statement = -1")
-        conn.execute("SET password_encryption = 'scram-sha-256'")  # md5 on PG 13
-        conn.execute(sql.SQL("CREATE ROLE {} REPLICATION LOGIN PASSWORD {}").format(
-            sql.Identifier(REPLICATION_ROLE), sql.Literal(password)))
-    return password
+    return _create_login(primary, REPLICATION_ROLE, "REPLICATION")
 
 
 def client_login(primary: LocalServer) -> str:
@@ -71,14 +64,21 @@ def client_login(primary: LocalServer) -> str:
     replication role: loopback only, scram, a password that is never written down. The
     statement is kept out of the server log and of pg_stat_statements (both may end up in
     the results folder)."""
+    return _create_login(primary, CLIENT_ROLE, "SUPERUSER")
+
+
+def _create_login(primary: LocalServer, role: str, attribute: str) -> str:
+    """CREATE ROLE `role` `attribute` LOGIN with a new random scram password, kept out of
+    the server log and of pg_stat_statements (both may end up in the results folder);
+    the password."""
     password = secrets.token_urlsafe(24)
     with primary.connect("postgres") as conn:
         conn.execute("SET log_statement = 'none'")
         conn.execute("SET log_min_duration_statement = -1")
         conn.execute("SET pg_stat_statements.track_utility = off")
         conn.execute("SET password_encryption = 'scram-sha-256'")  # md5 on PG 13
-        conn.execute(sql.SQL("CREATE ROLE {} SUPERUSER LOGIN PASSWORD {}").format(
-            sql.Identifier(CLIENT_ROLE), sql.Literal(password)))
+        conn.execute(sql.SQL("CREATE ROLE {} {} LOGIN PASSWORD {}").format(
+            sql.Identifier(role), sql.SQL(attribute), sql.Literal(password)))
     return password
 
 

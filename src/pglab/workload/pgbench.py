@@ -25,7 +25,7 @@ import psutil
 from pglab.errors import BadInput
 from pglab.lab.binaries import PgBinaries
 from pglab.lab.pgbench_init import pgbench_env
-from pglab.processes import deliver_pending, spawn, stop_child
+from pglab.processes import spawn, stop_child, wait_for_exit
 from pglab.scenario import Workload
 from pglab.scenario.model import PGLAB_SCRIPTS
 from pglab.workload.pgbench_output import (
@@ -243,18 +243,6 @@ def txlog_files(raw_dir: Path, prefix: str = TXLOG_PREFIX) -> dict[int, Path]:
     return dict(sorted(files.items()))
 
 
-def _wait(proc: subprocess.Popen[bytes], timeout: float) -> bool:
-    """Until pgbench exits (False after `timeout`). Every half second it raises a
-    Ctrl-C that Python dropped on the way (see processes.deliver_pending)."""
-    deadline = time.monotonic() + timeout
-    while (left := deadline - time.monotonic()) > 0:
-        try:
-            proc.wait(timeout=min(0.5, left))
-            return True
-        except subprocess.TimeoutExpired:
-            deliver_pending()
-    return proc.poll() is not None
-
 
 def run(
     cmd: PgbenchCommand,
@@ -300,7 +288,7 @@ def run(
         reader = threading.Thread(target=pump, name="pgbench-stderr", daemon=True)
         reader.start()
         try:
-            timed_out = not _wait(proc, cmd.total_s + FINISH_GRACE_S)
+            timed_out = not wait_for_exit(proc, cmd.total_s + FINISH_GRACE_S)
         finally:
             stop_child(proc)  # no-op when it ended by itself; kills it on any exception
         reader.join(timeout=5)

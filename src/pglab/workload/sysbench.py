@@ -22,7 +22,7 @@ from typing import Any
 
 from pglab.errors import BadInput, EnvironmentProblem, PglabError
 from pglab.lab.template import DataInit
-from pglab.processes import deliver_pending, spawn, stop_child
+from pglab.processes import spawn, stop_child, wait_for_exit
 from pglab.scenario import Scenario, Workload
 from pglab.scenario.sysbench_tests import PGLAB_TESTS, SYSBENCH_TESTS
 from pglab.workload.sysbench_output import IntervalLine, parse_interval_line
@@ -280,7 +280,7 @@ def run(cmd: SysbenchCommand, conn_env: dict[str, str], raw_dir: Path,
     reader = threading.Thread(target=pump, name="sysbench-stdout", daemon=True)
     reader.start()
     try:
-        timed_out = not _wait(proc, cmd.total_s + FINISH_GRACE_S)
+        timed_out = not wait_for_exit(proc, cmd.total_s + FINISH_GRACE_S)
     finally:
         stop_child(proc)  # no-op when it ended by itself; kills it on any exception
     reader.join(timeout=5)
@@ -292,13 +292,3 @@ def run(cmd: SysbenchCommand, conn_env: dict[str, str], raw_dir: Path,
         first_fatal=fatal[0] if fatal else None)
 
 
-def _wait(proc: subprocess.Popen[bytes], timeout: float) -> bool:
-    """Until sysbench exits (False after `timeout`), raising a dropped Ctrl-C meanwhile."""
-    deadline = time.monotonic() + timeout
-    while (left := deadline - time.monotonic()) > 0:
-        try:
-            proc.wait(timeout=min(0.5, left))
-            return True
-        except subprocess.TimeoutExpired:
-            deliver_pending()
-    return proc.poll() is not None
