@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import typing
 from pathlib import Path
 
 import pytest
 
 from pglab.errors import BadInput
-from pglab.scenario import load, load_text
+from pglab.scenario import Workload, load, load_text
 from pglab.scenario.builtin import builtin_names, load_builtin
 from pglab.scenario.overrides import parse_override, toml_value
 
@@ -319,3 +320,12 @@ def test_bad_connection_paths_get_one_line_errors(body: str, expected: str,
     assert message.startswith(f"{path}")
     assert expected in message, message
     assert "\n" not in message
+
+
+def test_every_driver_the_scenario_accepts_is_registered() -> None:
+    from pglab.workload.drivers import DRIVERS
+
+    # workload.driver is validated by the scenario model, which cannot import the
+    # registry (the scenario comes before the lab and the load): the two lists must agree
+    accepted = typing.get_args(Workload.model_fields["driver"].annotation)
+    assert sorted(accepted) == sorted(DRIVERS)

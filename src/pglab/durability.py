@@ -25,7 +25,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
@@ -33,6 +33,11 @@ from pglab.lab.binaries import PgBinaries
 from pglab.lab.local import LocalServer
 from pglab.results.manifest import Manifest
 from pglab.workload import pgbench
+
+if TYPE_CHECKING:  # the lab's types only: run_display reads durability_lines from here
+    from pglab.lab.faults import FaultTimeline
+    from pglab.lab.lab import Lab
+    from pglab.scenario import Scenario
 
 LedgerId = tuple[int, int, int]  # (segment, client, seq)
 AMCHECK_RELATION = re.compile(r'^(heap table|btree index|table|index) "([^"]+)"')
@@ -179,6 +184,61 @@ def verify(server: LocalServer, bins: PgBinaries, ledger: Ledger | None,
     verdict["elapsed_s"] = round(time.monotonic() - started, 3)
     return verdict
 
+
+
+class CutVerdicts:
+    """The ledger and the integrity verdicts of a run with crashes or power losses: one
+    after each cut, once its node is back and before the load runs again, and one at the
+    end of the run (the runner asks for that one with the lab still up)."""
+
+    def __init__(self, lab: Lab, cmd: pgbench.PgbenchCommand, ledger_problem: str | None,
+                 scenario: Scenario, measured_start: list[float],
+                 timeline: FaultTimeline) -> None:
+        self.lab = lab
+        self.cmd = cmd
+        self.ledger = Ledger(cmd.ledger_scripts) if cmd.ledger_scripts else None
+        self.ledger_problem = ledger_problem
+        mix = [n for n, _ in scenario.workload.expanded_mix()]
+        compared = [] if any(f.action == "bulk-update" for f in scenario.faults) else [
+            "accounts"]  # a bulk update moves account balances alone
+        if "simple-update" not in mix and "tpcb-like" in mix:
+            compared += ["tellers", "branches"]  # simple-update moves accounts alone
+        self.compared = tuple(compared)
+        self.measured_start = measured_start
+        self.timeline = timeline
+        self.record: dict[str, Any] = {"ledger": self.ledger is not None,
+                                       "ledger_problem": ledger_problem if self.ledger is None
+                                       else None, "cuts": [], "final": None}
+
+    def segment_done(self, segment: int) -> None:
+        if self.ledger is not None:
+            self.ledger.read_segment(self.cmd.txlog_dir, segment)
+
+    def verify_now(self, what: str, cut_epoch: float | None) -> dict[str, Any]:
+        """The verdict now: of the cut at `cut_epoch` (its action `what`), or with None
+        the end of the run's."""
+        assert self.lab.primary is not None and self.lab.bins is not None
+        try:
+            verdict = verify(self.lab.primary, self.lab.bins, self.ledger,
+                             self.ledger_problem, self.compared,
+                             list(self.timeline.cut_times))
+        except (OSError, subprocess.SubprocessError) as exc:  # a verdict, not a failed run
+            verdict = {"server_up": self.lab.primary.is_running(),
+                       "error": f"{type(exc).__name__}: {exc}"}
+        if cut_epoch is None:
+            self.record["final"] = verdict
+            return verdict
+        t0 = self.measured_start[0] if self.measured_start else cut_epoch
+        verdict["at_s"] = round(cut_epoch - t0, 3)
+        verdict["action"] = what
+        event = self.timeline.last_cut()
+        if event is not None:
+            for key in ("recovery_s", "downtime_s", "lost_bytes", "lost_blocks", "mount_s",
+                        "recovery_log", "start_error"):
+                if key in event.attrs:
+                    verdict[key] = event.attrs[key]
+        self.record["cuts"].append(verdict)
+        return verdict
 
 def summary_line(what: str, verdict: dict[str, Any], own_cut: bool = False) -> str:
     """One line for the terminal: 'power loss at 20 s: 0 acknowledged commits lost; ...'.

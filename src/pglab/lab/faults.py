@@ -25,6 +25,7 @@ from pglab.lab.fault_actions import ACTIONS, FaultAction, FaultTarget
 from pglab.scenario import Fault, Scenario
 
 ACTION_NAMES = [a.name for a in ACTIONS]
+CUT_ACTIONS = tuple(a.name for a in ACTIONS if a.cuts_node)  # crash, power-loss
 NETWORK_LATENCY = "network-latency"
 # A cut of the primary (crash, power loss) waits until the previous one's node is back,
 # verified, and the load has run again this long: each cut then gets an integrity verdict
@@ -266,6 +267,11 @@ class FaultTimeline:
                        **active.attrs})
         self.recorded.append(event)
         self.record(event)
+
+    def last_cut(self) -> Event | None:
+        """The event of the latest crash or power loss to have ended, if any."""
+        return next((e for e in reversed(self.recorded)
+                     if e.attrs.get("action") in CUT_ACTIONS), None)
 
     def cut_active(self) -> bool:
         """A crash or power loss has begun and its node is not back yet."""
