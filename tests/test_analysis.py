@@ -192,6 +192,26 @@ def test_a_run_stalled_for_most_of_its_seconds_keeps_its_working_reference() -> 
     assert analysis["summary"]["verdict"]["cause"] == "memory-reclaim"
 
 
+
+def test_a_server_down_for_most_of_the_run_is_one_stall_from_the_crash() -> None:
+    # A crash 1 s into a 15 s disk pause: the killed backends wait in the paused I/O, the
+    # server is down until the pause ends, and the load does not come back (its clients
+    # died with the server). 2 working seconds of 20: the 90th percentile of TPS is 0,
+    # which once left no reference at all and the run was "degraded 0%, 0 stalls".
+    data = load_run_frames(RUNS / "crash-on-paused-disk")
+    working = data.client.filter(~pl.col("warmup") & ~pl.col("partial") & (pl.col("tps") > 0))
+    assert 1 <= working.height <= 2  # the sample is what it says
+    analysis = _analysis("crash-on-paused-disk")
+    (stall,) = analysis["stalls"]
+    assert stall["kind"] == "drop-to-zero" and stall["seconds"] >= 17
+    crash = _events("crash-on-paused-disk", "fault").filter(
+        pl.col("attrs").str.contains('"action": "crash"'))
+    crashed_at = crash["t_start"][0]
+    start = dt.datetime.fromisoformat(stall["start"].replace("Z", "+00:00"))
+    assert start <= crashed_at  # the pause that came first already stopped commits
+    assert [c["cause"] for c in stall["causes"][:2]] == ["server-crash", "storage-device"]
+    assert analysis["summary"]["verdict"]["cause"] == "server-crash"
+
 def test_the_second_before_a_stall_is_not_a_healthy_one() -> None:
     # The same storm again: the checkpoint's fsync put 257 MB under writeback within the
     # second before TPS fell, a second that still ran 1,395 transactions. Counted as

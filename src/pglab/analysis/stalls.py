@@ -12,7 +12,9 @@ a slow drift is not a stall but a short fall is. Only *working* seconds enter it
 at DIP_FRACTION or more of the window's WORKING_QUANTILE of TPS. Otherwise a run stalled
 for half of a window would have a median of a few TPS, its stall would look healthy and
 its healthy seconds would be polluted with the stall's. Where a window has no working
-second, the reference is the median of the run's working seconds. Adjacent degraded
+second, the reference is the median of the run's working seconds (of its best seconds,
+when it was stalled for more than a tenth of its length and its quantile is 0: a crash
+that kept the server down for 18 s of 20 is one stall of 18 s, not a healthy run). Adjacent degraded
 seconds make one window; its kind is the worst of its seconds, its depth 1 - min TPS /
 reference, and its deficit the sum of (reference - TPS) over its seconds: the
 transactions it did not make (never "lost", the word for acknowledged commits that a
@@ -98,6 +100,9 @@ def classify_seconds(measured: pl.DataFrame) -> pl.DataFrame:
     working = pl.when(pl.col("tps") >= DIP_FRACTION * high).then(pl.col("tps"))
     rolling = working.rolling_median(window, center=True, min_samples=1)
     run_high = measured["tps"].quantile(WORKING_QUANTILE)
+    if not run_high:  # stalled for most of the run: what it did when it worked is the
+        best = measured["tps"].max()  # reference (else no second would be degraded)
+        run_high = float(best) if isinstance(best, (int, float)) else None
     run_working = measured.filter(pl.col("tps") >= DIP_FRACTION * (run_high or 0.0))
     working_median = run_working["tps"].median() if run_working.height else None
     working_tps = float(working_median) if isinstance(working_median, (int, float)) else 0.0

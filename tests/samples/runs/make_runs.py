@@ -95,6 +95,27 @@ action = "power-loss"
 repeat = 2
 every = "7s"
 """,
+    # a crash while the disk is paused: the killed backends wait in the device's I/O until
+    # the pause ends, so the server is down for most of the run and the load never resumes
+    "crash-on-paused-disk": """name = "crash-on-paused-disk"
+[storage]
+filesystem = "ext4"
+size = "1GB"
+device = { write_mbps = 200 }
+[workload]
+scale = 1
+clients = 4
+duration = "20s"
+warmup = "1s"
+[[faults]]
+at = "2s"
+action = "pause-disk"
+duration = "15s"
+[[faults]]
+at = "3s"
+action = "crash"
+duration = "1s"
+""",
 }
 
 
