@@ -77,6 +77,24 @@ def test_zeros_use_differences() -> None:
     assert (same.low, same.high) == (0.0, 0.0) and same.includes_zero
 
 
+
+def test_a_stall_cut_to_nothing_is_never_more_than_minus_100_percent() -> None:
+    # Stall seconds per run (the tune's metric) of three baseline runs that disagree, and
+    # a fix that leaves almost none: a replicate that draws the 40 s run thrice has a base
+    # of 40 against the pooled 17, and its difference alone would read -235%.
+    base, fixed = [[5.0], [6.0], [40.0]], [[0.0], [0.0], [1.0]]
+    interval = stats.bootstrap_difference(base, fixed, stats.mean)
+    assert interval.mode == "difference" and interval.nonnegative
+    assert interval.low < -interval.base  # the raw bound is below -100% ...
+    assert interval.relative(interval.low) == -1.0  # ... and is said as -100%
+    relative = interval.relative(interval.estimate)
+    assert relative is not None and -1.0 < relative < -0.9
+    # a quantity that can be negative keeps its bound as it is
+    signed = stats.bootstrap_difference([[5.0], [6.0], [40.0]], [[-1.0], [0.0], [1.0]],
+                                        stats.mean)
+    low = signed.relative(signed.low)
+    assert not signed.nonnegative and low is not None and low < -1.0
+
 def test_repeats_that_disagree_make_the_interval_wide() -> None:
     a, b = throughput("15"), throughput("18")
     # Two "repeats" from different runs on each side: the spread between runs enters the

@@ -130,6 +130,9 @@ class Interval:
     confidence: float
     resamples: int
     blocks: tuple[int, ...]  # block lengths used (base runs, then contender runs)
+    # Every sample of both sides is >= 0 (stall seconds, failures, TPS): the contender's
+    # statistic cannot fall below 0, so no change is below -100%.
+    nonnegative: bool = False
 
     @property
     def estimate(self) -> float:
@@ -152,7 +155,13 @@ class Interval:
         """A bound (or the estimate) as a relative change: 0.25 = +25%."""
         if self.mode == "ratio":
             return math.expm1(value)
-        return value / abs(self.base) if self.base else None
+        if not self.base:
+            return None
+        relative = value / abs(self.base)
+        # A replicate whose base drew more than the pooled base can put the difference's
+        # bound below -base: as a change of a quantity that cannot be negative, that is
+        # -100% (a stall cut to nothing), never -108%.
+        return max(relative, -1.0) if self.nonnegative and self.base > 0 else relative
 
 
 def bootstrap_difference(base_runs: Sequence[Sequence[float]],
@@ -185,4 +194,6 @@ def bootstrap_difference(base_runs: Sequence[Sequence[float]],
     return Interval(base=base_stat, contender=cont_stat, mode=mode,
                     low=quantile(changes, alpha), high=quantile(changes, 1.0 - alpha),
                     confidence=confidence, resamples=resamples,
-                    blocks=tuple(base_blocks + cont_blocks))
+                    blocks=tuple(base_blocks + cont_blocks),
+                    nonnegative=all(x >= 0 for runs in (base_runs, contender_runs)
+                                    for r in runs for x in r))
