@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pglab.commands.console import err, load_scenario, out, print_run_analysis
 from pglab.errors import ExitCode
-from pglab.results.folder import StoredRun
-from pglab.runner import RunOptions, check_variants, run_scenario
 from pglab.scenario import LoadedScenario
 from pglab.scenario.builtin import load_builtin
-from pglab.terminal.run_display import TerminalUI, print_summary, print_sweep
+
+if TYPE_CHECKING:
+    from pglab.results.folder import StoredRun
+
+# The runner (the lab, the probes, the drivers, polars) is imported only once the
+# scenario is read and valid: a scenario with a mistake is refused in a fraction of the
+# time (the runner's imports are most of a second of CPU, several seconds on a busy
+# machine).
 
 
 def run_loaded(loaded: LoadedScenario, results: Path, keep: bool, pg_bin: str | None) -> int:
+    from pglab.runner import RunOptions, check_variants, run_scenario
+    from pglab.terminal.run_display import TerminalUI, print_summary, print_sweep
+
     ui = TerminalUI(err)
     check_variants(loaded)  # every point, before anything starts or is printed
     desc = loaded.scenario.description
@@ -44,6 +53,8 @@ def demo(duration: str | None, overrides: tuple[str, ...], results: Path,
 
 def validate(scenario: str, overrides: tuple[str, ...]) -> int:
     loaded = load_scenario(scenario, overrides)
+    from pglab.runner import check_variants
+
     check_variants(loaded)
     out.print(f"{loaded.where}: ok, {len(loaded.variants)} run(s)")
     for variant in loaded.variants:
@@ -55,10 +66,13 @@ def validate(scenario: str, overrides: tuple[str, ...]) -> int:
 
 def tune(scenario: str, overrides: tuple[str, ...], results: Path, pg_bin: str | None,
          repeats: int, top: int, noise: float, steps: int = 1) -> int:
+    loaded = load_scenario(scenario, overrides)
+    from pglab.runner import RunOptions, check_variants
+    from pglab.terminal.run_display import TerminalUI, print_summary
     from pglab.terminal.tune_result import print_tune
     from pglab.tune import tune as run_tune
 
-    check_variants(load_scenario(scenario, overrides))
+    check_variants(loaded)
     result = run_tune(lambda extra: load_scenario(scenario, tuple(extra)), list(overrides),
                       RunOptions(results, False, pg_bin), TerminalUI(err), repeats, top,
                       noise / 100.0, on_run=lambda run: print_summary(out, run),
