@@ -7,6 +7,15 @@ and every write of the filesystem on top reaches the server. The loop device's r
 are capped at 128 KiB, so a second's count of written bytes moves in small steps and a
 bandwidth limit can be checked per second.
 
+While the emulated device's flushes have nothing to do and nothing to wait for (an
+honest cache, no latency, powered, not paused), its loop device says it has no
+volatile write cache (queue/write_cache = write through), as a disk without one does:
+the block layer then answers flushes itself instead of sending each through FUSE,
+nbdfuse and the server to be acknowledged there (half the requests of a commit's
+write + fdatasync, and their CPU, which the load on the same cores would have). Any
+other behaviour turns it back to write back before the server takes it, so from then
+on every flush reaches the server, to wait, fail or write a volatile cache back.
+
 DEVICE_BEHAVIOURS is the one list of what a device can be told (validation, the README
 table, `pglab storage`); faults change the same behaviours mid-run.
 """
@@ -161,6 +170,7 @@ class EmulatedDevice:
         self.server: subprocess.Popen[bytes] | None = None
         self.fuse: subprocess.Popen[bytes] | None = None
         self.loop: Path | None = None
+        self.write_cache = "write back"  # the loop device's queue/write_cache
 
     def start(self, behaviour: dict[str, Any]) -> Path:
         for tool, package in (("nbdfuse", "libnbd-bin"), ("fusermount3", "fuse3")):
@@ -201,13 +211,34 @@ class EmulatedDevice:
                 raise PglabError(f"nbdfuse did not expose the device: {err.strip()[-300:]}")
             time.sleep(0.02)
         self.loop = attach_loop(disk, direct_io=True)
+        self.write_cache = "write back"  # what losetup gives
+        self._flushes_to_server(self.stats()["behaviour"])
         return self.loop
 
     def control(self, request: dict[str, Any]) -> dict[str, Any]:
         return control(self.control_socket, request)
 
     def set_behaviour(self, behaviour: dict[str, Any]) -> dict[str, Any]:
-        return self.control({"op": "set", "behaviour": behaviour})
+        self._set_write_cache("write back")
+        answer = self.control({"op": "set", "behaviour": behaviour})
+        self._flushes_to_server(answer["behaviour"])
+        return answer
+
+    def _flushes_to_server(self, behaviour: dict[str, Any]) -> None:
+        """Write through while a flush would return at once having done nothing (limits
+        and failures do not apply to flushes), else write back (the module says why)."""
+        idle = (behaviour["cache"] == "honest" and behaviour["latency_s"] <= 0
+                and behaviour["powered"] and not behaviour["paused"])
+        self._set_write_cache("write through" if idle else "write back")
+
+    def _set_write_cache(self, mode: str) -> None:
+        # Only ever switched to write back from write through, i.e. on a device whose
+        # requests are answered at once: the switch waits for the requests in flight.
+        if self.loop is None or mode == self.write_cache:
+            return
+        with contextlib.suppress(OSError):  # a kernel that refuses: flushes reach the server
+            Path(f"/sys/block/{self.loop.name}/queue/write_cache").write_text(mode)
+            self.write_cache = mode
 
     def stats(self) -> dict[str, Any]:
         return self.control({"op": "stats"})
@@ -215,6 +246,7 @@ class EmulatedDevice:
     def power_loss(self) -> dict[str, Any]:
         """The device loses power: its volatile cache is dropped (what it held is
         returned: lost_bytes, lost_blocks) and every request fails until power_on()."""
+        self._set_write_cache("write back")
         return self.control({"op": "power-loss"})
 
     def power_on(self) -> None:
