@@ -127,10 +127,20 @@ def attach_loop(backing: Path, direct_io: bool) -> Path:
     with contextlib.suppress(OSError):
         Path(f"/sys/block/{device.name}/queue/max_sectors_kb").write_text(
             str(LOOP_MAX_REQUEST_KB))
+    _reset_write_cache(device)
     return device
 
 
+def _reset_write_cache(device: Path) -> None:
+    """A loop device keeps a write_cache set by hand across detach and attach: an
+    emulated device's write through (EmulatedDevice) must not outlive it, whoever gets
+    the device next (pglab's plain loop volume, whose flushes reach the host's disk)."""
+    with contextlib.suppress(OSError):
+        Path(f"/sys/block/{device.name}/queue/write_cache").write_text("write back")
+
+
 def detach_loop(device: Path) -> None:
+    _reset_write_cache(device)
     for _attempt in range(20):
         result = subprocess.run(["losetup", "-d", str(device)], capture_output=True, text=True)
         if result.returncode == 0 or "No such device" in result.stderr:
