@@ -29,6 +29,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -181,6 +182,9 @@ class EmulatedDevice:
         self.fuse: subprocess.Popen[bytes] | None = None
         self.loop: Path | None = None
         self.write_cache = "write back"  # the loop device's queue/write_cache
+        # faults change behaviours from threads of their own: one change at a time, so
+        # the write cache follows the server's latest behaviour
+        self.changing = threading.Lock()
 
     def start(self, behaviour: dict[str, Any]) -> Path:
         for tool, package in (("nbdfuse", "libnbd-bin"), ("fusermount3", "fuse3")):
@@ -221,17 +225,19 @@ class EmulatedDevice:
                 raise PglabError(f"nbdfuse did not expose the device: {err.strip()[-300:]}")
             time.sleep(0.02)
         self.loop = attach_loop(disk, direct_io=True)
-        self.write_cache = "write back"  # what losetup gives
-        self._flushes_to_server(self.stats()["behaviour"])
+        with self.changing:
+            self.write_cache = "write back"  # what attach_loop gives
+            self._flushes_to_server(self.stats()["behaviour"])
         return self.loop
 
     def control(self, request: dict[str, Any]) -> dict[str, Any]:
         return control(self.control_socket, request)
 
     def set_behaviour(self, behaviour: dict[str, Any]) -> dict[str, Any]:
-        self._set_write_cache("write back")
-        answer = self.control({"op": "set", "behaviour": behaviour})
-        self._flushes_to_server(answer["behaviour"])
+        with self.changing:
+            self._set_write_cache("write back")
+            answer = self.control({"op": "set", "behaviour": behaviour})
+            self._flushes_to_server(answer["behaviour"])
         return answer
 
     def _flushes_to_server(self, behaviour: dict[str, Any]) -> None:
@@ -256,8 +262,9 @@ class EmulatedDevice:
     def power_loss(self) -> dict[str, Any]:
         """The device loses power: its volatile cache is dropped (what it held is
         returned: lost_bytes, lost_blocks) and every request fails until power_on()."""
-        self._set_write_cache("write back")
-        return self.control({"op": "power-loss"})
+        with self.changing:
+            self._set_write_cache("write back")
+            return self.control({"op": "power-loss"})
 
     def power_on(self) -> None:
         self.set_behaviour({"powered": True})
