@@ -3,8 +3,10 @@
 Threads each write 8 KiB and fdatasync it, over and over (a WAL flush), on an ext4
 volume of the emulated device with no limit, and then in the host's directory, taken in
 turn. Prints ops/s on each side and their ratio (the device's round trips through the
-loop device, FUSE, nbdfuse and the server, against the host's disk), and the CPU the
-device server and nbdfuse spend per request (what the load on the same cores loses).
+loop device, FUSE, nbdfuse and the server, against the host's disk), the CPU the
+device server and nbdfuse spend per request (what the load on the same cores loses),
+the requests per op (a write, and a flush unless the block layer answers it) and the
+two processes' CPU per op.
 
     python bench/device_request_cost.py [--seconds 4] [--threads 1 8] [--rounds 3]
 
@@ -31,8 +33,9 @@ FILE_MB = 16
 BLOCK = 8192
 
 
-def commit_load(files: list[Path], seconds: float) -> float:
-    """ops/s of len(files) threads each writing 8 KiB and fdatasync-ing its own file."""
+def commit_load(files: list[Path], seconds: float) -> tuple[float, int]:
+    """ops/s of len(files) threads each writing 8 KiB and fdatasync-ing its own file, and
+    the ops done."""
     counts = [0] * len(files)
     block = os.urandom(BLOCK)
     stop = time.monotonic() + seconds
@@ -54,7 +57,7 @@ def commit_load(files: list[Path], seconds: float) -> float:
         thread.start()
     for thread in threads:
         thread.join()
-    return sum(counts) / (time.monotonic() - started)
+    return sum(counts) / (time.monotonic() - started), sum(counts)
 
 
 def preallocated(directory: Path, count: int) -> list[Path]:
@@ -99,7 +102,7 @@ def main() -> None:
             assert device.server is not None and device.fuse is not None
             procs = [psutil.Process(device.server.pid), psutil.Process(device.fuse.pid)]
             for threads in args.threads:
-                ratios, server_us, fuse_us = [], [], []
+                ratios, server_us, fuse_us, per_op, op_us = [], [], [], [], []
                 for index in range(args.rounds):
                     counters = device.stats()["counters"]
                     cpu = cpu_seconds(procs)
@@ -107,7 +110,7 @@ def main() -> None:
                     sides = [("device", on_device), ("host", on_host)][::-1 if index % 2 else 1]
                     ops = {side: commit_load(files[:threads], args.seconds)
                            for side, files in sides}
-                    device_ops, host_ops = ops["device"], ops["host"]
+                    (device_ops, done), (host_ops, _) = ops["device"], ops["host"]
                     after = device.stats()["counters"]
                     requests = sum(after[k] - counters[k] for k in ("reads", "writes",
                                                                     "flushes"))
@@ -115,14 +118,19 @@ def main() -> None:
                     ratios.append(device_ops / host_ops)
                     server_us.append(spent[0] / requests * 1e6)
                     fuse_us.append(spent[1] / requests * 1e6)
+                    per_op.append(requests / done)
+                    op_us.append(sum(spent) / done * 1e6)
                     print(f"{threads} thread(s), round {index + 1}: device {device_ops:,.0f} "
                           f"ops/s, host {host_ops:,.0f} ops/s, device/host "
                           f"{ratios[-1]:.3f}; per request: server {server_us[-1]:.0f} us, "
-                          f"nbdfuse {fuse_us[-1]:.0f} us CPU", flush=True)
+                          f"nbdfuse {fuse_us[-1]:.0f} us CPU; {per_op[-1]:.2f} requests "
+                          f"and {op_us[-1]:.0f} us CPU per op", flush=True)
                 print(f"{threads} thread(s): median device/host {statistics.median(ratios):.3f} "
                       f"(min {min(ratios):.3f}, max {max(ratios):.3f}); median CPU per "
                       f"request: server {statistics.median(server_us):.0f} us, nbdfuse "
-                      f"{statistics.median(fuse_us):.0f} us")
+                      f"{statistics.median(fuse_us):.0f} us; per op: "
+                      f"{statistics.median(per_op):.2f} requests, server + nbdfuse "
+                      f"{statistics.median(op_us):.0f} us CPU")
         finally:
             subprocess.run(["umount", str(mount)], capture_output=True)
             device.stop()

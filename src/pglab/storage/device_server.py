@@ -33,9 +33,11 @@ import asyncio
 import contextlib
 import json
 import os
+import select
 import socket
 import struct
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -62,7 +64,6 @@ CMD_READ, CMD_WRITE, CMD_DISC, CMD_FLUSH, CMD_WRITE_ZEROES = 0, 1, 2, 3, 6
 CMD_FLAG_FUA = 1
 EIO, EINVAL, ENOSPC = 5, 22, 28
 MAX_REQUEST = 32 * 1024 * 1024
-REPLY_BUFFER = 1024 * 1024  # replies queued unsent before a connection stops reading requests
 
 CACHE_MODES = ("honest", "volatile", "volatile-ignores-flush")
 
@@ -141,6 +142,9 @@ class Device:
 
     def __post_init__(self) -> None:
         self.fd = os.open(self.image, os.O_RDWR)
+        # held by whoever reads or changes the device's state: the connections' threads
+        # and the event loop (control, write-back, requests that waited)
+        self.lock = threading.Lock()
         self.buckets = {k: Bucket() for k in ("write_bps", "read_bps", "write_iops",
                                                "read_iops")}
         self.unpaused = asyncio.Event()
@@ -230,6 +234,8 @@ class Device:
 
     def write_back(self, older_than: float | None = None) -> int:
         """Write cached blocks to the image in block order; the bytes written."""
+        if not self.dirty:
+            return 0
         if older_than is None:
             blocks = sorted(self.dirty)
         else:
@@ -260,7 +266,8 @@ class Device:
             await asyncio.sleep(WRITEBACK_DELAY_S / 4)
             if self.dirty and self.behaviour.cache == "volatile-ignores-flush" and (
                     self.behaviour.powered):
-                self.write_back(older_than=time.monotonic() - WRITEBACK_DELAY_S)
+                with self.lock:
+                    self.write_back(older_than=time.monotonic() - WRITEBACK_DELAY_S)
 
 
 # --- NBD --------------------------------------------------------------------------------
@@ -279,18 +286,26 @@ def _option_reply(opt: int, kind: int, data: bytes = b"") -> bytes:
     return struct.pack(">QIII", OPT_REPLY_MAGIC, opt, kind, len(data)) + data
 
 
-class NbdConnection(asyncio.BufferedProtocol):
-    """One NBD client connection: the newstyle handshake, then requests.
+class NbdConnection:
+    """One NBD client connection, served by a thread of its own: the newstyle handshake,
+    then requests.
 
-    A protocol rather than streams, because the per-request cost is this process's CPU,
-    which the load on the same machine would otherwise have: the socket is read straight
-    into one reused buffer (recv_into), every request that one read brought is answered,
-    and their replies leave in one send. On a free device a write goes from that buffer
-    to the image without a copy. A request that must wait becomes a task with its own
-    copy of the payload, and is answered when its waits are over."""
+    The per-request cost is this process's CPU, which the load on the same machine would
+    otherwise have, so the thread blocks in recv_into on the socket (no event loop's
+    wake-up and bookkeeping per request): every request that one read brought is
+    answered and their replies leave in one send. On a free device a request is answered
+    right there, and a write goes from the read buffer to the image without a copy. A
+    request that must wait (a limit, latency, pause, failure, or an earlier request still
+    waiting) goes to the event loop as a task with its own copy of the payload; the task
+    hands its reply back to this thread, which then waits for the socket or a reply,
+    whichever comes first, until nothing waits any more. Only this thread writes to the
+    socket: while the client leaves replies unread, it reads no more requests."""
 
-    def __init__(self, device: Device) -> None:
+    def __init__(self, device: Device, sock: socket.socket,
+                 loop: asyncio.AbstractEventLoop) -> None:
         self.device = device
+        self.sock = sock
+        self.loop = loop
         self.buffer = bytearray(READ_ROOM)
         self.start = 0  # first byte not yet parsed
         self.end = 0  # first byte not yet received
@@ -298,26 +313,83 @@ class NbdConnection(asyncio.BufferedProtocol):
         self.stage = "flags"  # flags -> options -> requests
         self.client_flags = 0
         self.disconnecting = False
-        self.pending: set[asyncio.Task[None]] = set()
-        self.transport: asyncio.Transport | None = None
+        # shared with the event loop's tasks: requests handed to them and not yet done
+        # (only this thread adds to it), and the replies they left for this thread
+        self.lock = threading.Lock()
+        self.waiting = 0
+        self.outbox: list[bytes | bytearray] = []
+        self.wakeup = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self.tasks: set[asyncio.Task[None]] = set()  # the event loop's side only
+        self.either = select.poll()  # the socket or a reply, whichever comes first
+        self.either.register(sock, select.POLLIN)
+        self.either.register(self.wakeup, select.POLLIN)
+        self.replies_only = select.poll()
+        self.replies_only.register(self.wakeup, select.POLLIN)
 
-    # --- transport callbacks -------------------------------------------------------------
+    # --- this connection's thread ---------------------------------------------------------
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        # at most REPLY_BUFFER unsent: then stop reading requests until the client reads
-        transport.set_write_buffer_limits(high=REPLY_BUFFER)
-        transport.write(struct.pack(">QQH", NBDMAGIC, IHAVEOPT,
-                                    FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES))
+    def serve(self) -> None:
+        try:
+            self.sock.sendall(struct.pack(">QQH", NBDMAGIC, IHAVEOPT,
+                                          FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES))
+            while True:
+                # `waiting` before `outbox`: a task leaves its reply before it stops
+                # waiting, so with none waiting every reply is in the outbox already
+                if self.waiting or self.outbox or self.disconnecting:
+                    readable = self._between_requests()
+                    if readable is None:
+                        break  # the client is done and every request answered
+                    if not readable:
+                        continue
+                received = self.sock.recv_into(self._room())
+                if not received:
+                    self.disconnecting = True
+                    continue
+                self.end += received
+                replies: list[bytes | bytearray] = []
+                if self.stage != "requests":  # the handshake
+                    while not self.disconnecting and self._parse_one(replies):
+                        pass
+                if self.stage == "requests":
+                    self._parse_requests(replies)
+                if replies:
+                    self._send(replies)
+        except OSError:
+            self._hang_up()  # the client is gone: what waits has no one to answer
+        finally:
+            with contextlib.suppress(RuntimeError):  # the event loop has already stopped
+                self.loop.call_soon_threadsafe(self._closed)
 
-    def get_buffer(self, sizehint: int) -> memoryview:
+    def _between_requests(self) -> bool | None:
+        """Send the replies tasks left, and wait for what comes next while requests wait
+        in the event loop: whether the socket has a request to read now; None when the
+        client is done and every request answered."""
+        with self.lock:
+            replies, self.outbox = self.outbox, []
+            idle = not self.waiting
+        if replies:
+            self._send(replies)
+            return False  # more may have come meanwhile
+        if self.disconnecting:
+            if idle:
+                return None
+            self.replies_only.poll()
+            self._woken()
+            return False
+        if idle:
+            return True
+        ready = {fd for fd, _ in self.either.poll()}
+        if self.wakeup in ready:
+            self._woken()
+        return self.sock.fileno() in ready
+
+    def _room(self) -> memoryview:
+        """The free end of the read buffer, at least READ_ROOM and the next message."""
         if self.start == self.end:
             self.start = self.end = 0
         if len(self.buffer) - self.end < READ_ROOM:
-            # Move what is not parsed yet to the front, into a new buffer when the next
-            # message would not fit: the event loop may still hold a view of this one,
-            # and a bytearray with views cannot change size.
+            # what is not parsed yet to the front, into a new buffer if the next message
+            # would not fit (a bytearray with views cannot change size)
             unparsed = self.end - self.start
             size = max(len(self.buffer), self.wanted + READ_ROOM, unparsed + READ_ROOM)
             target = self.buffer if size <= len(self.buffer) else bytearray(size)
@@ -325,58 +397,47 @@ class NbdConnection(asyncio.BufferedProtocol):
             self.buffer, self.start, self.end = target, 0, unparsed
         return memoryview(self.buffer)[self.end:]
 
-    def buffer_updated(self, nbytes: int) -> None:
-        self.end += nbytes
-        replies: list[bytes | bytearray] = []
-        while not self.disconnecting and self._parse_one(replies):
-            pass
-        if replies and self.transport is not None:
-            self.transport.write(replies[0] if len(replies) == 1 else b"".join(replies))
-        if self.disconnecting:
-            self._close_when_answered()
+    def _send(self, replies: list[bytes | bytearray]) -> None:
+        self.sock.sendall(replies[0] if len(replies) == 1 else b"".join(replies))
 
-    def pause_writing(self) -> None:
-        if self.transport is not None:
-            self.transport.pause_reading()
+    def _woken(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            os.eventfd_read(self.wakeup)
 
-    def resume_writing(self) -> None:
-        if self.transport is not None and not self.disconnecting:
-            self.transport.resume_reading()
-
-    def eof_received(self) -> bool:
+    def _hang_up(self) -> None:
         self.disconnecting = True
-        self._close_when_answered()
-        return True  # keep the transport: the waiting requests still get their replies
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.transport = None
-        for task in self.pending:
-            task.cancel()
+        with contextlib.suppress(RuntimeError):
+            self.loop.call_soon_threadsafe(self._cancel_tasks)
 
     # --- parsing ------------------------------------------------------------------------
 
-    def _parse_one(self, replies: list[bytes | bytearray]) -> bool:
-        """Handle the next whole message in the buffer; False when more bytes are needed."""
-        available = self.end - self.start
-        if self.stage == "requests":
-            if available < REQUEST.size:
-                return False
-            magic, flags, kind, handle, offset, length = REQUEST.unpack_from(
-                self.buffer, self.start)
+    def _parse_requests(self, replies: list[bytes | bytearray]) -> None:
+        """Handle every whole request in the buffer."""
+        buffer, start, end = self.buffer, self.start, self.end
+        view = memoryview(buffer)
+        while end - start >= REQUEST.size and not self.disconnecting:
+            magic, flags, kind, handle, offset, length = REQUEST.unpack_from(buffer, start)
             if magic != REQUEST_MAGIC or (kind == CMD_WRITE and length > MAX_REQUEST):
                 # out of step with the client, or a payload too large to take (the
                 # protocol allows a hard disconnect for it)
                 self._hang_up()
-                return False
-            size = REQUEST.size + (length if kind == CMD_WRITE else 0)
-            if available < size:
+                break
+            size = REQUEST.size + length if kind == CMD_WRITE else REQUEST.size
+            if end - start < size:
                 self.wanted = size
-                return False
-            payload = memoryview(self.buffer)[self.start + REQUEST.size:self.start + size]
-            self.start += size
+                break
             self.wanted = 0
+            payload = view[start + REQUEST.size:start + size]
+            start += size
             self._request(kind, flags, handle, offset, length, payload, replies)
-            return True
+        self.start = start
+
+    def _parse_one(self, replies: list[bytes | bytearray]) -> bool:
+        """Handle the next whole handshake message in the buffer; False when more bytes
+        are needed or the handshake is over."""
+        available = self.end - self.start
+        if self.stage == "requests":
+            return False
         if self.stage == "flags":
             if available < 4:
                 return False
@@ -426,31 +487,52 @@ class NbdConnection(asyncio.BufferedProtocol):
         device = self.device
         if kind == CMD_DISC:
             self.disconnecting = True
-        elif kind not in (CMD_READ, CMD_WRITE, CMD_FLUSH, CMD_WRITE_ZEROES) or (
+            return
+        if kind not in (CMD_READ, CMD_WRITE, CMD_FLUSH, CMD_WRITE_ZEROES) or (
                 length > MAX_REQUEST):
             replies.append(REPLY.pack(SIMPLE_REPLY_MAGIC, EINVAL, handle))
-        elif device.free and not self.pending and offset + length <= device.size:
-            # in order and at once; nothing earlier is still waiting to overtake
-            replies.append(_answer_now(device, kind, flags, handle, offset, length, payload))
-        else:
-            task = asyncio.create_task(self._answer_later(kind, flags, handle, offset, length,
-                                                          bytes(payload)))
-            self.pending.add(task)
-            task.add_done_callback(self._finished)
+            return
+        # in order and at once; nothing earlier is still waiting to overtake (only this
+        # thread adds to `waiting`, so a 0 read here stays 0)
+        if not self.waiting and offset + length <= device.size:
+            with device.lock:
+                if device.free:
+                    replies.append(_answer_now(device, kind, flags, handle, offset, length,
+                                               payload))
+                    return
+        with self.lock:
+            self.waiting += 1
+        try:
+            self.loop.call_soon_threadsafe(self._start_task, kind, flags, handle, offset,
+                                           length, bytes(payload))
+        except RuntimeError:  # the event loop has stopped: the server is going down
+            with self.lock:
+                self.waiting -= 1
+
+    # --- the event loop's side ----------------------------------------------------------
+
+    def _start_task(self, kind: int, flags: int, handle: int, offset: int, length: int,
+                    payload: bytes) -> None:
+        task = asyncio.create_task(self._answer_later(kind, flags, handle, offset, length,
+                                                      payload))
+        self.tasks.add(task)
+        task.add_done_callback(self._finished)
 
     async def _answer_later(self, kind: int, flags: int, handle: int, offset: int,
                             length: int, payload: bytes) -> None:
         device = self.device
         c = device.counters
         if offset + length > device.size:
-            c.errors += 1
-            self._send(REPLY.pack(SIMPLE_REPLY_MAGIC, ENOSPC if kind != CMD_READ else EINVAL,
-                                  handle))
+            with device.lock:
+                c.errors += 1
+            self._reply(REPLY.pack(SIMPLE_REPLY_MAGIC, ENOSPC if kind != CMD_READ else EINVAL,
+                                   handle))
             return
         if kind == CMD_FLUSH:
             if not device.behaviour.powered:
-                c.errors += 1
-                self._send(REPLY.pack(SIMPLE_REPLY_MAGIC, EIO, handle))
+                with device.lock:
+                    c.errors += 1
+                self._reply(REPLY.pack(SIMPLE_REPLY_MAGIC, EIO, handle))
                 return
             await device.unpaused.wait()
             if device.behaviour.latency_s > 0:
@@ -458,33 +540,41 @@ class NbdConnection(asyncio.BufferedProtocol):
         else:
             error = await device.admit("read" if kind == CMD_READ else "write", length)
             if error:
-                c.errors += 1
-                self._send(REPLY.pack(SIMPLE_REPLY_MAGIC, error, handle))
+                with device.lock:
+                    c.errors += 1
+                self._reply(REPLY.pack(SIMPLE_REPLY_MAGIC, error, handle))
                 return
         # waited as the behaviour says: now as on a free device
-        self._send(_answer_now(device, kind, flags, handle, offset, length, payload))
+        with device.lock:
+            reply = _answer_now(device, kind, flags, handle, offset, length, payload)
+        self._reply(reply)
 
-    def _send(self, reply: bytes | bytearray) -> None:
-        if self.transport is not None:
-            self.transport.write(reply)
+    def _reply(self, reply: bytes | bytearray) -> None:
+        with self.lock:
+            self.outbox.append(reply)
 
     def _finished(self, task: asyncio.Task[None]) -> None:
-        self.pending.discard(task)
-        if self.disconnecting:
-            self._close_when_answered()
+        self.tasks.discard(task)
+        with self.lock:
+            self.waiting -= 1
+        self._wake()
 
-    def _close_when_answered(self) -> None:
-        """The client is done: read no more, close once every waiting request is answered
-        (close() still sends what is queued)."""
-        if self.transport is not None:
-            self.transport.pause_reading()
-            if not self.pending:
-                self.transport.close()
+    def _wake(self) -> None:
+        if self.wakeup >= 0:
+            with contextlib.suppress(BlockingIOError):
+                os.eventfd_write(self.wakeup, 1)
 
-    def _hang_up(self) -> None:
-        self.disconnecting = True
-        for task in self.pending:
+    def _cancel_tasks(self) -> None:
+        for task in self.tasks:
             task.cancel()
+
+    def _closed(self) -> None:
+        """The thread is done with the connection (closed here, where the tasks that
+        would wake the thread run, so none writes to a closed descriptor)."""
+        self._cancel_tasks()
+        self.sock.close()
+        os.close(self.wakeup)
+        self.wakeup = -1
 
 
 def _answer_now(device: Device, kind: int, flags: int, handle: int, offset: int,
@@ -544,7 +634,9 @@ async def _serve_control(device: Device, reader: asyncio.StreamReader,
     try:
         while line := await reader.readline():
             try:
-                answer = _control(device, json.loads(line))
+                request = json.loads(line)
+                with device.lock:
+                    answer = _control(device, request)
             except (ValueError, TypeError, AttributeError) as exc:
                 answer = {"error": f"bad request: {exc}"}
             writer.write(json.dumps(answer).encode() + b"\n")
@@ -583,11 +675,25 @@ def behaviour_from_limits(write_mbps: float = 0, read_mbps: float = 0, write_iop
             "latency_s": latency_ms / 1000, "cache": cache}
 
 
+async def _accept(device: Device, listener: socket.socket) -> None:
+    """A thread for each NBD connection (NbdConnection says why)."""
+    loop = asyncio.get_running_loop()
+    while True:
+        sock, _ = await loop.sock_accept(listener)
+        sock.setblocking(True)
+        connection = NbdConnection(device, sock, loop)
+        threading.Thread(target=connection.serve, name="nbd-connection", daemon=True).start()
+
+
 async def _main(config: dict[str, Any]) -> None:
     image = Path(config["image"])
     device = Device(image, int(config["size"]), Behaviour(**config.get("behaviour", {})))
-    loop = asyncio.get_running_loop()
-    nbd = await loop.create_unix_server(lambda: NbdConnection(device), path=config["socket"])
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(config["socket"])  # a stale socket of an earlier server
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(config["socket"])
+    listener.listen(64)
+    listener.setblocking(False)
     ctl = await asyncio.start_unix_server(lambda r, w: _serve_control(device, r, w),
                                           path=config["control"])
     os.chmod(config["socket"], 0o600)
@@ -595,14 +701,17 @@ async def _main(config: dict[str, Any]) -> None:
     writeback = asyncio.create_task(device.lazy_writeback())
     print("ready", flush=True)
     try:
-        async with nbd, ctl:
-            await asyncio.gather(nbd.serve_forever(), ctl.serve_forever())
+        async with ctl:
+            await asyncio.gather(_accept(device, listener), ctl.serve_forever())
     finally:
         writeback.cancel()
+        listener.close()
         # A clean stop is a clean power-off: what an honouring cache holds is written.
-        if device.behaviour.cache == "volatile" and device.behaviour.powered:
-            device.write_back()
-        os.close(device.fd)
+        with device.lock:
+            if device.behaviour.cache == "volatile" and device.behaviour.powered:
+                device.write_back()
+            os.close(device.fd)
+            device.fd = -1  # a connection's thread still running fails, not a reused fd
 
 
 def main() -> None:

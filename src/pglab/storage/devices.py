@@ -7,6 +7,15 @@ and every write of the filesystem on top reaches the server. The loop device's r
 are capped at 128 KiB, so a second's count of written bytes moves in small steps and a
 bandwidth limit can be checked per second.
 
+While the emulated device's flushes have nothing to do and nothing to wait for (an
+honest cache, no latency, powered, not paused), its loop device says it has no
+volatile write cache (queue/write_cache = write through), as a disk without one does:
+the block layer then answers flushes itself instead of sending each through FUSE,
+nbdfuse and the server to be acknowledged there (half the requests of a commit's
+write + fdatasync, and their CPU, which the load on the same cores would have). Any
+other behaviour turns it back to write back before the server takes it, so from then
+on every flush reaches the server, to wait, fail or write a volatile cache back.
+
 DEVICE_BEHAVIOURS is the one list of what a device can be told (validation, the README
 table, `pglab storage`); faults change the same behaviours mid-run.
 """
@@ -20,6 +29,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,10 +128,20 @@ def attach_loop(backing: Path, direct_io: bool) -> Path:
     with contextlib.suppress(OSError):
         Path(f"/sys/block/{device.name}/queue/max_sectors_kb").write_text(
             str(LOOP_MAX_REQUEST_KB))
+    _reset_write_cache(device)
     return device
 
 
+def _reset_write_cache(device: Path) -> None:
+    """A loop device keeps a write_cache set by hand across detach and attach: an
+    emulated device's write through (EmulatedDevice) must not outlive it, whoever gets
+    the device next (pglab's plain loop volume, whose flushes reach the host's disk)."""
+    with contextlib.suppress(OSError):
+        Path(f"/sys/block/{device.name}/queue/write_cache").write_text("write back")
+
+
 def detach_loop(device: Path) -> None:
+    _reset_write_cache(device)
     for _attempt in range(20):
         result = subprocess.run(["losetup", "-d", str(device)], capture_output=True, text=True)
         if result.returncode == 0 or "No such device" in result.stderr:
@@ -161,6 +181,10 @@ class EmulatedDevice:
         self.server: subprocess.Popen[bytes] | None = None
         self.fuse: subprocess.Popen[bytes] | None = None
         self.loop: Path | None = None
+        self.write_cache = "write back"  # the loop device's queue/write_cache
+        # faults change behaviours from threads of their own: one change at a time, so
+        # the write cache follows the server's latest behaviour
+        self.changing = threading.Lock()
 
     def start(self, behaviour: dict[str, Any]) -> Path:
         for tool, package in (("nbdfuse", "libnbd-bin"), ("fusermount3", "fuse3")):
@@ -201,13 +225,36 @@ class EmulatedDevice:
                 raise PglabError(f"nbdfuse did not expose the device: {err.strip()[-300:]}")
             time.sleep(0.02)
         self.loop = attach_loop(disk, direct_io=True)
+        with self.changing:
+            self.write_cache = "write back"  # what attach_loop gives
+            self._flushes_to_server(self.stats()["behaviour"])
         return self.loop
 
     def control(self, request: dict[str, Any]) -> dict[str, Any]:
         return control(self.control_socket, request)
 
     def set_behaviour(self, behaviour: dict[str, Any]) -> dict[str, Any]:
-        return self.control({"op": "set", "behaviour": behaviour})
+        with self.changing:
+            self._set_write_cache("write back")
+            answer = self.control({"op": "set", "behaviour": behaviour})
+            self._flushes_to_server(answer["behaviour"])
+        return answer
+
+    def _flushes_to_server(self, behaviour: dict[str, Any]) -> None:
+        """Write through while a flush would return at once having done nothing (limits
+        and failures do not apply to flushes), else write back (the module says why)."""
+        idle = (behaviour["cache"] == "honest" and behaviour["latency_s"] <= 0
+                and behaviour["powered"] and not behaviour["paused"])
+        self._set_write_cache("write through" if idle else "write back")
+
+    def _set_write_cache(self, mode: str) -> None:
+        # Only ever switched to write back from write through, i.e. on a device whose
+        # requests are answered at once: the switch waits for the requests in flight.
+        if self.loop is None or mode == self.write_cache:
+            return
+        with contextlib.suppress(OSError):  # a kernel that refuses: flushes reach the server
+            Path(f"/sys/block/{self.loop.name}/queue/write_cache").write_text(mode)
+            self.write_cache = mode
 
     def stats(self) -> dict[str, Any]:
         return self.control({"op": "stats"})
@@ -215,7 +262,9 @@ class EmulatedDevice:
     def power_loss(self) -> dict[str, Any]:
         """The device loses power: its volatile cache is dropped (what it held is
         returned: lost_bytes, lost_blocks) and every request fails until power_on()."""
-        return self.control({"op": "power-loss"})
+        with self.changing:
+            self._set_write_cache("write back")
+            return self.control({"op": "power-loss"})
 
     def power_on(self) -> None:
         self.set_behaviour({"powered": True})
