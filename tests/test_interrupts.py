@@ -137,6 +137,26 @@ def test_signal_during_load(tmp_path: Path, pglab_home: Path, sig: signal.Signal
     assert list((run_dir / "raw").glob("primary-postgresql.*"))
 
 
+
+def test_a_reader_that_goes_away_stops_the_run_as_sigpipe(tmp_path: Path,
+                                                          pglab_home: Path) -> None:
+    """`pglab run ... 2>&1 | head -1`: once head has its line and exits, pglab's next
+    write fails. Rich's answer was SystemExit(1): the run failed as an internal error.
+    Now it stops as SIGPIPE stops a Unix tool, through the Ctrl-C cleanup."""
+    results = tmp_path / "results"
+    scenario = write_scenario(tmp_path, TINY.replace('duration = "3s"', 'duration = "60s"'))
+    env = {**os.environ, "NO_COLOR": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "pglab", "run", str(scenario),
+                             "--results", str(results)], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env)
+    _started.append(proc)
+    assert proc.stdout is not None
+    first = proc.stdout.readline()  # the scenario's name; then head would exit
+    proc.stdout.close()
+    assert proc.wait(timeout=120) == 128 + signal.SIGPIPE.value, first
+    _check_clean(tmp_path, pglab_home, results, "SIGPIPE")
+
+
 def test_kill_9_of_pglab_takes_the_server_down(tmp_path: Path, pglab_home: Path) -> None:
     results = tmp_path / "results"
     scenario = write_scenario(tmp_path, TINY.replace('duration = "3s"', 'duration = "60s"'))

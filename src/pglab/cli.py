@@ -10,6 +10,8 @@ pydantic and polars cost most of a second to import, which `pglab ls` or
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -313,13 +315,22 @@ def report(target: str, open_it: bool, png_dir: Path | None, results: Path) -> i
 # --- dispatch ---------------------------------------------------------------------------
 
 
+def _say(line: str) -> None:
+    """The last line on stderr, which may be the pipe whose reader went away (SIGPIPE):
+    then it is dropped, and so is the interpreter's own flush of it at exit."""
+    try:
+        click.echo(line, err=True)
+    except BrokenPipeError:
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stderr.fileno())
+
+
 def _invoke(func: Callable[[], Any]) -> int:
     try:
         with signals_as_exceptions():
             result = func()
     except Interrupted as exc:
-        click.echo(f"pglab: {exc}; cleaned up (a run it was making is marked interrupted)",
-                   err=True)
+        _say(f"pglab: {exc}; cleaned up (a run it was making is marked interrupted)")
         return 128 + int(getattr(signal, exc.signal_name))
     except KeyboardInterrupt:
         click.echo("pglab: interrupted by SIGINT", err=True)

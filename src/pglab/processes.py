@@ -7,6 +7,7 @@ a `kill -9` of pglab does not leave a postmaster or pgbench running.
 
 from __future__ import annotations
 
+import _thread
 import concurrent.futures
 import contextlib
 import ctypes
@@ -137,12 +138,34 @@ _shielded = False
 _pending: list[str] = []
 
 
+_output_closed = threading.Event()  # set by output_closed() for the main thread
+
+
 def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
     name = signal.Signals(signum).name
+    if _output_closed.is_set():  # the SIGINT output_closed() sent, not a Ctrl-C
+        _output_closed.clear()
+        name = "SIGPIPE"
+    _interrupt(name)
+
+
+def _interrupt(name: str) -> None:
     if _shielded:
         _pending.append(name)  # cleanup is running: finish it, report the signal after
         return
     raise Interrupted(name)
+
+
+def output_closed() -> None:
+    """The reader of pglab's output went away (`pglab run ... | head`, once head has its
+    lines): stop as SIGPIPE stops a Unix tool, through the same cleanup as a Ctrl-C, the
+    run marked interrupted by SIGPIPE. From another thread (the live display's, the
+    pump of pgbench's progress) through the main thread, as a signal would."""
+    if _on_main_thread():
+        _interrupt("SIGPIPE")
+    else:
+        _output_closed.set()
+        _thread.interrupt_main(signal.SIGINT)
 
 
 def _keep_dropped_interrupts(unraisable: Any) -> None:

@@ -2,17 +2,36 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
 
+from pglab.processes import output_closed
+
 if TYPE_CHECKING:
     from pglab.results.folder import StoredRun
     from pglab.scenario import LoadedScenario
 
-out = Console()
-err = Console(stderr=True)
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """Rich's own answer is SystemExit(1), which failed a run as an internal error and
+        left its lab to a half cleanup: drop what else this console would write (its
+        descriptor onto /dev/null, where later writes of anyone land too) and stop the
+        way SIGPIPE stops a Unix tool."""
+        self.quiet = True
+        with contextlib.suppress(OSError, ValueError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self.file.fileno())
+            os.close(devnull)
+        output_closed()
+
+
+out = _Console()
+err = _Console(stderr=True)
 
 
 def load_scenario(source: str, overrides: tuple[str, ...]) -> LoadedScenario:
