@@ -212,6 +212,24 @@ def test_a_server_down_for_most_of_the_run_is_one_stall_from_the_crash() -> None
     assert [c["cause"] for c in stall["causes"][:2]] == ["server-crash", "storage-device"]
     assert analysis["summary"]["verdict"]["cause"] == "server-crash"
 
+
+def test_an_unfinished_checkpoint_in_its_fsyncs_is_in_its_sync_phase() -> None:
+    # The dirty-writeback storm again, in a draw (a CI rehearsal) whose checkpoint was
+    # still fsyncing its piled-up writes when the run ended: no log line gives its phases,
+    # which once left the phase unknown and checkpoint-io ahead of memory-reclaim. Its
+    # checkpointer's own waits (10 Hz) say it was in IO:DataFileSync nearly throughout.
+    (checkpoint,) = _events("dirty-storm-unfinished", "checkpoint").iter_rows(named=True)
+    assert checkpoint["t_end"] is None and '"buffers": null' in checkpoint["attrs"]
+    analysis = _analysis("dirty-storm-unfinished")
+    worst = _worst(analysis)
+    assert worst["kind"] == "drop-to-zero" and worst["seconds"] >= 8
+    causes = {c["cause"]: c for c in worst["causes"]}
+    assert worst["causes"][0]["cause"] == "memory-reclaim", worst
+    assert any("was in its sync phase" in line for line in causes["memory-reclaim"]["evidence"])
+    assert any("still running, in its sync phase" in line
+               for line in causes["checkpoint-io"]["evidence"])
+    assert analysis["summary"]["verdict"]["cause"] == "memory-reclaim"
+
 def test_the_second_before_a_stall_is_not_a_healthy_one() -> None:
     # The same storm again: the checkpoint's fsync put 257 MB under writeback within the
     # second before TPS fell, a second that still ran 1,395 transactions. Counted as

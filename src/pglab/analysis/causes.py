@@ -79,6 +79,12 @@ def _during_a_cut(s: Score, ev: WindowEvidence) -> None:
                        f"at {at(cuts[0])} and recovering meanwhile)")
 
 
+# An unfinished checkpoint whose checkpointer spent at least this share of the window's
+# samples in IO:DataFileSync was in its sync phase (its write phase logs nothing until the
+# checkpoint completes).
+SYNC_PHASE_SHARE = 0.5
+
+
 def _write_phase_end(e: EventView, ev: WindowEvidence) -> dt.datetime | None:
     """When the checkpoint's write phase ended: logged when it completed; for a timed
     checkpoint still running, its target (checkpoint_timeout x completion_target)."""
@@ -104,8 +110,10 @@ def _flush_hints_off(ev: WindowEvidence) -> bool:
 def _phase(e: EventView, ev: WindowEvidence) -> str:
     """Which of the checkpoint's phases the window saw: write, then sync (fsyncs)."""
     write_end = _write_phase_end(e, ev)
-    if write_end is None:
-        return "write or sync phase"  # an unfinished checkpoint: not known yet
+    if write_end is None:  # an unfinished requested checkpoint: its log says nothing yet,
+        # but its own waits do (sampled at 10 Hz): fsyncing data files is the sync phase
+        syncing = ev.inside.wait_shares(e.node, "checkpointer").get("IO:DataFileSync", 0.0)
+        return "sync phase" if syncing >= SYNC_PHASE_SHARE else "write or sync phase"
     if ev.window.end <= write_end:
         return "write phase"
     if ev.window.start >= write_end:
