@@ -139,6 +139,7 @@ _pending: list[str] = []
 
 
 _output_closed = threading.Event()  # set by output_closed() for the main thread
+_output_gone = threading.Event()  # output_closed() has stopped pglab already
 
 
 def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
@@ -160,7 +161,11 @@ def output_closed() -> None:
     """The reader of pglab's output went away (`pglab run ... | head`, once head has its
     lines): stop as SIGPIPE stops a Unix tool, through the same cleanup as a Ctrl-C, the
     run marked interrupted by SIGPIPE. From another thread (the live display's, the
-    pump of pgbench's progress) through the main thread, as a signal would."""
+    pump of pgbench's progress) through the main thread, as a signal would. Once: a
+    second console finding the same pipe closed adds nothing."""
+    if _output_gone.is_set():
+        return
+    _output_gone.set()
     if _on_main_thread():
         _interrupt("SIGPIPE")
     else:
