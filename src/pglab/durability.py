@@ -214,9 +214,9 @@ class CutVerdicts:
         if self.ledger is not None:
             self.ledger.read_segment(self.cmd.txlog_dir, segment)
 
-    def verify_now(self, what: str, cut_epoch: float | None) -> dict[str, Any]:
-        """The verdict now: of the cut at `cut_epoch` (its action `what`), or with None
-        the end of the run's."""
+    def verify_now(self, cut_epoch: float | None) -> dict[str, Any]:
+        """The verdict now: of the cut at `cut_epoch` (the latest to have ended), or with
+        None the end of the run's."""
         assert self.lab.primary is not None and self.lab.bins is not None
         try:
             verdict = verify(self.lab.primary, self.lab.bins, self.ledger,
@@ -230,8 +230,8 @@ class CutVerdicts:
             return verdict
         t0 = self.measured_start[0] if self.measured_start else cut_epoch
         verdict["at_s"] = round(cut_epoch - t0, 3)
-        verdict["action"] = what
         event = self.timeline.last_cut()
+        verdict["action"] = str(event.attrs["action"]) if event is not None else "cut"
         if event is not None:
             for key in ("recovery_s", "downtime_s", "lost_bytes", "lost_blocks", "mount_s",
                         "recovery_log", "start_error"):

@@ -175,7 +175,7 @@ def run_variant(loaded: LoadedScenario, variant: Variant, options: RunOptions, u
                             verdicts.record["unfired_cuts"] = timeline.unfired_cuts
                         manifest.durability = verdicts.record
             if verdicts is not None:  # the end-of-run verdict, with the lab still up
-                verdicts.verify_now("end of run", None)
+                verdicts.verify_now(None)
                 manifest.durability = verdicts.record
         load.outcome(manifest, timeline)
     except BaseException as exc:

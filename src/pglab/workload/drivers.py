@@ -37,7 +37,12 @@ from pglab.results.manifest import Manifest
 from pglab.scenario import Scenario, Workload
 from pglab.workload import pgbench, sysbench
 from pglab.workload.pgbench_output import ProgressLine, parse_summary, summary_to_dict
-from pglab.workload.sysbench_output import IntervalLine, fatal_message, parse_output
+from pglab.workload.sysbench_output import (
+    IntervalLine,
+    SysbenchOutput,
+    fatal_message,
+    parse_output,
+)
 from pglab.workload.sysbench_output import measured_window_stats as sysbench_window_stats
 from pglab.workload.sysbench_output import per_second_series as sysbench_series
 from pglab.workload.sysbench_output import summary_to_dict as sysbench_summary
@@ -155,9 +160,7 @@ class PgbenchLoad:
             up = primary is not None and primary.is_running()
             if verdicts is not None:
                 hooks.status("verifying integrity after the cut")
-                event = timeline.last_cut()
-                what = str(event.attrs["action"]) if event is not None else "cut"
-                verdict = verdicts.verify_now(what, timeline.cut_times[-1])
+                verdict = verdicts.verify_now(timeline.cut_times[-1])
                 verdict["cuts_covered"] = cuts - handled
             handled = cuts
             if not up:
@@ -247,6 +250,13 @@ class SysbenchLoad:
     cmd: sysbench.SysbenchCommand
     workload: Workload
     done: sysbench.SysbenchRun | None = None
+    parsed: SysbenchOutput | None = None  # done's stdout, read once
+
+    def output(self) -> SysbenchOutput:
+        assert self.done is not None
+        if self.parsed is None:
+            self.parsed = parse_output(self.done.stdout)
+        return self.parsed
 
     @property
     def total_s(self) -> int:
@@ -270,7 +280,7 @@ class SysbenchLoad:
         error it printed and when."""
         run = self.done
         assert run is not None
-        output = parse_output(run.stdout)
+        output = self.output()
         manifest.workload.update(started_at=iso(run.started_at), ended_at=iso(run.ended_at),
                                  returncode=run.returncode)
         if run.threads_started_at is not None:
@@ -296,8 +306,7 @@ class SysbenchLoad:
         run = self.done
         if run is None or run.threads_started_at is None:
             return {}
-        output = parse_output(run.stdout)
-        series = sysbench_series(output.intervals, run.threads_started_at, warmup_s)
+        series = sysbench_series(self.output().intervals, run.threads_started_at, warmup_s)
         write_parquet(folder.file(files.CLIENT), series)
         return sysbench_window_stats(series, duration_s)
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pglab.errors import BadInput, EnvironmentProblem, PglabError
+from pglab.lab.faults import CUT_ACTIONS
 from pglab.lab.template import DataInit
 from pglab.processes import spawn, stop_child, wait_for_exit
 from pglab.scenario import Scenario, Workload
@@ -64,19 +65,16 @@ def sysbench_version(binary: Path) -> str:
     return words[1]
 
 
-# Fault actions that cut the server (the runner restarts pgbench after them and counts lost
-# commits through a ledger of pgbench's transaction log): sysbench has neither the log nor
-# a restart, so these are refused with it.
-_CUT_ACTIONS = ("crash", "power-loss")
-
 
 def check_scenario(scenario: Scenario, where: str) -> None:
     """Refuse, before anything starts, what a sysbench workload cannot do in this slice."""
     workload = scenario.workload
     if workload.driver != "sysbench":
         return
+    # A cut (crash, power loss) restarts pgbench after it and counts lost commits through
+    # pgbench's transaction log: sysbench has neither the log nor a restart.
     for index, fault in enumerate(scenario.faults):
-        if fault.action in _CUT_ACTIONS:
+        if fault.action in CUT_ACTIONS:
             raise BadInput(f"{where}: faults[{index}]: '{fault.action}' cannot be used with "
                            "workload.driver = 'sysbench' yet: a cut ends every sysbench "
                            "thread for good (it does not reconnect), and acknowledged commits "
