@@ -16,7 +16,7 @@ import pytest
 from conftest import run_cli
 from test_builtin_scenarios import _run, inside, low_times, measured_tps, wait_shares
 
-pytestmark = [pytest.mark.root, pytest.mark.live,
+pytestmark = [pytest.mark.root, pytest.mark.live, pytest.mark.usefixtures("storage_packages"),
               pytest.mark.skipif(os.geteuid() != 0, reason="storage volumes need root")]
 
 
