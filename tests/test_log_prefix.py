@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -299,3 +299,35 @@ def test_observe_follows_a_log_with_its_prefix(tmp_path: Path) -> None:
     events += probe.stop().events
     rds_checks(events, sessions=False)
     assert probe.tail.stats.prefix == "%t:%r:%a:[%p]:" and probe.tail.stats.skipped == 0
+
+
+PGBADGER = Path(__file__).resolve().parent / "samples" / "serverlog" / "pgbadger"
+
+
+def test_pgbadgers_prefix_is_recognised_with_its_sessions() -> None:
+    """A real PostgreSQL 15 log (pgbadger/make_sample.sh) with the prefix pgBadger's
+    documentation asks for and log_connections on: the prefix is named, each session's
+    user and database are read ([unknown] before the startup packet is none), and the
+    lock wait names its table and statement from the message's CONTEXT and STATEMENT."""
+    path = PGBADGER / "postgresql.log"
+    events, stats = parse_log_file(path)
+    assert stats.prefix == "%t [%p]: [%l-1] user=%u,db=%d,app=%a,client=%h "
+    assert stats.prefix_guessed and stats.skipped == 0 and stats.lines == 57
+    assert kinds(events) == {"server-start": 1, "slow-statement": 4, "temp-file": 1,
+                             "lock-wait": 1, "error": 1, "checkpoint": 2, "server-stop": 1}
+    records, _ = read_records(path)
+    every = list(records)
+    assert len(every) == 51  # messages: the 57 lines less 6 of DETAIL, CONTEXT, STATEMENT
+    received = next(r for r in every if r.pid == 13954)  # "connection received: ..."
+    assert (received.user, received.database, received.client) == (None, None, "127.0.0.1")
+    (wait,) = [e for e in events if e.kind == "lock-wait"]
+    assert wait.attrs["relation"] == "accounts"
+    assert wait.attrs["statement"] == "UPDATE accounts SET balance = 1 WHERE id = 1"
+    assert (wait.attrs["user"], wait.attrs["database"], wait.attrs["holders"]) == (
+        "report", "orders", [13952])
+    # %t has whole seconds: the wait lasts what the server measured (710.913 ms) up to
+    # the second its end was logged in
+    assert wait.t_end == datetime(2026, 11, 26, 10, 6, 1, tzinfo=timezone.utc)
+    assert wait.t_end - wait.t_start == timedelta(microseconds=710913)
+    (fatal,) = [e for e in events if e.kind == "error"]
+    assert (fatal.attrs["user"], fatal.attrs["database"]) == ("app", "nosuchdb")

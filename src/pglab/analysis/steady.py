@@ -98,12 +98,17 @@ def _behind_slow_commits(s: Score, ev: WindowEvidence) -> None:
 
 def _most_waited(waits: list[EventView]) -> str:
     """The lock most waited for; a wait for a transaction is a wait for a row it changed
-    (their ids differ every time), a tuple lock names the row itself."""
+    (their ids differ every time), a tuple lock names the row itself; the table, where the
+    log's CONTEXT names it."""
     counts: dict[str, int] = {}
     for e in waits:
         target = str(e.attrs.get("lock_object"))
+        relation = e.attrs.get("relation")
         if target.startswith("transaction "):
-            target = "the transaction that changed a row"
+            target = (f"the transaction that changed a row of {relation}" if relation
+                      else "the transaction that changed a row")
+        elif relation:
+            target = f"{target} ({relation})"
         key = f"{e.attrs.get('lock_mode')} on {target}"
         counts[key] = counts.get(key, 0) + 1
     ranked = sorted(counts, key=lambda k: counts[k], reverse=True)

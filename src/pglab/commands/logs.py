@@ -33,8 +33,8 @@ _LOG_KEYS = {
     "autovacuum": ("table", "pages_removed", "tuples_removed", "read_rate_mbs",
                    "write_rate_mbs", "elapsed_s"),
     "autoanalyze": ("table", "elapsed_s"),
-    "lock-wait": ("pid", "user", "database", "lock_mode", "lock_object", "holders",
-                  "waited_ms"),
+    "lock-wait": ("pid", "user", "database", "lock_mode", "lock_object", "relation",
+                  "holders", "waited_ms"),
     "slow-statement": ("duration_ms", "user", "database", "statement"),
     "temp-file": ("size_bytes", "path"),
     "crash": ("pid", "process", "signal", "exit_code"),
@@ -205,7 +205,7 @@ def logs(files: tuple[Path, ...], as_json: bool, kinds: tuple[str, ...],
                   if stat.other_loggers else "")
         err.print(f"{path}: {_describe(stat)}, {stat.lines:,} lines, "
                   f"{stat.records:,} messages, {stat.skipped:,} unreadable{others}, "
-                  f"{found:,} events", highlight=False, soft_wrap=True)
+                  f"{_events(found)}", highlight=False, soft_wrap=True)
         for warning in _warnings(path, stat, found, compiled):
             err.print(warning, highlight=False, soft_wrap=True)
     total = sum(per_kind.values())
@@ -213,6 +213,10 @@ def logs(files: tuple[Path, ...], as_json: bool, kinds: tuple[str, ...],
     by_kind = ", ".join(f"{kind} {count:,}" for kind, count in per_kind.most_common())
     span = f" from {first:%Y-%m-%d %H:%M:%S} to {last:%Y-%m-%d %H:%M:%S} UTC" \
         if first and last else ""
-    err.print(f"{shown_total:,} events" + (f" of {total:,}" if kinds else "") + span
+    err.print(_events(shown_total) + (f" of {total:,}" if kinds else "") + span
               + (f": {by_kind}" if by_kind else ""), highlight=False, soft_wrap=True)
     return ExitCode.OK
+
+
+def _events(count: int) -> str:
+    return f"{count:,} event" + ("" if count == 1 else "s")

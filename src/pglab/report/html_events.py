@@ -46,7 +46,7 @@ def _text(kind: str, attrs: dict[str, Any]) -> str:
                        "write_mb_s"),
         "autoanalyze": ("table", "elapsed_s"),
         "vacuum": ("table", "autovacuum"),
-        "lock-wait": ("lock_mode", "lock_object", "waited_ms", "holders"),
+        "lock-wait": ("lock_mode", "lock_object", "relation", "waited_ms", "holders"),
         "crash": ("process", "signal", "exit_code"),
         "error": ("severity", "sqlstate", "message"),
         "probe-error": ("probe", "error"),

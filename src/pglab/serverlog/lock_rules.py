@@ -20,6 +20,10 @@ _LOCK_RE = re.compile(
 _HOLDERS_RE = re.compile(r"Process(?:es)? holding the lock: ([^.]*)\. Wait queue: ([^.]*)\.")
 _PID_LIST_RE = re.compile(r"\d+")
 _DEADLOCK_PID_RE = re.compile(r"Process (\d+)")
+# The row a wait is for, in the message's CONTEXT: "while updating tuple (0,1) in relation
+# "accounts"" (also locking, deleting, inserting index tuple, checking uniqueness...).
+# A wait on a transaction is a wait for a row it changed: this names the table.
+_RELATION_RE = re.compile(r"\bwhile [^\n]*? in relation \"([^\"\n]+)\"")
 _OUTCOMES = {
     "still waiting for": None,
     "acquired": "acquired",
@@ -59,6 +63,7 @@ class LockRules:
         ms = float(ms_text)
         holders: list[int] | None = None
         queue: list[int] | None = None
+        relation = _RELATION_RE.search(rec.context or "")
         detail = rec.detail
         if detail:
             hm = _HOLDERS_RE.search(detail)
@@ -87,6 +92,10 @@ class LockRules:
                     rec,
                 ),
             )
+            if relation is not None:
+                pending.attrs["relation"] = relation.group(1)
+            if rec.statement:
+                pending.attrs["statement"] = cut(rec.statement, STATEMENT_MAX)
             self._waits[pid] = pending
         else:
             pending.attrs["waited_ms"] = ms
@@ -107,7 +116,12 @@ class LockRules:
     ) -> None:
         pending = self._waits.pop(pid)
         pending.attrs["outcome"] = outcome
-        out.append(new_event(pending.t_start, "lock-wait", self.node, t_end, pending.attrs))
+        t_start = pending.t_start
+        if t_end is not None:
+            # The wait's length as the server measured it at its end: with a prefix of
+            # whole seconds (%t) the first message's time may be up to a second off.
+            t_start = t_end - MICROSECOND * round(float(pending.attrs["waited_ms"]) * 1000)
+        out.append(new_event(t_start, "lock-wait", self.node, t_end, pending.attrs))
 
 
 def deadlock_event(rec: LogRecord, node: str) -> Event:

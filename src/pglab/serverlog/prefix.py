@@ -51,14 +51,21 @@ _ESCAPES: dict[str, tuple[str | None, str]] = {
 _ESCAPE_RE = re.compile(r"%(-?\d+)?(.)", re.S)
 
 # The prefixes real deployments write, tried on a log without --prefix (the first wins a
-# tie): pglab's own and PostgreSQL's default (%m [%p] ), Debian/Ubuntu's default, Amazon
-# RDS and Aurora (the sample in tests/samples/serverlog/rds), and as Google Cloud SQL's
-# and Azure Database for PostgreSQL's logs show them (not checked against those services).
+# tie): pglab's own and PostgreSQL's default (%m [%p] ), Debian/Ubuntu's default (and the
+# one before PostgreSQL 10), Amazon RDS and Aurora (the sample in
+# tests/samples/serverlog/rds), the one pgBadger's documentation asks stderr users for
+# (tests/samples/serverlog/pgbadger; with %m too, and without %l), and as Google Cloud
+# SQL's and Azure Database for PostgreSQL's logs show them (not checked against those
+# services).
 KNOWN_PREFIXES = (
     "%m [%p] ",
     "%t [%p] ",
     "%m [%p] %q%u@%d ",
+    "%t [%p-%l] %q%u@%d ",
     "%t:%r:%u@%d:[%p]:",
+    "%t [%p]: [%l-1] user=%u,db=%d,app=%a,client=%h ",
+    "%m [%p]: [%l-1] user=%u,db=%d,app=%a,client=%h ",
+    "%t [%p]: user=%u,db=%d,app=%a,client=%h ",
     "%m [%p]: [%l-1] db=%d,user=%u ",
     "%t-%c-",
 )
@@ -115,7 +122,9 @@ class LinePrefix:
 
 def _field(value: str | None) -> str | None:
     value = value.strip() if value is not None else None
-    return value or None
+    # A session's first message, before its startup packet is read, prints [unknown]
+    # for the user and the database (csvlog and jsonlog leave them out).
+    return value if value and value != "[unknown]" else None
 
 
 def compile_prefix(text: str, need_time: bool = True) -> LinePrefix:
