@@ -7,6 +7,7 @@ the test beside pglab, which only watches.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import shutil
@@ -184,6 +185,45 @@ def test_a_row_lock_held_outside_is_named_by_the_analysis(observed: Observed,
     assert PASSWORD not in _files_text(folder)
     cost = manifest["telemetry"]["observer_per_node"]["primary"]
     assert cost["queries_per_s"] > 0 and cost["server_cpu_s"] is not None
+
+
+def test_a_table_lock_is_named_as_one_and_the_idle_end_is_no_stall(observed: Observed,
+                                                                    tmp_path: Path) -> None:
+    """LOCK TABLE on pgbench_branches while pgbench runs: the sessions it blocks directly
+    want the table; those behind them wait on the rows these hold, so the waits read as
+    row locks. The queue is the table's, and the sub-cause table-lock. The seconds after
+    the load ended, with no client at work, are idle, not a stall."""
+    results = tmp_path / "results"
+    proc = _observe(observed.dsn(), "--duration", "13s", results=results)
+    folder = _wait_for_samples(results)
+    env = {**os.environ, "LC_ALL": "C"}
+    load = subprocess.Popen(observed.pgbench("-n", "-c", "4", "-T", "7", "app"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    time.sleep(2)
+    with observed.srv.connect("app", autocommit=False) as holder:  # outside pglab
+        holder.execute("SET application_name = 'migration'")
+        holder.execute("LOCK TABLE pgbench_branches IN ACCESS EXCLUSIVE MODE")
+        time.sleep(3)
+        holder.rollback()
+    _out, load_err = load.communicate(timeout=60)
+    ended = dt.datetime.now(dt.timezone.utc)
+    assert load.returncode == 0, load_err
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    analysis = json.loads((folder / "analysis.json").read_text())
+    zero = [w for w in analysis["stalls"] if w["kind"] == "drop-to-zero"]
+    assert zero, analysis["stalls"]
+    lock = zero[0]["causes"][0]
+    assert (lock["cause"], lock.get("sub_cause")) == ("lock-contention", "table-lock"), lock
+    named = [line for line in lock["evidence"] if "queued on relation pgbench_branches" in line]
+    assert named and "(migration" in named[0], lock["evidence"]
+    assert "LOCK TABLE pgbench_branches IN ACCESS EXCLUSIVE MODE" in named[0]
+    # pgbench ended seconds before the observation did: those seconds are left out
+    assert analysis["summary"]["idle_seconds"] >= 2, analysis["summary"]
+    late = [w for w in analysis["stalls"]
+            if dt.datetime.fromisoformat(w["start"]) >= ended - dt.timedelta(seconds=1)]
+    assert not late, late
+    assert "s idle left out (no client session at work)" in stdout
 
 
 def test_nothing_is_written_and_the_password_stays_out(idle: Observed, tmp_path: Path,

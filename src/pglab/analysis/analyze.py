@@ -7,6 +7,7 @@ fire recommendation rules, write analysis.json atomically.
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from pglab.analysis.kernel import dominant_wait_line
 from pglab.analysis.loading import RunFrames, load_run_frames
 from pglab.analysis.recommendations import CAUSE_FLOOR, Facts, recommend
 from pglab.analysis.signals import Finding
-from pglab.analysis.stalls import PERIOD_TOLERANCE, StallReport, detect_stalls
+from pglab.analysis.stalls import DIP_FRACTION, PERIOD_TOLERANCE, StallReport, detect_stalls
 from pglab.errors import EnvironmentProblem
 from pglab.results.analysis_doc import AnalysisDocument, write_analysis
 from pglab.results.files import ANALYSIS, iso
@@ -226,13 +227,49 @@ def _durability_verdict(section: dict[str, Any]) -> dict[str, Any]:
             **({"sub_cause": first["sub_cause"]} if first and first.get("sub_cause") else {})}
 
 
+def idle_seconds(data: RunFrames) -> list[dt.datetime]:
+    """An observation's measured seconds without demand: the wait sampler read the
+    observed server all through the second and found no client backend at work (active,
+    or inside a transaction), and its commits were under DIP_FRACTION of the median of
+    the seconds with work (a light load of short transactions that 10 samples a second
+    miss is still measured). Fewer commits then is no demand, not a stall: the clients
+    were gone or quiet. The seconds on either side of such a span go with it: clients
+    that arrive or leave within a second make it a dip. Only an observation: a pglab
+    run's own clients are always there, and a second in which they all wait for the
+    server (or it is down) is a stall."""
+    if data.manifest.source_kind != "observe":
+        return []
+    waits = data.timeseries.filter((pl.col("source") == "db.waits")
+                                   & (pl.col("node") == "primary"))
+    if waits.is_empty():
+        return []
+    busy = (waits.group_by(pl.col("t").dt.truncate("1s").alias("second"))
+            .agg(pl.col("value").filter((pl.col("label") == "client backend")
+                                        & (pl.col("metric") != "sampled")).sum()
+                 .alias("busy")))
+    quiet = set(busy.filter(pl.col("busy") == 0)["second"].to_list())
+    measured = data.client.filter(~pl.col("warmup") & ~pl.col("partial"))
+    working = measured.filter(~pl.col("t").is_in(list(quiet)))["tps"].median()
+    floor = DIP_FRACTION * float(working) if isinstance(working, (int, float)) else 0.0
+    idle = {t for t, tps in measured.select("t", "tps").iter_rows()
+            if t in quiet and tps < floor}
+    second = dt.timedelta(seconds=1)
+    edges = {t for t in measured["t"].to_list()
+             if t not in idle and (t - second in idle or t + second in idle)}
+    return sorted(idle | edges)
+
+
 def build_analysis(data: RunFrames) -> AnalysisDocument:
     """The analysis document of loaded run data (pure)."""
-    report = detect_stalls(data.client)
+    idle = idle_seconds(data)
+    report = detect_stalls(data.client.filter(~pl.col("t").is_in(idle)) if idle
+                           else data.client)
     evidence, whole_run = run_evidence(data, report)
     stalls = [_stall(ev) for ev in evidence]
     steady = [_finding(f) for f in steady_causes(whole_run)] if whole_run else []
     summary = _summary(report, data)
+    if idle:
+        summary["idle_seconds"] = len(idle)  # left out of measured_seconds
     summary["verdict"] = _verdict(stalls, steady, summary["degraded_pct"])
     found = _causes_found(stalls, steady)
     durability = _durability(data)

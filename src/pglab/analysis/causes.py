@@ -127,12 +127,14 @@ def lock_contention(ev: WindowEvidence) -> Finding | None:
     waits = ev.events_of("lock-wait")
     if waits:
         e = max(waits, key=lambda w: float(w.attrs.get("waited_ms") or 0))
-        holders = ",".join(str(h) for h in e.attrs.get("holders") or []) or "?"
+        holders = ",".join(str(h) for h in e.attrs.get("holders") or [])
         row = f" (a row of {e.attrs['relation']})" if e.attrs.get("relation") else ""
         s.add(0.2, f"{len(waits)} lock wait(s) logged: e.g. pid {e.attrs.get('pid')} waited "
                    f"{float(e.attrs.get('waited_ms') or 0) / 1000:.1f} s for "
-                   f"{e.attrs.get('lock_mode')} on {e.attrs.get('lock_object')}{row} held by "
-                   f"pid {holders}")
+                   f"{e.attrs.get('lock_mode')} on {e.attrs.get('lock_object')}{row}"
+                   # the holders are in the wait's first message, which a followed log
+                   # may have begun after
+                   + (f" held by pid {holders}" if holders else ""))
     queue_line = busiest_queue([q.attrs for q in ev.events_of("lock-queue")])
     if queue_line and s.value > 0:
         s.add(0.1, queue_line)

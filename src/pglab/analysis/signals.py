@@ -80,7 +80,21 @@ def lock_kind(s: Score, ev: WindowEvidence) -> None:
     """Which locks the queue is on (the advice differs): a table lock (DDL, LOCK TABLE:
     Lock:relation), one hot row (Lock:tuple: a second waiter on the same row queues on
     its tuple lock behind the first, so it appears only where rows are shared), or many
-    row locks (Lock:transactionid alone: each waits for another transaction's row)."""
+    row locks (Lock:transactionid alone: each waits for another transaction's row).
+    The biggest lock queue decides first when its head holds a table lock: the sessions
+    behind the first ones in line wait on rows those hold, and their waits look like
+    row locks (a LOCK TABLE on pgbench_branches queued a whole pgbench on
+    Lock:transactionid and Lock:tuple)."""
+    queues = [q.attrs for q in ev.events_of("lock-queue")]
+    biggest = max(queues, key=lambda q: int(q.get("waiters") or 0), default=None)
+    if biggest is not None and biggest.get("locktype") == "relation":
+        s.sub = "table-lock"
+        modes = ", ".join(m.split(":", 1)[1] for m in biggest.get("modes") or []
+                          if m.startswith("relation:"))
+        s.lines.append(f"the longest queue is on a table lock ({biggest.get('object')}"
+                       + (f", wanted as {modes}" if modes else "") + "): DDL, LOCK TABLE "
+                       "or a long transaction holding a strong lock")
+        return
     shares = ev.inside.wait_shares(ev.nodes[0])
     relation = shares.get("Lock:relation", 0.0)
     tuple_ = shares.get("Lock:tuple", 0.0)

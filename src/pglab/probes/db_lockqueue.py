@@ -122,9 +122,12 @@ class LockQueue(DbProbe):
                 # an active holder with no wait event is on the CPU
                 "wait": f"{wait_type}:{wait}" if wait_type else (
                     "CPU" if state == "active" else "")}
-        # One queue per root holder, named by the most specific thing its waiters want:
+        # One queue per root holder, named by what the sessions it blocks directly want
+        # of it (those behind them wait for what it holds too): the most specific thing,
         # a row (the first waiter holds the row's tuple lock and waits for the holder's
-        # transaction), else a relation, else the transaction.
+        # transaction), else a relation, else the transaction. A LOCK TABLE blocks
+        # sessions on its relation; those behind them queue on rows they hold, and the
+        # queue is the table's, not a row's.
         by_root: dict[int, dict[str, Any]] = {}
         queued: dict[str, set[int]] = {}
         for pid, (what, relation, modes) in wants.items():
@@ -132,15 +135,16 @@ class LockQueue(DbProbe):
                 if root not in info:
                     continue
                 entry = by_root.setdefault(root, {"waiters": set(), "modes": set(),
-                                                  "objects": {}, "holder": info[root]})
+                                                  "objects": {}, "direct": {},
+                                                  "holder": info[root]})
                 entry["waiters"].add(pid)
                 entry["modes"] |= modes
-                entry["objects"][what] = (entry["objects"].get(what, (0, relation))[0] + 1,
-                                          relation)
+                objects = entry["direct"] if root in blocked_by[pid] else entry["objects"]
+                objects[what] = (objects.get(what, (0, relation))[0] + 1, relation)
             queued.setdefault(relation or what, set()).add(pid)
         seen: dict[tuple[str, str, int], dict[str, Any]] = {}
         for root, entry in by_root.items():
-            what, (_count, relation) = max(entry["objects"].items(),
+            what, (_count, relation) = max((entry["direct"] or entry["objects"]).items(),
                                            key=lambda item: (_RANK.get(item[0].split(" ")[0], 0),
                                                              item[1][0]))
             entry.update(locktype=what.split(" ", 1)[0], relation=relation)

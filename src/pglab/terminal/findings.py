@@ -34,8 +34,10 @@ def _print_causes(console: Console, causes: list[dict[str, Any]], indent: str) -
         style = "dim" if cause["cause"] == "unknown" else "cyan"
         outside = ", outside the lab" if cause.get("outside_the_lab") else ""
         kind = f": {cause['sub_cause']}" if cause.get("sub_cause") else ""
-        console.print(f"{indent}[{style}]{cause['cause']}{kind}[/{style}] "
-                      f"(confidence {cause['confidence']:.2f}{outside})")
+        # unknown's "confidence" is how far the best cause fell short: its evidence says
+        sure = ("" if cause["cause"] == "unknown"
+                else f" (confidence {cause['confidence']:.2f}{outside})")
+        console.print(f"{indent}[{style}]{cause['cause']}{kind}[/{style}]{sure}")
         for line in cause["evidence"][:4]:
             console.print(f"{indent}  - {escape(line)}", highlight=False)
 
@@ -64,6 +66,8 @@ def print_findings(console: Console, analysis: AnalysisDocument,
         f"[bold]analysis[/bold]: median {summary.get('tps_median', 0):,.0f} TPS, "
         f"CV {summary.get('tps_cv', 0):.2f}, degraded {summary.get('degraded_pct', 0):.1f}% "
         f"of {summary.get('measured_seconds', 0)} s, {summary.get('stalls', 0)} stall(s)"
+        + (f"; {summary['idle_seconds']} s idle left out (no client session at work)"
+           if summary.get("idle_seconds") else "")
     )
     periodic = summary.get("periodic")
     if periodic:
