@@ -1,9 +1,12 @@
 """`pglab import` with real pgbench 15 and 18 outputs (tests/samples/pgbench/): the
-summary alone (with and without -r), -l per-transaction logs, --aggregate-interval logs;
+summary alone (with and without -r), -P progress lines kept with it, -l per-transaction logs,
+--aggregate-interval logs;
 round trips against what pgbench itself printed and logged; bad input."""
 
 from __future__ import annotations
 
+import datetime as dt
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -14,7 +17,7 @@ import pytest
 from conftest import SAMPLES, run_cli
 from pglab.errors import BadInput
 from pglab.importer import import_run, read_aggregate_log
-from pglab.workload.pgbench_output import parse_summary
+from pglab.workload.pgbench_output import parse_progress_line, parse_summary
 
 PGBENCH = SAMPLES / "pgbench"
 VERSIONS = ("15", "18")
@@ -48,6 +51,59 @@ def test_summary_only(tmp_path: Path, version: str, name: str) -> None:
         assert workload["mix"] == ["tpcb-like"]
     assert (folder / "raw" / "pgbench.stdout").read_text() == path.read_text()
     assert not (folder / "client.parquet").exists()
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_progress_lines_make_the_series(tmp_path: Path, version: str) -> None:
+    """pgbench -P 1 with its stderr kept (2>&1): each progress line is a second of the
+    series, as pgbench printed it; the 2 s table lock is a stall the analysis finds."""
+    path = PGBENCH / version / "progress_summary.txt"
+    lines = [p for line in path.read_text().splitlines()
+             if (p := parse_progress_line(line)) is not None]
+    assert len(lines) == 8
+    folder, manifest = do_import(tmp_path, path)
+    assert manifest["source"]["from"] == "progress"
+    series = pl.read_parquet(folder / "client.parquet").sort("t")
+    assert series["tps"].to_list() == [line.tps for line in lines]
+    assert series["lat_avg_ms"].to_list() == [line.lat_ms for line in lines]
+    assert series["job"].null_count() == 8 and not series["partial"].any()
+    gaps = {b - a for a, b in itertools.pairwise(series["t"].to_list())}
+    assert gaps == {dt.timedelta(seconds=1)}
+    # the run ended when the file was last written
+    last: dt.datetime = series["t"].to_list()[-1]
+    assert abs(last.timestamp() + 1.0 - path.stat().st_mtime) < 1e-3
+    measured = manifest["results"]["measured"]
+    assert measured["seconds"] == 8
+    assert measured["transactions"] == round(sum(line.tps for line in lines))
+    # what pgbench's own summary says, within a second's rounding of its intervals
+    summary = parse_summary(path.read_text())
+    assert summary.transactions is not None
+    assert abs(measured["transactions"] - summary.transactions) <= max(lines, key=lambda
+                                                                       p: p.tps).tps
+    analysis = run_cli("analyze", str(folder))
+    assert analysis.returncode == 0, analysis.stderr
+    document = json.loads((folder / "analysis.json").read_text())
+    (stall,) = document["stalls"]
+    assert stall["kind"] == "drop-to-zero" and stall["seconds"] >= 2
+    assert "an imported run: no telemetry" in analysis.stdout
+
+
+def test_progress_timestamps_are_the_clock(tmp_path: Path) -> None:
+    path = PGBENCH / "15" / "progress_timestamp_summary.txt"
+    first = next(p for line in path.read_text().splitlines()
+                 if (p := parse_progress_line(line)) is not None)
+    folder, manifest = do_import(tmp_path, path, name="stamped")
+    series = pl.read_parquet(folder / "client.parquet").sort("t")
+    # a line is stamped when its second ended: the series' first second began 1 s before
+    assert series["t"][0].timestamp() == pytest.approx(first.t - 1.0)
+    assert manifest["started_at"].startswith(
+        dt.datetime.fromtimestamp(first.t - 1.0, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S"))
+    assert manifest["results"]["measured"]["seconds"] == 4
+    warm = import_run(path, [], tmp_path, "warm", warmup_s=2)  # --warmup 2s
+    assert pl.read_parquet(warm.path / "client.parquet").sort("t")["warmup"].to_list() == [
+        True, True, False, False]
+    assert json.loads((warm.path / "manifest.json").read_text())["results"]["measured"][
+        "seconds"] == 2
 
 
 @pytest.mark.parametrize("version", VERSIONS)

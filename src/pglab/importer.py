@@ -12,7 +12,12 @@ The folder gets the same files a pglab run has, as far as the input allows:
   15-18 count them in aggregate logs only with --failures-detailed: without it, failures
   the summary reports are unknown per second, null), percentiles null.
 - raw/: copies of the input files.
-Without logs only the summary's figures exist (no per-second samples).
+Without logs, pgbench's `-P` progress lines in the same file (its stderr kept with its
+stdout, `2>&1`) make client.parquet: one row per progress interval with tps, latency
+average, failures, lag, skipped and retries as pgbench printed them (percentiles and the
+maximum null); their times are epoch seconds with --progress-timestamp, else seconds
+since the run began, placed so that it ended when the file was last written. Without
+either, only the summary's figures exist (no per-second samples).
 
 sysbench's stdout (`--report-interval=1`, alone, no logs) imports too: its per-second
 lines become client.parquet as in a pglab sysbench run (workload/sysbench_output.py),
@@ -45,7 +50,13 @@ from pglab.results.files import iso, utc_now, write_parquet
 from pglab.results.folder import RunFolder, StoredRun, create_run_folder, load_run
 from pglab.results.manifest import Manifest
 from pglab.results.schemas import CLIENT_SCHEMA
-from pglab.workload.pgbench_output import PgbenchSummary, parse_summary, summary_to_dict
+from pglab.workload.pgbench_output import (
+    PgbenchSummary,
+    ProgressLine,
+    parse_progress_line,
+    parse_summary,
+    summary_to_dict,
+)
 from pglab.workload.sysbench_output import SysbenchOutput, parse_output
 from pglab.workload.sysbench_output import measured_window_stats as sysbench_window_stats
 from pglab.workload.sysbench_output import per_second_series as sysbench_series
@@ -165,6 +176,59 @@ def aggregate_window(logs: pl.DataFrame, series: pl.DataFrame,
     }
 
 
+def _progress_lines(path: Path) -> list[ProgressLine]:
+    lines = path.read_text(errors="replace").splitlines()
+    return [p for line in lines if line.startswith("progress: ")
+            and (p := parse_progress_line(line)) is not None]
+
+
+def progress_series(lines: list[ProgressLine], ended_s: float, warmup_s: int) -> pl.DataFrame:
+    """`-P` progress lines -> the client series: a row per interval (all jobs), at the
+    interval's start. A line's time is when its interval ended: epoch seconds with
+    --progress-timestamp, else seconds since the run began, which ended at `ended_s`."""
+    times = [line.t for line in lines]
+    interval = progress_interval(lines)
+    epoch = times[0] > _EPOCH_2000
+    origin = times[0] - interval if epoch else 0.0  # the run's start on the lines' clock
+    began = origin if epoch else ended_s - times[-1]  # ... in epoch seconds
+    rows = [{
+        "t": dt.datetime.fromtimestamp(began + line.t - interval - origin, dt.timezone.utc),
+        "job": None, "warmup": line.t - interval - origin < warmup_s, "partial": False,
+        "tps": line.tps, "failures": line.failed,
+        "skipped": line.skipped, "retries": line.retries, "lat_avg_ms": line.lat_ms,
+        "lat_p50_ms": None, "lat_p95_ms": None, "lat_p99_ms": None, "lat_max_ms": None,
+        "lag_avg_ms": line.lag_ms, "lag_max_ms": None} for line in lines]
+    return pl.DataFrame(rows, schema=CLIENT_SCHEMA).sort("t")
+
+
+def progress_interval(lines: list[ProgressLine]) -> float:
+    """The -P interval: the shortest step between lines (1 s if there is one line)."""
+    times = [line.t for line in lines]
+    return min((b - a for a, b in itertools.pairwise(times) if b > a), default=1.0)
+
+
+def progress_window(series: pl.DataFrame, interval_s: float) -> dict[str, Any]:
+    """The measured-window figures of a progress series (its intervals after warmup)."""
+    window = series.filter(~pl.col("warmup"))
+    seconds = window.height * interval_s
+    n = float((window["tps"] * interval_s).sum() or 0.0)
+    timed = window.filter(pl.col("lat_avg_ms").is_not_null())
+    weights = float(timed["tps"].sum() or 0.0)
+    lag = window.filter(pl.col("lag_avg_ms").is_not_null())
+    return {
+        "seconds": int(seconds), "transactions": round(n),
+        "tps": n / seconds if seconds else 0.0,
+        "failures": int(window["failures"].sum() or 0),
+        "skipped": int(window["skipped"].sum() or 0),
+        "retries": int(window["retries"].sum() or 0),
+        "lat_avg_ms": float((timed["lat_avg_ms"] * timed["tps"]).sum()) / weights
+        if weights else None,
+        "lat_p50_ms": None, "lat_p95_ms": None, "lat_p99_ms": None, "lat_max_ms": None,
+        "lag_avg_ms": float((lag["lag_avg_ms"] * lag["tps"]).sum())
+        / (float(lag["tps"].sum()) or 1.0) if lag.height else None,
+    }
+
+
 def _summary_measured(summary: PgbenchSummary) -> dict[str, Any]:
     seconds = int(summary.duration_s or 0)
     return {"seconds": seconds, "transactions": summary.transactions, "tps": summary.tps,
@@ -233,6 +297,11 @@ def import_run(summary_path: Path, logs: list[Path], results_root: Path, name: s
             measured["failures"] = None
             series = series.with_columns(pl.lit(None, dtype=pl.Int64()).alias("failures"))
         start_us = int(starts[0]) * US
+    elif progress := _progress_lines(summary_path):
+        kind = "progress"
+        series = progress_series(progress, summary_path.stat().st_mtime, warmup_s)
+        measured = progress_window(series, progress_interval(progress))
+        start_us = int(series["t"].min().timestamp() * US)  # type: ignore[union-attr]
     else:
         measured = _summary_measured(summary)
         start_us = int(summary_path.stat().st_mtime - (summary.duration_s or 0)) * US

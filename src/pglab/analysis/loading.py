@@ -118,5 +118,11 @@ def load_run_frames(folder: Path) -> RunFrames:
         missing.append(f"run {status}" + (f": {run.reason}" if run.reason else "")
                        + "; the analysis covers what was recorded")
     client = _cap_to_duration(_client(folder, missing), run.manifest)
+    if run.manifest.source_kind == "import":
+        # a run made without pglab brings its client's figures and nothing else
+        missing.append("an imported run: no telemetry, so stalls are found but not "
+                       "attributed (no wait, resource, database or log evidence)")
+        return RunFrames(run, client, pl.DataFrame(schema=TIMESERIES_SCHEMA),
+                         pl.DataFrame(schema=EVENTS_SCHEMA), missing)
     series, events = _telemetry(folder, missing)
     return RunFrames(run, client, series, events, missing)

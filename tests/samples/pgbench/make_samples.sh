@@ -6,6 +6,7 @@
 #   sudo tests/samples/pgbench/make_samples.sh 18       # one version
 #   sudo ONLY=aggregate tests/samples/pgbench/make_samples.sh   # only the agg_* samples
 #                                                   # (keeps the other files as they are)
+#   sudo ONLY=progress tests/samples/pgbench/make_samples.sh    # only progress_*summary.txt
 #
 # Needs root (the servers run as `nobody`, PostgreSQL refuses to run as root). Each server
 # gets a throw-away data directory and a private unix socket under /tmp, no TCP listener,
@@ -21,7 +22,7 @@ RUNAS=nobody
 PG18_COPY=${PG18_COPY:-/tmp/pg18copy}   # removed at the end if this script made it
 PG18_COPY_MADE=""
 TXLOG_MAX_LINES=${TXLOG_MAX_LINES:-4000}   # per file; keeps the committed samples small
-ONLY=${ONLY:-all}   # all | aggregate
+ONLY=${ONLY:-all}   # all | aggregate | progress
 
 log() { printf '== %s\n' "$*" >&2; }
 
@@ -131,14 +132,28 @@ aggregate_samples() {  # major
     OUT_COUNTS=$OUT/agg_counts.txt collect_txlogs agg_failed
 }
 
+# pgbench's stdout and stderr in one file (`2>&1`, as people keep a run's output), with -P 1
+# progress lines, for `pglab import`: elapsed seconds, with a 2 s table lock 2 s in (0 tps
+# seconds), and --progress-timestamp without one.
+progress_samples() {
+    log "progress lines with the summary"
+    (sleep 2; env -u PGOPTIONS PGHOST="$SOCK" PGPORT="$PORT" PGUSER=postgres \
+        PGDATABASE=postgres "$BIN/psql" -X -q -c "BEGIN" \
+        -c "LOCK TABLE pgbench_branches IN ACCESS EXCLUSIVE MODE" \
+        -c "SELECT pg_sleep(2)" -c "COMMIT" >/dev/null) &
+    pgb -c 4 -j 2 -T 8 -P 1 -r >"$OUT/progress_summary.txt" 2>&1
+    wait
+    pgb -c 4 -j 2 -T 4 -P 1 --progress-timestamp >"$OUT/progress_timestamp_summary.txt" 2>&1
+}
+
 samples() {  # major port
     local major=$1 port=$2
     OUT=$HERE/$major
-    if [[ $ONLY == aggregate ]]; then
+    if [[ $ONLY == aggregate || $ONLY == progress ]]; then
         mkdir -p "$OUT"
         start_server "$major" "$port"
         pgb -i -s 2 >/dev/null 2>&1
-        aggregate_samples "$major"
+        if [[ $ONLY == aggregate ]]; then aggregate_samples "$major"; else progress_samples; fi
         stop_server
         return
     fi
@@ -207,6 +222,7 @@ samples() {  # major port
     collect_txlogs txlog_sampled
 
     aggregate_samples "$major"
+    progress_samples
     stop_server
 }
 
