@@ -38,6 +38,9 @@ BASE = 'name = "t"\n'
         ('name = "Bad Name"', "name = 'Bad Name' is not valid"),
         ("[workload]\nscale = 1", "missing key 'name'"),
         (BASE + "[workload\n", "invalid TOML"),
+        (BASE + "[server.settings]\nshared_buffers = 1GB  # a quarter", "invalid TOML: Expected "
+         "newline or end of document after a statement (at line 3, column 19) (a value with a "
+         'unit is a string: shared_buffers = "1GB")'),
         (BASE + "[telemetry]\nwait_sampling_hz = 1000", "expected a number ≤ 100"),
         (BASE + '[envelope]\ndisk_profile = "cloud-sdd:300GB"', "envelope.disk_profile = "
          "'cloud-sdd:300GB' is not valid: unknown disk profile 'cloud-sdd' (did you mean "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,13 +44,27 @@ class LoadedScenario:
         return self.path.parent if self.path else Path.cwd()
 
 
+# `shared_buffers = 1GB`: a value with a unit must be a string in TOML
+_UNQUOTED_UNIT = re.compile(r"^\s*([\w.\"-]+)\s*=\s*(-?\d+(?:\.\d+)?\s*[A-Za-z]+)\s*(?:#.*)?$")
+
+
+def _unquoted_unit(text: str, exc: tomllib.TOMLDecodeError) -> str:
+    """A hint for the commonest mistake: a number with a unit, unquoted."""
+    at = re.search(r"\(at line (\d+), column \d+\)", str(exc))  # tomllib has no lineno
+    lines = text.splitlines()
+    number = int(at.group(1)) if at else 0
+    line = lines[number - 1] if 0 < number <= len(lines) else ""
+    m = _UNQUOTED_UNIT.match(line)
+    return f" (a value with a unit is a string: {m.group(1)} = \"{m.group(2)}\")" if m else ""
+
+
 def load_text(
     text: str, where: str, overrides: list[str] | None = None, path: Path | None = None
 ) -> LoadedScenario:
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise BadInput(f"{where}: invalid TOML: {exc}") from None
+        raise BadInput(f"{where}: invalid TOML: {exc}{_unquoted_unit(text, exc)}") from None
     parsed = [parse_override(o) for o in overrides or []]
     merged = copy.deepcopy(raw)
     for key, value in parsed:
