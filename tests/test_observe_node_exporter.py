@@ -111,3 +111,4 @@ def test_host_facts() -> None:
     assert host_facts(BEFORE) == {"cpu_cores": 2, "memory_bytes": 25276063744,
                                   "kernel": "6.18.44-fc-v782", "hostname": "vm",
                                   "machine": "x86_64", "source": "node_exporter"}
+

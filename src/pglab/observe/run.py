@@ -23,7 +23,7 @@ from pglab.observe.exporter_probe import NodeExporterProbe, check_exporter
 from pglab.observe.logsource import ObservedLog, make_source
 from pglab.observe.nodeexporter import host_facts
 from pglab.observe.series import client_series, measured
-from pglab.observe.target import ObservedNode, ObserverSessions, open_node, sql_log_privileges
+from pglab.observe.target import ObservedNode, ObserverSessions, open_node, sql_log_problem
 from pglab.observe.throughput import Throughput
 from pglab.probes import make_probes
 from pglab.probes.base import Probe, ProbeContext
@@ -103,7 +103,7 @@ def observe(options: ObserveOptions, ui: ObserveUI) -> StoredRun:
     log_probe: ObservedLog | None = None
     if options.log is not None:
         source = make_source(options.log)  # a bad file or command: one line, here
-        why = sql_log_privileges(nodes[0]) if options.log == "sql" else None
+        why = sql_log_problem(nodes[0]) if options.log == "sql" else None
         if why is not None:
             warnings.append(f"primary: --log sql: {why}; observing without the log")
         else:

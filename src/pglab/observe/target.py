@@ -170,6 +170,8 @@ SELECT current_user, r.rolsuper,
        has_function_privilege('pg_read_binary_file(text,bigint,bigint,boolean)', 'EXECUTE')
          AS read_file,
        has_function_privilege('pg_ls_logdir()', 'EXECUTE') AS ls_logdir,
+       current_setting('logging_collector') AS logging_collector,
+       current_setting('log_destination') AS log_destination,
        current_setting('server_version') AS server_version,
        current_setting('server_version_num')::int AS version_num,
        pg_is_in_recovery() AS in_recovery,
@@ -203,8 +205,19 @@ def _facts(conn: psycopg.Connection[Any]) -> tuple[dict[str, Any], list[str]]:
     return facts, missing
 
 
-def sql_log_privileges(node: ObservedNode) -> str | None:
-    """Why the log cannot be read over SQL, or None."""
+def sql_log_problem(node: ObservedNode) -> str | None:
+    """Why the log cannot be read over SQL (no log file, or a role without the
+    privileges), or None."""
+    if node.facts.get("logging_collector") == "off":
+        return ("the server writes no log file of its own (logging_collector = off: its "
+                "stderr goes where its service manager sends it, on Debian and Ubuntu "
+                "/var/log/postgresql/): give --log FILE, or --log 'command:journalctl -f "
+                "-u postgresql'")
+    destinations = {d.strip() for d in str(node.facts.get("log_destination") or "").split(",")}
+    if node.facts.get("log_destination") is not None and not destinations & {
+            "stderr", "csvlog", "jsonlog"}:
+        return (f"the server logs only to {node.facts['log_destination']} (log_destination): "
+                "give --log with syslog's file or the event log's export")
     if node.facts.get("rolsuper"):
         return None
     role = node.facts.get("current_user")
@@ -289,4 +302,4 @@ def _is_postgres(pid: int) -> bool:
 
 
 __all__ = ["ObservedNode", "ObserverSessions", "open_node", "process_cpu_s",
-           "sql_log_privileges"]
+           "sql_log_problem"]
