@@ -84,8 +84,10 @@ def lock_kind(s: Score, ev: WindowEvidence) -> None:
     The biggest lock queue decides first when its head holds a table lock: the sessions
     behind the first ones in line wait on rows those hold, and their waits look like
     row locks (a LOCK TABLE on pgbench_branches queued a whole pgbench on
-    Lock:transactionid and Lock:tuple)."""
-    queues = [q.attrs for q in ev.events_of("lock-queue")]
+    Lock:transactionid and Lock:tuple). Only in a stall: over a whole run the queues of
+    its stalls are not what held its healthy seconds back."""
+    queues = ([q.attrs for q in ev.events_of("lock-queue")] if ev.window.kind != "steady"
+              else [])
     biggest = max(queues, key=lambda q: int(q.get("waiters") or 0), default=None)
     if biggest is not None and biggest.get("locktype") == "relation":
         s.sub = "table-lock"
