@@ -21,6 +21,9 @@ class TelemetrySummary:
     lock_waits: int = 0
     top_waits: list[tuple[str, float]] = field(default_factory=list)  # (wait, share 0-1)
     peak_disk_write_mbps: float | None = None
+    # the node's storage volume devices the peak is of (their writes, not the host disk's,
+    # which other programs share and which the volumes' image files also reach)
+    peak_disk_devices: list[str] = field(default_factory=list)
     peak_dirty_mb: float | None = None
     peak_iowait_pct: float | None = None
     wal_mb_per_s: float | None = None
@@ -35,6 +38,7 @@ class TelemetrySummary:
             "lock_waits": self.lock_waits,
             "top_waits": [{"wait": w, "share": round(s, 4)} for w, s in self.top_waits],
             "peak_disk_write_mbps": self.peak_disk_write_mbps,
+            "peak_disk_devices": self.peak_disk_devices,
             "peak_dirty_mb": self.peak_dirty_mb,
             "peak_iowait_pct": self.peak_iowait_pct,
             "wal_mb_per_s": self.wal_mb_per_s,
@@ -46,9 +50,24 @@ def _metric(ts: pl.DataFrame, source: str, metric: str) -> pl.DataFrame:
     return ts.filter((pl.col("source") == source) & (pl.col("metric") == metric))
 
 
-def _peak_total(ts: pl.DataFrame, source: str, metric: str) -> float | None:
-    """Highest per-timestamp sum over labels (e.g. over devices), or None."""
+def _volume_devices(run_dir: Path, node: str) -> list[str]:
+    """The node's storage volume devices (loop2...), from the manifest; none for a node on
+    the host's directory, an older manifest or an unreadable one."""
+    try:
+        manifest = json.loads((run_dir / files.MANIFEST).read_text())
+    except (OSError, ValueError):
+        return []
+    volumes = ((manifest.get("nodes") or {}).get(node) or {}).get("storage") or []
+    return sorted({str(v["device"]["name"]) for v in volumes
+                   if isinstance(v, dict) and (v.get("device") or {}).get("name")})
+
+
+def _peak_total(ts: pl.DataFrame, source: str, metric: str,
+                labels: list[str] | None = None) -> float | None:
+    """Highest per-timestamp sum over labels (e.g. over devices, or these), or None."""
     rows = _metric(ts, source, metric)
+    if labels:
+        rows = rows.filter(pl.col("label").is_in(labels))
     if rows.is_empty():
         return None
     per_t = rows.group_by("t").agg(pl.col("value").sum())
@@ -80,6 +99,7 @@ def summarize(run_dir: Path, node: str = "primary") -> TelemetrySummary | None:
                     reasons[flag] = reasons.get(flag, 0) + 1
             wal_added += int(attrs.get("wal_added") or 0)
     top: list[tuple[str, float]] = []
+    volumes: list[str] = []
     wal_rate = peak_write = peak_dirty = peak_iowait = None
     if not ts.is_empty():
         waits = ts.filter((pl.col("source") == "db.waits") & (pl.col("node") == node))
@@ -91,7 +111,8 @@ def summarize(run_dir: Path, node: str = "primary") -> TelemetrySummary | None:
         wal = _metric(ts, "db.wal", "wal_lsn_bytes").filter(pl.col("node") == node)
         if not wal.is_empty():
             wal_rate = round(float(wal["value"].mean()) / 1e6, 2)  # type: ignore[arg-type]
-        peak_write = _peak_total(ts, "os.disk", "write_mbps")
+        volumes = _volume_devices(run_dir, node)
+        peak_write = _peak_total(ts, "os.disk", "write_mbps", volumes)
         peak_dirty = _peak_total(ts, "os.memory", "dirty_mb")
         peak_iowait = _peak_total(ts, "os.cpu", "iowait_pct")
     shown = {"checkpoint", "autovacuum", "lock-wait"}
@@ -103,6 +124,7 @@ def summarize(run_dir: Path, node: str = "primary") -> TelemetrySummary | None:
         lock_waits=counts.get("lock-wait", 0),
         top_waits=top,
         peak_disk_write_mbps=peak_write,
+        peak_disk_devices=volumes if peak_write is not None else [],
         peak_dirty_mb=peak_dirty,
         peak_iowait_pct=peak_iowait,
         wal_mb_per_s=wal_rate,
@@ -122,7 +144,8 @@ def summary_lines(summary: TelemetrySummary) -> list[str]:
         lines.append("top waits " + ", ".join(f"{w} {s:.0%}" for w, s in summary.top_waits))
     peaks = []
     if summary.peak_disk_write_mbps is not None:
-        peaks.append(f"disk write {summary.peak_disk_write_mbps} MB/s")
+        on = f" ({', '.join(summary.peak_disk_devices)})" if summary.peak_disk_devices else ""
+        peaks.append(f"disk write {summary.peak_disk_write_mbps} MB/s{on}")
     if summary.peak_dirty_mb is not None:
         peaks.append(f"dirty memory {summary.peak_dirty_mb} MB")
     if summary.peak_iowait_pct is not None:
