@@ -244,7 +244,8 @@ def checkpoint_io(ev: WindowEvidence) -> Finding | None:
     # the first overlapping checkpoint is the evidence; a second one (back to back)
     # adds to it, but less: it is the same story told again
     for weight, e in zip((0.3, 0.15), _checkpoints(ev), strict=False):
-        flags = ",".join(e.attrs.get("flags") or []) or "no flags"
+        # no flags: its "starting" line was not read (a log followed from its end)
+        flags = ",".join(e.attrs.get("flags") or []) or "started before the log was read"
         if e.attrs.get("buffers") is None:  # started, not complete when the run ended
             s.add(weight, f"checkpoint ({flags}) started {at(e)}, still running, in its "
                           f"{_phase(e, ev)}")
