@@ -80,7 +80,7 @@ def test_progress_lines_make_the_series(tmp_path: Path, version: str) -> None:
     assert summary.transactions is not None
     assert abs(measured["transactions"] - summary.transactions) <= max(lines, key=lambda
                                                                        p: p.tps).tps
-    analysis = run_cli("analyze", str(folder))
+    analysis = run_cli("analyze", str(folder))  # as `pglab import` did after importing
     assert analysis.returncode == 0, analysis.stderr
     document = json.loads((folder / "analysis.json").read_text())
     (stall,) = document["stalls"]
@@ -184,6 +184,8 @@ def test_imported_runs_show_in_ls_and_show(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "imported" in result.stdout
     (folder,) = (tmp_path / "legacy").iterdir()
+    # a series is analysed as a run's is: its findings printed, analysis.json written
+    assert "analysis: median" in result.stdout and (folder / "analysis.json").is_file()
     listing = run_cli("ls", str(tmp_path))
     assert listing.returncode == 0 and "legacy" in listing.stdout
     assert "imported" in listing.stdout and "completed" in listing.stdout

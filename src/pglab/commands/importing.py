@@ -7,6 +7,7 @@ from pathlib import Path
 from pglab.commands.console import out
 from pglab.errors import BadInput, ExitCode
 from pglab.importer import import_run
+from pglab.results import files
 from pglab.terminal.run_display import print_summary
 from pglab.units import parse_duration
 
@@ -22,4 +23,9 @@ def import_(summary: Path, logs: tuple[Path, ...], name: str, results: Path, war
         raise BadInput(f"--warmup {warmup!r}: {exc}") from None
     run = import_run(summary, list(logs), results, name, warmup_s, sampling_rate, this_host)
     print_summary(out, run)
+    if (run.path / files.CLIENT).is_file():  # a series: its stalls, as after `pglab run`
+        from pglab.analysis.analyze import analyze_run
+        from pglab.terminal.findings import print_findings
+
+        print_findings(out, analyze_run(run.path).document)
     return ExitCode.OK
