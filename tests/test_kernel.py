@@ -7,6 +7,7 @@ step (the flusher's expiry age, THP) and for a moment only.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -90,6 +91,20 @@ def test_a_bytes_knob_gives_its_ratio_back() -> None:
     with kernel_knobs({"vm.dirty_background_bytes": "256MB"}) as during:
         assert during["vm.dirty_background_bytes"] == 256 << 20
         assert during["vm.dirty_background_ratio"] == 0
+    assert read_knobs() == before
+
+
+@pytest.mark.exclusive
+@needs_root
+def test_huge_pages_reserved_and_given_back() -> None:
+    """What the huge-pages rule sets beside huge_pages = on: a few pages here (each is 2 MB
+    taken from free memory), read back, and released at the end."""
+    before = read_knobs()
+    wanted = int(before["vm.nr_hugepages"] or 0) + 4
+    with kernel_knobs({"vm.nr_hugepages": wanted}) as during:
+        assert during["vm.nr_hugepages"] == wanted
+        meminfo = Path("/proc/meminfo").read_text()
+        assert re.search(rf"HugePages_Total:\s+{wanted}\n", meminfo), meminfo
     assert read_knobs() == before
 
 

@@ -23,6 +23,7 @@ VM_KNOBS = (
     "dirty_expire_centisecs",
     "dirty_writeback_centisecs",
     "swappiness",
+    "nr_hugepages",
 )
 
 

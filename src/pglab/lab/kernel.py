@@ -124,11 +124,25 @@ def kernel_knobs(wanted: Mapping[str, object], wait_s: float = KNOB_WAIT_S,
         deliver_pending()
         for name, value in values.items():
             _write(BY_NAME[name], value)
+        _check_reserved(values)
         yield read_knobs()
     finally:
         with shielded():
             _restore(originals)
             state.unlink(missing_ok=True)
+
+
+def _check_reserved(values: Mapping[str, KnobValue]) -> None:
+    """Huge pages are reserved from free memory: the kernel reserves what it can find,
+    which may be fewer than asked, and a server with huge_pages = on then fails to start
+    with a message about shared memory. Say it here, naming the knob."""
+    wanted = values.get("vm.nr_hugepages")
+    if isinstance(wanted, int):
+        got = _read(BY_NAME["vm.nr_hugepages"])
+        if isinstance(got, int) and got < wanted:
+            raise EnvironmentProblem(f"kernel.vm.nr_hugepages = {wanted}: the kernel reserved "
+                                     f"only {got} (free memory too fragmented for more huge "
+                                     "pages)")
 
 
 def _states() -> Iterator[tuple[Path, int, dict[str, KnobValue | None]]]:

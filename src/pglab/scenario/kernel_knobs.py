@@ -65,6 +65,8 @@ KNOBS: tuple[Knob, ...] = (
     _vm("dirty_expire_centisecs", help="age at which dirty data is written back"),
     _vm("dirty_writeback_centisecs", help="interval of the flusher threads' wake-ups"),
     _vm("swappiness", high=200, help="preference for swapping over dropping page cache"),
+    # the kernel may reserve fewer than asked (free memory too fragmented): read back
+    _vm("nr_hugepages", help="huge pages reserved (2 MB each on x86-64), for huge_pages = on"),
     Knob("transparent_hugepage", Path("/sys/kernel/mm/transparent_hugepage/enabled"), "thp",
          help="transparent huge pages: always, madvise or never"),
 )
