@@ -618,3 +618,26 @@ def test_a_checkpoint_started_by_wal_volume_gets_max_wal_size() -> None:
                   if c["cause"] == "checkpoint-io"]
     assert checkpoint and all(c["sub_cause"] == "wal-volume" for c in checkpoint), checkpoint
     assert "max-wal-size" in [r["rule"] for r in analysis["recommendations"]]
+
+
+def test_every_testable_rules_change_is_a_valid_set_for_its_scenario() -> None:
+    """What a tune would run: each testable rule's change, on each committed run whose
+    scenario it could be tried on, parses and validates as `--set` overrides of that
+    scenario (the huge-pages rule's vm.nr_hugepages was once an unknown knob, so every
+    tune marked it 'not applicable here')."""
+    from pglab.analysis.recommendations import _set_value
+    from pglab.scenario import load_text
+
+    tried = set()
+    for run in sorted(p for p in RUNS.iterdir() if (p / "manifest.json").is_file()):
+        manifest = Manifest.from_json(json.loads((run / "manifest.json").read_text()))
+        facts = Facts({}, manifest, fpi_surge=True, run_dir=run)
+        text = (run / "scenario.toml").read_text()
+        for rule in RULES:
+            change = rule.change(facts) if rule.testable else {}
+            if not change:
+                continue
+            sets = [f"{k}={shlex.split(_set_value(v))[0]}" for k, v in change.items()]
+            load_text(text, f"{run.name} + {rule.id}", sets)  # raises BadInput if refused
+            tried.add(rule.id)
+    assert {"huge-pages", "wal-segment-size", "dirty-background-bytes"} <= tried, tried
