@@ -549,8 +549,11 @@ def _clients(f: Facts) -> int:
 
 def _scenario_argument(f: Facts) -> str:
     """The original file if it is still there (its scripts resolve), a built-in's name,
-    else the copy in the run folder."""
+    else the copy in the run folder; SCENARIO for a run pglab did not make (an observed
+    or imported one has no scenario file: the test is on one that reproduces it)."""
     source = f.manifest.scenario_source
+    if f.manifest.source_kind in ("observe", "import"):
+        return "SCENARIO"  # pglab made no scenario of it: one that reproduces the load
     if source.startswith("builtin:") and source[8:] in builtin_names():
         return source[8:]
     if source and not source.startswith("builtin:") and Path(source).is_file():
