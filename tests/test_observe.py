@@ -224,6 +224,9 @@ def test_a_table_lock_is_named_as_one_and_the_idle_end_is_no_stall(observed: Obs
             if dt.datetime.fromisoformat(w["start"]) >= ended - dt.timedelta(seconds=1)]
     assert not late, late
     assert "s idle left out (no client session at work)" in stdout
+    # pglab made no scenario of an observation: a test runs on one that reproduces it
+    tests = [r["test"] for r in analysis["recommendations"]]
+    assert tests and all(t.startswith(("pglab run SCENARIO ", "not testable")) for t in tests)
 
 
 def test_nothing_is_written_and_the_password_stays_out(idle: Observed, tmp_path: Path,
