@@ -139,28 +139,42 @@ def _wait_for_samples(results: Path, timeout: float = 60) -> Path:
     raise AssertionError("observe wrote no throughput sample")
 
 
+def _incident(observed: Observed, tmp_path: Path, observe: list[str], load: list[str],
+              after_s: float, app: str, statement: str, hold_s: float,
+              ) -> tuple[Path, str, dt.datetime]:
+    """An observation of a pgbench load (4 clients on `app`) during which a session of
+    application `app`, outside pglab, runs `statement` `after_s` into the load and holds
+    its locks `hold_s`: the folder, pglab's stdout and when the load ended."""
+    results = tmp_path / "results"
+    proc = _observe(observed.dsn(), *observe, results=results)
+    folder = _wait_for_samples(results)
+    env = {**os.environ, "LC_ALL": "C"}
+    pgbench = subprocess.Popen(observed.pgbench("-n", "-c", "4", *load, "app"),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=env)
+    time.sleep(after_s)
+    with observed.srv.connect("app", autocommit=False) as holder:
+        holder.execute(f"SET application_name = '{app}'")
+        holder.execute(statement)
+        time.sleep(hold_s)
+        holder.rollback()
+    _out, load_err = pgbench.communicate(timeout=60)
+    ended = dt.datetime.now(dt.timezone.utc)
+    assert pgbench.returncode == 0, load_err
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    return folder, stdout, ended
+
+
 def test_a_row_lock_held_outside_is_named_by_the_analysis(observed: Observed,
                                                            tmp_path: Path) -> None:
     script = tmp_path / "shared-row.sql"
     script.write_text(SHARED_ROW)
     log = observed.srv.log_dir / "postgresql.json"
-    results = tmp_path / "results"
-    proc = _observe(observed.dsn(), "--duration", "16s", "--log", str(log), results=results)
-    folder = _wait_for_samples(results)
-    env = {**os.environ, "LC_ALL": "C"}
-    load = subprocess.Popen(observed.pgbench("-n", "-c", "4", "-T", "11", "-f", str(script),
-                                             "app"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    time.sleep(4)
-    with observed.srv.connect("app", autocommit=False) as holder:  # outside pglab
-        holder.execute("SET application_name = 'nightly-batch'")
-        holder.execute("UPDATE pgbench_branches SET bbalance = bbalance WHERE bid = 1")
-        time.sleep(4)
-        holder.rollback()
-    _out, load_err = load.communicate(timeout=60)
-    assert load.returncode == 0, load_err
-    stdout, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 0, stderr
+    folder, stdout, _ended = _incident(
+        observed, tmp_path, ["--duration", "16s", "--log", str(log)],
+        ["-T", "11", "-f", str(script)], 4, "nightly-batch",
+        "UPDATE pgbench_branches SET bbalance = bbalance WHERE bid = 1", 4)
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["source"]["kind"] == "observe"
     assert manifest["status"] == "completed"
@@ -193,23 +207,9 @@ def test_a_table_lock_is_named_as_one_and_the_idle_end_is_no_stall(observed: Obs
     want the table; those behind them wait on the rows these hold, so the waits read as
     row locks. The queue is the table's, and the sub-cause table-lock. The seconds after
     the load ended, with no client at work, are idle, not a stall."""
-    results = tmp_path / "results"
-    proc = _observe(observed.dsn(), "--duration", "13s", results=results)
-    folder = _wait_for_samples(results)
-    env = {**os.environ, "LC_ALL": "C"}
-    load = subprocess.Popen(observed.pgbench("-n", "-c", "4", "-T", "7", "app"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    time.sleep(2)
-    with observed.srv.connect("app", autocommit=False) as holder:  # outside pglab
-        holder.execute("SET application_name = 'migration'")
-        holder.execute("LOCK TABLE pgbench_branches IN ACCESS EXCLUSIVE MODE")
-        time.sleep(3)
-        holder.rollback()
-    _out, load_err = load.communicate(timeout=60)
-    ended = dt.datetime.now(dt.timezone.utc)
-    assert load.returncode == 0, load_err
-    stdout, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 0, stderr
+    folder, stdout, ended = _incident(
+        observed, tmp_path, ["--duration", "13s"], ["-T", "7"], 2, "migration",
+        "LOCK TABLE pgbench_branches IN ACCESS EXCLUSIVE MODE", 3)
     analysis = json.loads((folder / "analysis.json").read_text())
     zero = [w for w in analysis["stalls"] if w["kind"] == "drop-to-zero"]
     assert zero, analysis["stalls"]
