@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pglab.commands.console import out
+from pglab.commands.console import err, out
 from pglab.errors import BadInput, ExitCode
 from pglab.importer import import_run
 from pglab.results import files
@@ -27,5 +27,11 @@ def import_(summary: Path, logs: tuple[Path, ...], name: str, results: Path, war
         from pglab.analysis.analyze import analyze_run
         from pglab.terminal.findings import print_findings
 
-        print_findings(out, analyze_run(run.path).document)
+        try:
+            analysis = analyze_run(run.path)
+        except Exception as exc:  # the import stands; `pglab analyze` can try again
+            err.print(f"[yellow]analysis failed[/yellow]: {type(exc).__name__}: {exc}",
+                      highlight=False)
+        else:
+            print_findings(out, analysis.document)
     return ExitCode.OK
