@@ -201,7 +201,7 @@ def wal_segment_init(ev: WindowEvidence) -> Finding | None:
                        f"segments: {head[1]}")
     # zero-filling and fsyncing 16 MB+ is slow because the disk is: the saturation
     # evidence counts for this IO cause as it does for the checkpoint's
-    disk_write(s, ev, 0.2)
+    disk_write(s, ev, 0.2, role="wal")
     added = sum(int(e.attrs.get("wal_added") or 0) for e in _checkpoints(ev))
     if added:
         s.add(0.1, f"{added} WAL file(s) added by the checkpoint(s) during the window")
@@ -264,7 +264,7 @@ def checkpoint_io(ev: WindowEvidence) -> Finding | None:
                    f"{written_h * 8 / 1024:.0f} MB/s)")
     if s.value > 0:
         wait_signal(s, ev, DATA_IO, "data file IO / checkpoint waits", weight=0.3)
-        disk_write(s, ev, 0.2)
+        disk_write(s, ev, 0.2, role="data")
         # its own writes being flushed; with write-back hints off, memory_reclaim's pile
         burst = ev.inside.peak("host", "os.memory", "writeback_mb") or 0.0
         if burst >= WRITEBACK_BURST_MB and not _flush_hints_off(ev) and any(
@@ -405,7 +405,7 @@ def vacuum_io(ev: WindowEvidence) -> Finding | None:
     if s.value > 0:
         wait_signal(s, ev, ("Timeout:VacuumDelay", "IO:DataFileRead", "IO:DataFileWrite"),
                      "data file IO", weight=0.2)
-        disk_write(s, ev, 0.2)
+        disk_write(s, ev, 0.2, role="data")
     return s.finding()
 
 

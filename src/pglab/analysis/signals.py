@@ -123,10 +123,17 @@ def setting(manifest: Manifest, name: str, node: str = "primary") -> str | None:
     return str(found["setting"]) if isinstance(found, dict) and "setting" in found else None
 
 
-def volume_devices(manifest: Manifest, node: str) -> dict[str, dict[str, Any]]:
-    """The node's storage volume devices by name (loop0...) with their limits."""
-    return {str(v["device"]["name"]): dict(v["device"]) for v in manifest.node_storage(node)
-            if (v.get("device") or {}).get("name")}
+def volume_devices(manifest: Manifest, node: str,
+                   role: str | None = None) -> dict[str, dict[str, Any]]:
+    """The node's storage volume devices by name (loop0...) with their limits; with
+    `role`, only the device that holds it: "data" (data files), or "wal" (pg_wal: its own
+    volume if it has one, else the data volume's)."""
+    volumes = [v for v in manifest.node_storage(node) if (v.get("device") or {}).get("name")]
+    if role is not None:
+        roles = {v.get("role") for v in volumes}
+        wanted = role if role in roles else "data"
+        volumes = [v for v in volumes if v.get("role") == wanted]
+    return {str(v["device"]["name"]): dict(v["device"]) for v in volumes}
 
 
 def disk_limits(manifest: Manifest, node: str) -> dict[str, Any]:
@@ -138,14 +145,16 @@ def disk_limits(manifest: Manifest, node: str) -> dict[str, Any]:
     return dict(manifest.envelope.get("disk") or {}) if node == "primary" else {}
 
 
-def disk_write(s: Score, ev: WindowEvidence, weight: float) -> None:
-    """Disk writes at the envelope's limit (MB/s or IOPS) or well above the healthy rate."""
+def disk_write(s: Score, ev: WindowEvidence, weight: float, role: str | None = None) -> None:
+    """Disk writes at the envelope's limit (MB/s or IOPS) or well above the healthy rate;
+    with `role` ("data", "wal"), on the volume that holds what the cause writes only (a
+    checkpoint's writes do not reach pg_wal's own volume, nor WAL the data volume's)."""
     for node in ev.nodes:
         # A storage volume's device has its own limits, which hold for every byte; the
         # envelope's apply to the node's one disk otherwise (label None: the busiest).
+        volumes = volume_devices(ev.manifest, node, role)
         targets: list[tuple[str | None, dict[str, Any], str]] = [
-            (name, dev, f"volume device {name}")
-            for name, dev in volume_devices(ev.manifest, node).items()
+            (name, dev, f"volume device {name}") for name, dev in volumes.items()
         ] or [(None, disk_limits(ev.manifest, node), "device")]
         for label, disk, where in targets:
             _disk_write_at(s, ev, node, label, disk, where, weight)
