@@ -641,3 +641,18 @@ def test_every_testable_rules_change_is_a_valid_set_for_its_scenario() -> None:
             load_text(text, f"{run.name} + {rule.id}", sets)  # raises BadInput if refused
             tried.add(rule.id)
     assert {"huge-pages", "wal-segment-size", "dirty-background-bytes"} <= tried, tried
+
+
+def test_a_slow_wal_volume_is_no_evidence_for_the_checkpoint() -> None:
+    """pg_wal on its own slow volume: the stall's disk evidence is the WAL volume's for
+    wal-segment-init and the data volume's for checkpoint-io (a checkpoint writes no WAL
+    file), so the segment's creation leads, as in the other draws of this built-in."""
+    manifest = json.loads((RUNS / "wal-own-volume-slow" / "manifest.json").read_text())
+    device = {v["role"]: v["device"]["name"] for v in manifest["nodes"]["primary"]["storage"]}
+    stall = _worst(_analysis("wal-own-volume-slow"))
+    causes = {c["cause"]: c for c in stall["causes"]}
+    assert stall["causes"][0]["cause"] == "wal-segment-init", stall["causes"]
+    assert any(f"volume device {device['wal']}" in line
+               for line in causes["wal-segment-init"]["evidence"]), causes["wal-segment-init"]
+    assert not any(f"volume device {device['wal']}" in line
+                   for line in causes["checkpoint-io"]["evidence"]), causes["checkpoint-io"]

@@ -54,6 +54,12 @@ BUILTIN_RUNS["walinit-small-2"] = BUILTIN_RUNS["walinit-small"]
 BUILTIN_RUNS["checkpoint-storm"] = ("checkpoint-flush-storm", (  # max_wal_size 64MB
     "workload.duration=45s", "workload.warmup=2s",
 ))
+# pg_wal on its own volume as slow as the data's (the built-in's first matrix point, at its
+# default options; a draw made under load, as verdict_stability.py runs it): a segment's
+# creation stalls commits while a timed checkpoint writes to the data volume
+BUILTIN_RUNS["wal-own-volume-slow"] = ("wal-on-own-volume", (
+    'storage.wal.device={write_mbps=8, latency="3ms"}', "matrix={}",
+))
 BUILTIN_RUNS["sync-paused"] = ("sync-standby-paused", (  # a standby that stops answering
     "workload.duration=15s", "workload.warmup=2s",
     'faults=[{at="4s", action="pause-standby", node="standby1", duration="6s"}]',
