@@ -6,7 +6,8 @@
 Runs `pglab tune NAME` (default options unless given) for each named built-in (default:
 every built-in except demo and healthy-control), one after the other, and prints per
 built-in: the wall time, the tune's status, the path of kept changes with each one's
-measured effect (stall seconds and TPS, delta and 95% interval) and, for several steps,
+measured effect (commits lost per cut where it cuts, stall seconds and TPS, delta and 95%
+interval) and, for several steps,
 the combined effect against the original baseline. Target (issue 17): under 20 minutes
 per built-in on 2 cores. `--set` shortens every run (e.g. workload.duration=20s) for a
 quicker, rougher figure; the printout says so.
@@ -34,7 +35,8 @@ SKIP = ("demo", "healthy-control")  # nothing to fix
 def _effect(candidate: dict[str, Any]) -> str:
     parts = []
     for metric in candidate.get("metrics") or []:
-        if metric["metric"] not in ("stall_seconds", "tps") or metric["delta_pct"] is None:
+        if metric["metric"] not in ("lost_commits", "stall_seconds", "tps") or (
+                metric["delta_pct"] is None):
             continue
         ci = metric.get("ci_pct")
         interval = f" [{ci[0]:+.0f}%, {ci[1]:+.0f}%]" if ci else ""
