@@ -6,9 +6,9 @@
 Runs `pglab tune NAME` (default options unless given) for each named built-in (default:
 every built-in except demo and healthy-control), one after the other, and prints per
 built-in: the wall time, the tune's status, the path of kept changes with each one's
-measured effect (commits lost per cut where it cuts, stall seconds and TPS, delta and 95%
-interval) and, for several steps,
-the combined effect against the original baseline. Target (issue 17): under 20 minutes
+measured effect (commits lost per cut where the scenario cuts, stall seconds and TPS:
+delta and 95% interval) and, for several steps, the combined effect against the
+original baseline. Target (issue 17): under 20 minutes
 per built-in on 2 cores. `--set` shortens every run (e.g. workload.duration=20s) for a
 quicker, rougher figure; the printout says so.
 
