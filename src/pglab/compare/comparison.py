@@ -105,13 +105,15 @@ def compare_metric(metric: Metric, base: Group, contender: Group, noise: float,
     base_cv = stats.cv(base_values) if len(base_values) > 1 else None
     cont_cv = stats.cv(cont_values) if len(cont_values) > 1 else None
     base_value, cont_value = stats.mean(base_values), stats.mean(cont_values)
-    sampled = all(m.samples for m in base_m + cont_m)
+    repeats = len(base_values) > 1 and len(cont_values) > 1
+    sampled = all(m.samples for m in base_m + cont_m) and not (
+        metric.by_run_with_repeats and repeats)
     if sampled:
         base_runs = [m.samples or [] for m in base_m]
         cont_runs = [m.samples or [] for m in cont_m]
-        how = (f"{metric.statistic} of per-second values, block bootstrap"
+        how = (f"{metric.statistic} of {metric.sample} values, block bootstrap"
                + (" over repeats" if len(base_runs) > 1 or len(cont_runs) > 1 else ""))
-    elif len(base_values) > 1 and len(cont_values) > 1:
+    elif repeats:
         base_runs = [[v] for v in base_values]
         cont_runs = [[v] for v in cont_values]
         how = "one value per run, bootstrap over repeats"

@@ -46,6 +46,11 @@ class Metric:
     # only some runs have it (a Measure says applies=False): a comparison shows it only
     # when one of its runs does
     situational: bool = False
+    sample: str = "per-second"  # what one of a run's samples is
+    # With repeats on both sides, compare the runs' values, not their samples: samples
+    # that are not alike within a run (an fsync=off run's first cut loses every commit,
+    # its later cuts find nothing new to lose) would resample into runs that lost nothing.
+    by_run_with_repeats: bool = False
 
     def stat(self) -> stats.Statistic:
         return stats.mean if self.statistic == "mean" else stats.median
@@ -134,7 +139,7 @@ METRICS: tuple[Metric, ...] = (
            _client("failures", "failures")),
     Metric("stall_seconds", "stall seconds", "s", "lower", "mean", _stall_seconds),
     Metric("lost_commits", "commits lost per cut", "tx", "lower", "mean", _lost_commits,
-           situational=True),
+           situational=True, sample="per-cut", by_run_with_repeats=True),
     Metric("checkpoints", "checkpoints", "", "lower", "mean", _checkpoints),
     Metric("wal_per_tx", "WAL per transaction", "bytes", "lower", "median",
            _per_transaction("primary", "db.wal", "wal_bytes", "", 1.0, "db.wal wal_bytes")),
