@@ -656,3 +656,17 @@ def test_a_slow_wal_volume_is_no_evidence_for_the_checkpoint() -> None:
                for line in causes["wal-segment-init"]["evidence"]), causes["wal-segment-init"]
     assert not any(f"volume device {device['wal']}" in line
                    for line in causes["checkpoint-io"]["evidence"]), causes["checkpoint-io"]
+
+
+def test_a_standby_silent_for_whole_seconds_is_unresponsive() -> None:
+    """A CI rehearsal's run of sync-standby-paused: the stall outlasted the 4-s pause
+    while the standby caught up, and over the window it answered more than half its
+    healthy rate of samples. The whole seconds without an answer still say it stopped
+    responding, so the first advice is quorum commit, not a faster standby disk."""
+    analysis = _analysis("sync-paused-ci")
+    top = _worst(analysis)["causes"][0]
+    assert (top["cause"], top.get("sub_cause")) == ("sync-replication",
+                                                     "standby-unresponsive"), top
+    assert any(re.search(r"none at all in [2-9] of the window's \d+ s", line)
+               for line in top["evidence"]), top["evidence"]
+    assert analysis["recommendations"][0]["rule"] == "quorum-commit"

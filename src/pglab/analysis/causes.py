@@ -356,6 +356,7 @@ def _name_the_standby(s: Score, ev: WindowEvidence, primary: str) -> None:
 
 
 SILENT_BELOW = 0.5  # of the healthy rate of wait samples: the standby did not answer
+SILENT_SECONDS = 2  # whole seconds of a window without one answer: it stopped answering
 RECEIVER_IO = 0.5  # share of the WAL receiver's samples writing or fsyncing WAL
 
 
@@ -370,11 +371,16 @@ def _standby_kind(s: Score, ev: WindowEvidence) -> None:
     for node in ev.nodes[1:]:
         rate = ev.inside.total(node, "db.waits", "sampled") / max(1, ev.inside.seconds)
         rate_h = ev.healthy.total(node, "db.waits", "sampled") / max(1, ev.healthy.seconds)
-        if rate_h > 0 and rate < SILENT_BELOW * rate_h:
+        # A window longer than the silence (the standby catching up after it, its WAL
+        # receiver fsyncing the backlog) can bring the rate back over half: the whole
+        # seconds it gave no answer at all still tell.
+        silent = ev.inside.seconds - ev.inside.seconds_with(node, "db.waits", "sampled")
+        if rate_h > 0 and (rate < SILENT_BELOW * rate_h or silent >= SILENT_SECONDS):
             s.sub = "standby-unresponsive"
             s.lines.append(f"{node} answered {rate:.1f} telemetry samples/s (healthy "
-                           f"{rate_h:.1f}/s): the standby stopped responding, it was not "
-                           "merely slow")
+                           f"{rate_h:.1f}/s), none at all in {silent} of the window's "
+                           f"{ev.inside.seconds} s: the standby stopped responding, it "
+                           "was not merely slow")
             return
     for node in ev.nodes[1:]:
         receiver = ev.inside.wait_shares(node, "walreceiver")

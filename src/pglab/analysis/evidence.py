@@ -47,6 +47,13 @@ class Segment:
     sums: dict[tuple[str, str, str], dict[str, float]] = field(default_factory=dict)
     peaks: dict[tuple[str, str, str], dict[str, float]] = field(default_factory=dict)
     lows: dict[tuple[str, str, str], dict[str, float]] = field(default_factory=dict)
+    # how many of the seconds have a sample of the metric (a node that stops answering
+    # the samplers leaves seconds without any)
+    present: dict[tuple[str, str, str], dict[str, int]] = field(default_factory=dict)
+
+    def seconds_with(self, node: str, source: str, metric: str, label: str = "") -> int:
+        """The seconds of the segment in which the metric was sampled at least once."""
+        return self.present.get((node, source, metric), {}).get(label, 0)
 
     def labels(self, node: str, source: str, metric: str) -> dict[str, float]:
         """Sum per label of one metric."""
@@ -187,15 +194,16 @@ def aggregate(data: RunFrames, report: StallReport) -> dict[int, Segment]:
         .join(by_second.lazy(), on="sec", how="inner")
         .group_by("segment", "node", "source", "metric", "label")
         .agg(pl.col("value").sum().alias("sum"), pl.col("value").max().alias("peak"),
-             pl.col("value").min().alias("low"))
+             pl.col("value").min().alias("low"), pl.col("sec").n_unique().alias("present"))
         .collect()
     )
-    for seg, node, source, metric, name, total, peak, low in sums.iter_rows():
+    for seg, node, source, metric, name, total, peak, low, present in sums.iter_rows():
         segment = segments[int(seg)]
         key, label = (node, source, metric), name or ""
         segment.sums.setdefault(key, {})[label] = float(total)
         segment.peaks.setdefault(key, {})[label] = float(peak)
         segment.lows.setdefault(key, {})[label] = float(low)
+        segment.present.setdefault(key, {})[label] = int(present)
     return segments
 
 

@@ -64,6 +64,13 @@ BUILTIN_RUNS["sync-paused"] = ("sync-standby-paused", (  # a standby that stops 
     "workload.duration=15s", "workload.warmup=2s",
     'faults=[{at="4s", action="pause-standby", node="standby1", duration="6s"}]',
 ))
+# as test_builtin_scenarios runs it (a CI rehearsal's run): the stall outlasts the pause
+# while the standby catches up, and the standby answered at over half its healthy rate
+# over the window, though not at all for 3 of its seconds
+BUILTIN_RUNS["sync-paused-ci"] = ("sync-standby-paused", (
+    "workload.duration=10s", "workload.warmup=2s",
+    'faults=[{at="3s", action="pause-standby", node="standby1", duration="4s"}]',
+))
 
 
 # sample name: a scenario of its own (no built-in does this yet), run by `pglab run` as
