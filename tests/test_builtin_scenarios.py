@@ -213,8 +213,12 @@ def test_sysbench_read_intensive_is_80_20_and_its_study_is_side_by_side(
     assert [m["workload"]["threads"] for m in manifests] == [4, 16]
     for manifest in manifests:
         summary = manifest["results"]["sysbench"]
-        # 8 point selects and 2 updates a transaction: 4 reads per write, exactly
-        assert summary["queries_read"] == 4 * summary["queries_write"] > 0, summary
+        # 8 point selects and 2 updates a transaction: 4 reads per write, but sysbench
+        # counts statements as they run, and a thread stopped by the end of the run can
+        # have done a transaction's reads and not its writes (a CI run read 96,592 for
+        # 24,147 writes: 4 more): exact up to one transaction's 8 reads per thread
+        reads, writes = summary["queries_read"], summary["queries_write"]
+        assert writes > 0 and 0 <= reads - 4 * writes <= 8 * summary["threads"], summary
         assert manifest["results"]["measured"]["tps"] > 0
         assert manifest["nodes"]["primary"]["envelope"]["limits"]["cpus"] == 1.0
     (report,) = (tmp_path / "r" / "sysbench-read-intensive").glob("*.report.html")

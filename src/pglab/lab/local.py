@@ -26,6 +26,7 @@ from pglab.lab.binaries import PgBinaries
 from pglab.lab.osuser import ServerUser
 from pglab.paths import ensure_dir
 from pglab.processes import kill_tree, spawn, wait_until
+from pglab.results.files import write_text
 
 SUPERUSER = "postgres"
 REPLICATION_ROLE = "pglab_replication"  # standbys' login over TCP, with a password
@@ -121,7 +122,7 @@ class LocalServer:
             else:
                 self._socket_dir = Path(tempfile.mkdtemp(prefix="pglab-", dir=SOCKET_PARENT))
                 self.user.chown(self._socket_dir)  # mkdtemp made it 0700: private
-                record.write_text(str(self._socket_dir))
+                write_text(record, str(self._socket_dir))  # whole, or not at all
         return self._socket_dir
 
     def remove_socket_dir(self) -> None:

@@ -22,6 +22,7 @@ from pglab.errors import EnvironmentProblem, PglabError
 from pglab.lab.local import BENCH_DB, SOCKET_PARENT, SUPERUSER, LocalServer, free_port
 from pglab.lab.osuser import ServerUser
 from pglab.processes import spawn, stop_child
+from pglab.results.files import write_text
 
 INSTALL_HINT = "install it with `apt-get install pgbouncer` (Debian/Ubuntu)"
 
@@ -103,7 +104,7 @@ class PgBouncer:
         self.user.chown(self.node_dir)
         self.socket_dir = Path(tempfile.mkdtemp(prefix="pglab-", dir=SOCKET_PARENT))
         self.user.chown(self.socket_dir)
-        (self.node_dir / "socket_dir").write_text(str(self.socket_dir))
+        write_text(self.node_dir / "socket_dir", str(self.socket_dir))  # whole, or not at all
         ini = self._write_config()
         with open(self.node_dir / "pgbouncer.out", "ab") as out:
             self.process = spawn([str(self.binary), str(ini)], death_signal=signal.SIGKILL,
