@@ -182,12 +182,13 @@ def _progress_lines(path: Path) -> list[ProgressLine]:
             and (p := parse_progress_line(line)) is not None]
 
 
-def progress_series(lines: list[ProgressLine], ended_s: float, warmup_s: int) -> pl.DataFrame:
-    """`-P` progress lines -> the client series: a row per interval (all jobs), at the
-    interval's start. A line's time is when its interval ended: epoch seconds with
-    --progress-timestamp, else seconds since the run began, which ended at `ended_s`."""
+def progress_series(lines: list[ProgressLine], interval: float, ended_s: float,
+                    warmup_s: int) -> pl.DataFrame:
+    """`-P` progress lines (every `interval` s) -> the client series: a row per interval
+    (all jobs), at the interval's start. A line's time is when its interval ended: epoch
+    seconds with --progress-timestamp, else seconds since the run began, which ended at
+    `ended_s`."""
     times = [line.t for line in lines]
-    interval = progress_interval(lines)
     epoch = times[0] > _EPOCH_2000
     origin = times[0] - interval if epoch else 0.0  # the run's start on the lines' clock
     began = origin if epoch else ended_s - times[-1]  # ... in epoch seconds
@@ -299,8 +300,9 @@ def import_run(summary_path: Path, logs: list[Path], results_root: Path, name: s
         start_us = int(starts[0]) * US
     elif progress := _progress_lines(summary_path):
         kind = "progress"
-        series = progress_series(progress, summary_path.stat().st_mtime, warmup_s)
-        measured = progress_window(series, progress_interval(progress))
+        interval = progress_interval(progress)
+        series = progress_series(progress, interval, summary_path.stat().st_mtime, warmup_s)
+        measured = progress_window(series, interval)
         start_us = int(series["t"].min().timestamp() * US)  # type: ignore[union-attr]
     else:
         measured = _summary_measured(summary)

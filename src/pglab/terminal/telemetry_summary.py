@@ -9,7 +9,9 @@ from typing import Any
 
 import polars as pl
 
+from pglab.errors import BadInput
 from pglab.results import files
+from pglab.results.manifest import read_manifest
 
 
 @dataclass(frozen=True)
@@ -51,15 +53,14 @@ def _metric(ts: pl.DataFrame, source: str, metric: str) -> pl.DataFrame:
 
 
 def _volume_devices(run_dir: Path, node: str) -> list[str]:
-    """The node's storage volume devices (loop2...), from the manifest; none for a node on
-    the host's directory, an older manifest or an unreadable one."""
+    """The node's storage volume devices (loop2...); none for a node on the host's
+    directory, an older manifest or an unreadable one."""
     try:
-        manifest = json.loads((run_dir / files.MANIFEST).read_text())
-    except (OSError, ValueError):
+        volumes = read_manifest(run_dir).node_storage(node)
+    except BadInput:
         return []
-    volumes = ((manifest.get("nodes") or {}).get(node) or {}).get("storage") or []
     return sorted({str(v["device"]["name"]) for v in volumes
-                   if isinstance(v, dict) and (v.get("device") or {}).get("name")})
+                   if (v.get("device") or {}).get("name")})
 
 
 def _peak_total(ts: pl.DataFrame, source: str, metric: str,
