@@ -123,7 +123,15 @@ def _phase(e: EventView, ev: WindowEvidence) -> str:
 
 def lock_contention(ev: WindowEvidence) -> Finding | None:
     s = Score("lock-contention")
-    wait_signal(s, ev, None, "heavyweight locks (Lock:*)", prefix="Lock:", weight=0.7)
+    shift = _lock_kind_shift(ev)
+    if shift is None:
+        wait_signal(s, ev, None, "heavyweight locks (Lock:*)", prefix="Lock:", weight=0.7)
+    else:
+        wait, inside, healthy, locks_healthy = shift
+        s.add(0.7 * min(1.0, (inside - healthy) / 0.5),
+              f"{pct(inside)} of sampled client backends waited on {wait} (healthy seconds "
+              f"{pct(healthy)}; they queued on other locks instead, {pct(locks_healthy)} "
+              "on Lock:* in all)")
     waits = ev.events_of("lock-wait")
     if waits:
         e = max(waits, key=lambda w: float(w.attrs.get("waited_ms") or 0))
@@ -148,6 +156,26 @@ def lock_contention(ev: WindowEvidence) -> Finding | None:
         lock_kind(s, ev)
         _head_held_up(s, ev)
     return s.finding()
+
+
+def _lock_kind_shift(ev: WindowEvidence) -> tuple[str, float, float, float] | None:
+    """A lock the healthy seconds did not queue on, when its rise outgrows that of all
+    heavyweight locks together: a workload whose healthy seconds already queue on rows (a
+    few hot rows) stalls behind a LOCK TABLE with its Lock:* share barely higher, the
+    row waits given way to table waits. (wait, share in the window, healthy share, healthy
+    share of all Lock:* waits) on the first node, or None."""
+    node = ev.nodes[0]
+    inside = ev.inside.wait_shares(node)
+    healthy = ev.healthy.wait_shares(node)
+    locks = [w for w in inside if w.startswith("Lock:")]
+    if not locks:
+        return None
+    top = max(locks, key=lambda w: inside[w] - healthy.get(w, 0.0))
+    lift = inside[top] - healthy.get(top, 0.0)
+    all_inside, all_healthy = ev.shares(node, prefix="Lock:")
+    if inside[top] < 0.15 or lift < 0.1 or min(lift, 0.5) <= all_inside - all_healthy:
+        return None  # the rise of all Lock:* waits says as much (0.5 is worth the most)
+    return top, inside[top], healthy.get(top, 0.0), all_healthy
 
 
 # What a queue's head can wait on that is not the lock: its commit's WAL flush, a data
