@@ -48,12 +48,16 @@ ALLOWED_SKIPS: tuple[tuple[str, str], ...] = (
     (r"^no /dev/shm$", "a container without /dev/shm"),
 )
 
-# --- the machine lock: live tests share it, exclusive tests hold it alone ------------------
+# --- the machine lock: live tests share it, exclusive tests one at a time, alone tests alone
 
 LOCK_PATH = Path(tempfile.gettempdir()) / "pglab-tests.lock"
-# A waiting exclusive test takes the gate first, so that a stream of shared holders (the
+# A waiting alone test takes the gate first, so that a stream of shared holders (the
 # other workers, or other suites) cannot starve it: new shared holders queue behind the gate.
 GATE_PATH = Path(tempfile.gettempdir()) / "pglab-tests.gate"
+# Held by the exclusive test running (of any pglab suite on the machine): one at a time.
+EXCLUSIVE_PATH = Path(tempfile.gettempdir()) / "pglab-tests.exclusive"
+
+SHARED, KNOBS, EXCLUSIVE, ALONE = "shared", "knobs", "exclusive", "alone"
 
 
 def _lock_file(path: Path) -> int:
@@ -63,42 +67,163 @@ def _lock_file(path: Path) -> int:
     return fd
 
 
-def _acquire(exclusive: bool) -> int:
+def _acquire(mode: str) -> list[int]:
+    """The locks a test of `mode` holds while it runs (released by closing them)."""
     gate, lock = _lock_file(GATE_PATH), _lock_file(LOCK_PATH)
-    mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
-    fcntl.flock(gate, mode)
-    fcntl.flock(lock, mode)
+    flag = fcntl.LOCK_EX if mode == ALONE else fcntl.LOCK_SH
+    fcntl.flock(gate, flag)
+    fcntl.flock(lock, flag)
     os.close(gate)  # closing drops the gate's lock
-    return lock
+    if mode in (SHARED, ALONE):
+        return [lock]
+    exclusive = _lock_file(EXCLUSIVE_PATH)  # a knobs test waits for no exclusive one
+    fcntl.flock(exclusive, fcntl.LOCK_EX if mode == EXCLUSIVE else fcntl.LOCK_SH)
+    if mode == EXCLUSIVE:
+        _SUITE_CPU.favour(True)
+    return [lock, exclusive]
 
 
-def _release(lock: int) -> None:
-    os.close(lock)  # and the machine lock's
+def _release(mode: str, locks: list[int]) -> None:
+    if mode == EXCLUSIVE:
+        _SUITE_CPU.favour(False)
+    for fd in reversed(locks):
+        os.close(fd)
 
 
-# The lock this worker holds: (fd, exclusive). An exclusive test followed by another one
-# on the same worker keeps it: the other workers are drained once for the batch, not once
-# per test (each drain waits out whatever test it is running, a tune of a minute, say).
-_HELD: list[tuple[int, bool]] = []
+# The locks this worker holds: (mode, fds). An exclusive or alone test followed by another
+# of its mode on the same worker keeps them: the batch takes the machine once, not once per
+# test (an alone test waits out whatever the other workers run, a tune of a minute, say).
+_HELD: list[tuple[str, list[int]]] = []
 _STARTED: list[str] = []  # this worker's first test, once it has begun
 FIRST_SHARED_DELAY_S = 2.0
 
 
+def _mode(item: pytest.Item | None) -> str:
+    if item is None:
+        return SHARED
+    for mode in (ALONE, EXCLUSIVE, KNOBS):
+        if item.get_closest_marker(mode) is not None:
+            return mode
+    return SHARED
+
+
 def _exclusive(item: pytest.Item | None) -> bool:
-    return item is not None and item.get_closest_marker("exclusive") is not None
+    """An exclusive or alone test: one of the exclusive unit."""
+    return _mode(item) in (EXCLUSIVE, ALONE)
+
+
+# --- CPU weight: the rest of the suite beside an exclusive test ----------------------------
+#
+# An exclusive test runs one at a time, and the other workers go on beside it with the
+# lowest CPU weight (cgroup v1 cpu.shares): they get the CPU it leaves, which is most of
+# the machine while a load waits on a throttled disk or a standby, and little while it
+# wants both cores. The controller puts itself in `<its cgroup>/pglabtests-<pid>/shared`
+# of the cpu and cpuacct hierarchies before the workers start (they inherit it, and pglab
+# places a lab's cgroups under its own); the worker running an exclusive test moves to
+# `.../exclusive` and turns every suite's `shared` group down (other pglab suites on the
+# machine too), and back up when its batch ends. Without root or the v1 cpu controller
+# nothing moves, and the exclusive tests run beside the others at full weight.
+
+SUITE_CGROUP_ENV = "PGLAB_TEST_CPU_CGROUPS"  # the suite's group in each hierarchy, ":"-joined
+SUITE_PREFIX = "pglabtests-"  # not "pglab-": pglab's own groups are named so, and reaped
+FULL_SHARES, BESIDE_SHARES = 1024, 16  # 16/1040: about 1.5% of a contended CPU
+
+
+def _cpu_hierarchies() -> list[Path]:
+    """This process's cgroup in the v1 hierarchies of cpu and cpuacct (one when co-mounted)."""
+    mounts = {}
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        parts = line.split()
+        if len(parts) >= 4 and parts[2] == "cgroup":
+            names = parts[3].split(",")
+            for controller in ("cpu", "cpuacct"):
+                if controller in names:
+                    mounts[controller] = Path(parts[1])
+    if "cpu" not in mounts:
+        return []
+    found = []
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, names, path = line.split(":", 2)
+        for controller, mount in mounts.items():
+            if controller in names.split(",") and mount / path.lstrip("/") not in found:
+                found.append(mount / path.lstrip("/"))
+    return found
+
+
+class _SuiteCpu:
+    """This suite's cgroups (shared, exclusive) and the weights of the shared ones."""
+
+    def __init__(self) -> None:
+        self.suites: list[Path] = []
+
+    def make(self) -> None:
+        """The controller's part: its suite's groups, itself in `shared` (root, v1 only)."""
+        parents = _cpu_hierarchies() if os.geteuid() == 0 else []
+        if not any((parent / "cpu.shares").exists() for parent in parents):
+            return
+        for parent in parents:
+            for stale in parent.glob(f"{SUITE_PREFIX}*"):  # of a suite that was killed
+                if not psutil.pid_exists(int(stale.name.removeprefix(SUITE_PREFIX) or 0)):
+                    self._remove(stale)
+            suite = parent / f"{SUITE_PREFIX}{os.getpid()}"
+            for name in ("shared", "exclusive"):
+                (suite / name).mkdir(parents=True, exist_ok=True)
+            (suite / "shared" / "cgroup.procs").write_text(str(os.getpid()))
+            self.suites.append(suite)
+        # the workers, started later, inherit it
+        os.environ[SUITE_CGROUP_ENV] = ":".join(map(str, self.suites))
+
+    def favour(self, exclusive: bool) -> None:
+        """A worker's part: into `exclusive` with the shared groups turned down, or back."""
+        for suite in filter(None, os.environ.get(SUITE_CGROUP_ENV, "").split(":")):
+            shares = BESIDE_SHARES if exclusive else FULL_SHARES
+            for shared in Path(suite).parent.glob(f"{SUITE_PREFIX}*/shared"):
+                if (shared / "cpu.shares").exists():
+                    with contextlib.suppress(OSError):  # a suite that ended meanwhile
+                        (shared / "cpu.shares").write_text(str(shares))
+            home = Path(suite) / ("exclusive" if exclusive else "shared")
+            (home / "cgroup.procs").write_text(str(os.getpid()))
+
+    def remove(self) -> None:
+        """The controller's part at the end: back where it was, the groups removed."""
+        for suite in self.suites:
+            (suite.parent / "cgroup.procs").write_text(str(os.getpid()))
+            self._remove(suite)
+
+    @staticmethod
+    def _remove(suite: Path) -> None:
+        # a lab cgroup a failed test left is pglab's to reap; empty groups go
+        for path in [*sorted(suite.rglob("*"), key=lambda p: -len(p.parts)), suite]:
+            if path.is_dir():
+                with contextlib.suppress(OSError):
+                    path.rmdir()
+
+
+_SUITE_CPU = _SuiteCpu()
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "live: starts servers or loads, touches cgroups, "
                             "kernel knobs or the machine (deselect with -m 'not live')")
-    config.addinivalue_line("markers", "exclusive: needs the machine alone (kernel knobs, "
-                            "limits measured from inside a cgroup, timing-sensitive runs); "
-                            "implies live")
+    config.addinivalue_line("markers", "exclusive: one at a time, the rest of the suite "
+                            "beside it at the lowest CPU weight (timing-sensitive runs, "
+                            "limits measured from inside a cgroup); implies live")
+    config.addinivalue_line("markers", "alone: no other test beside it (kernel knobs are "
+                            "machine-wide); implies exclusive")
+    config.addinivalue_line("markers", "knobs: may set kernel knobs (a tune's candidate): "
+                            "never beside an exclusive test; implies live")
+    if not hasattr(config, "workerinput"):
+        _SUITE_CPU.make()
     if (config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput")
             and getattr(config.option, "numprocesses", None)):
         units = Path(tempfile.mkdtemp(prefix="pglab-test-units-")) / "units.json"
         os.environ[UNITS_ENV] = str(units)  # the workers, started later, inherit it
         config.pluginmanager.register(_UnitScheduler(units), "pglab-unit-scheduler")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):
+        _SUITE_CPU.remove()
 
 
 # --- work units: which tests go to one xdist worker together -------------------------------
@@ -187,7 +312,10 @@ class _UnitScheduler:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if item.get_closest_marker("exclusive") and not item.get_closest_marker("live"):
+        if item.get_closest_marker("alone") and not item.get_closest_marker("exclusive"):
+            item.add_marker(pytest.mark.exclusive)
+        if ((item.get_closest_marker("exclusive") or item.get_closest_marker("knobs"))
+                and not item.get_closest_marker("live")):
             item.add_marker(pytest.mark.live)
     units = _units(items)
     # The queue: the exclusive unit first, then the longest units by their times in the
@@ -204,8 +332,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         total[unit] = total.get(unit, 0.0) + seconds.get(item.nodeid, 0.0)
         kind[unit] = min(kind.get(unit, 2), 0 if unit != item.nodeid
                          else 1 if item.get_closest_marker("live") else 2)
+    # The knobs tests go last: they wait for the exclusive unit to end. In the exclusive
+    # unit the alone tests go first, while the other workers have not begun (they wait
+    # FIRST_SHARED_DELAY_S): none has to be waited out.
+    knobs = {units[item.nodeid] for item in items if _mode(item) == KNOBS}
     items.sort(key=lambda item: (units[item.nodeid] != EXCLUSIVE_UNIT,
-                                 -total[units[item.nodeid]], kind[units[item.nodeid]]))
+                                 units[item.nodeid] in knobs,
+                                 -total[units[item.nodeid]], kind[units[item.nodeid]],
+                                 _mode(item) != ALONE))
     path = os.environ.get(UNITS_ENV)
     if path and hasattr(config, "workerinput"):
         written = Path(f"{path}.{config.workerinput['workerid']}")
@@ -242,23 +376,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_runtest_protocol(item: pytest.Item,
                             nextitem: pytest.Item | None) -> Generator[None, object, object]:
     # Outside pytest-timeout's wrapper: waiting for the lock is not the test's time.
-    exclusive = _exclusive(item)
-    if _HELD and _HELD[0][1] != exclusive:
-        _release(_HELD.pop()[0])
+    mode = _mode(item)
+    if _HELD and _HELD[0][0] != mode:
+        _release(*_HELD.pop())
     if not _HELD:
-        if not exclusive and not _STARTED and any(map(_exclusive, item.session.items)):
+        if (mode == SHARED and not _STARTED
+                and any(_mode(i) == ALONE for i in item.session.items)):
             # The workers start their first units at once: the exclusive unit, first in
-            # the queue, takes the machine before the others (else it waits out their
-            # first tests, a minute or two, with the machine half used).
+            # the queue, begins with its alone tests, which take the machine before the
+            # others (else they wait out the others' first tests with the machine half used).
             time.sleep(FIRST_SHARED_DELAY_S)
-        _HELD.append((_acquire(exclusive), exclusive))
+        _HELD.append((mode, _acquire(mode)))
     if not _STARTED:
         _STARTED.append(item.nodeid)
     try:
         return (yield)
     finally:
-        if not (exclusive and _exclusive(nextitem)):
-            _release(_HELD.pop()[0])
+        if mode in (SHARED, KNOBS) or _mode(nextitem) != mode:
+            _release(*_HELD.pop())
 
 
 _HOME: list[Path] = []  # this session's PGLAB_HOME, once the pglab_home fixture made it

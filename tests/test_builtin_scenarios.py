@@ -312,7 +312,7 @@ def test_sync_standby_on_slow_disk_makes_commits_wait_on_syncrep(tmp_path: Path)
     assert cited, analysis["stalls"]
 
 
-@pytest.mark.exclusive
+@pytest.mark.alone  # it sets vm.dirty_ratio, machine-wide
 def test_dirty_writeback_storm_stalls_in_the_checkpoint_sync(tmp_path: Path) -> None:
     (run,) = _run(tmp_path, "dirty-writeback-storm", "workload.duration=15s",
                   "workload.warmup=2s", 'faults=[{at="6s", action="checkpoint"}]')

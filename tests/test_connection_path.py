@@ -87,11 +87,14 @@ def test_connection_path_builtin_orders_the_layers(tmp_path: Path,
     # full suite ran alongside): the run averages came out unix < tcp < pooler in 12, as
     # the three runs follow each other and a burst of other work can land in one of them
     # (tcp above pooler twice, unix above tcp once; on a quiet machine unix and tcp were
-    # 6% apart once). unix < pooler held every time; the whole order for the quietest
-    # second of each run held in all 14 sets whose series were kept (the 11 under load,
-    # the built-in's full 10 s run, two runs of this test). That is what is asserted.
+    # 6% apart once). unix < pooler held every time, and the quietest second of the
+    # pooler's run was above both others' in all 14 sets whose series were kept. unix and
+    # tcp are not told apart: a later CI run's quietest seconds were 26.4 us by the socket
+    # and 26.0 by TCP (run averages 28.1 and 27.9), the loopback's extra cost under a
+    # microsecond of a select's 26. The pooler's extra hop (a second process, two more
+    # socket round trips) is what every run measures: 42 us in that one.
     assert averages[0] < averages[2]
-    assert quietest[0] < quietest[1] < quietest[2]
+    assert max(quietest[0], quietest[1]) < quietest[2]
 
 
 @pytest.fixture(scope="module")
