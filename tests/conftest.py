@@ -14,6 +14,7 @@ other test of any pglab suite on the machine.
 
 from __future__ import annotations
 
+import compileall
 import contextlib
 import fcntl
 import json
@@ -141,11 +142,11 @@ def _cpu_hierarchies() -> list[Path]:
                     mounts[controller] = Path(parts[1])
     if "cpu" not in mounts:
         return []
-    found = []
+    found: list[Path] = []
     for line in Path("/proc/self/cgroup").read_text().splitlines():
-        _, names, path = line.split(":", 2)
+        _, listed, path = line.split(":", 2)
         for controller, mount in mounts.items():
-            if controller in names.split(",") and mount / path.lstrip("/") not in found:
+            if controller in listed.split(",") and mount / path.lstrip("/") not in found:
                 found.append(mount / path.lstrip("/"))
     return found
 
@@ -214,6 +215,11 @@ def pytest_configure(config: pytest.Config) -> None:
                             "never beside an exclusive test; implies live")
     if not hasattr(config, "workerinput"):
         _SUITE_CPU.make()
+        # pglab's modules as bytecode, for the hundreds of `python -m pglab` the tests
+        # start: where PYTHONDONTWRITEBYTECODE is set (as in this machine's environment)
+        # each of them compiled all of pglab again, half a second of CPU a command, a
+        # minute and a half of a suite bound by CPU. Python reads bytecode all the same.
+        compileall.compile_dir(ROOT / "src" / "pglab", quiet=1)
     if (config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput")
             and getattr(config.option, "numprocesses", None)):
         units = Path(tempfile.mkdtemp(prefix="pglab-test-units-")) / "units.json"
