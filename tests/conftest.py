@@ -5,11 +5,12 @@ Each xdist worker has its own PGLAB_HOME (binaries copy, template data dirs, lab
 template is built once per worker and reused, exactly as repeated runs reuse it for a
 user, and one worker's servers never count as another's leftovers.
 
-Markers: `live` (starts servers, spawns loads, touches cgroups or kernel knobs) and
+Markers: `live` (starts servers, spawns loads, touches cgroups or kernel knobs),
 `exclusive` (needs the machine alone: kernel knobs, limits measured from inside a
-cgroup, timing-sensitive scenario checks). Every test holds a shared flock on one
-machine-wide file while it runs; an exclusive one holds it exclusively, so it overlaps no
-other test of any pglab suite on the machine.
+cgroup, timing-sensitive scenario checks) and `cpu_exclusive` (one at a time, the other
+tests beside it at the lowest CPU weight: a signal that depends on the CPU alone). Every
+test holds a shared flock on one machine-wide file while it runs; an exclusive one holds
+it exclusively, so it overlaps no other test of any pglab suite on the machine.
 """
 
 from __future__ import annotations
@@ -49,16 +50,16 @@ ALLOWED_SKIPS: tuple[tuple[str, str], ...] = (
     (r"^no /dev/shm$", "a container without /dev/shm"),
 )
 
-# --- the machine lock: live tests share it, exclusive tests one at a time, alone tests alone
+# --- the machine locks: live tests share the machine, exclusive tests have it alone ---------
 
 LOCK_PATH = Path(tempfile.gettempdir()) / "pglab-tests.lock"
-# A waiting alone test takes the gate first, so that a stream of shared holders (the
+# A waiting exclusive test takes the gate first, so that a stream of shared holders (the
 # other workers, or other suites) cannot starve it: new shared holders queue behind the gate.
 GATE_PATH = Path(tempfile.gettempdir()) / "pglab-tests.gate"
-# Held by the exclusive test running (of any pglab suite on the machine): one at a time.
-EXCLUSIVE_PATH = Path(tempfile.gettempdir()) / "pglab-tests.exclusive"
+# Held by the cpu_exclusive test running (of any pglab suite on the machine): one at a time.
+CPU_PATH = Path(tempfile.gettempdir()) / "pglab-tests.cpu"
 
-SHARED, KNOBS, EXCLUSIVE, ALONE = "shared", "knobs", "exclusive", "alone"
+SHARED, CPU_EXCLUSIVE, EXCLUSIVE = "shared", "cpu_exclusive", "exclusive"
 
 
 def _lock_file(path: Path) -> int:
@@ -71,29 +72,29 @@ def _lock_file(path: Path) -> int:
 def _acquire(mode: str) -> list[int]:
     """The locks a test of `mode` holds while it runs (released by closing them)."""
     gate, lock = _lock_file(GATE_PATH), _lock_file(LOCK_PATH)
-    flag = fcntl.LOCK_EX if mode == ALONE else fcntl.LOCK_SH
+    flag = fcntl.LOCK_EX if mode == EXCLUSIVE else fcntl.LOCK_SH
     fcntl.flock(gate, flag)
     fcntl.flock(lock, flag)
     os.close(gate)  # closing drops the gate's lock
-    if mode in (SHARED, ALONE):
+    if mode != CPU_EXCLUSIVE:
         return [lock]
-    exclusive = _lock_file(EXCLUSIVE_PATH)  # a knobs test waits for no exclusive one
-    fcntl.flock(exclusive, fcntl.LOCK_EX if mode == EXCLUSIVE else fcntl.LOCK_SH)
-    if mode == EXCLUSIVE:
-        _SUITE_CPU.favour(True)
-    return [lock, exclusive]
+    cpu = _lock_file(CPU_PATH)
+    fcntl.flock(cpu, fcntl.LOCK_EX)
+    _SUITE_CPU.favour(True)
+    return [lock, cpu]
 
 
 def _release(mode: str, locks: list[int]) -> None:
-    if mode == EXCLUSIVE:
+    if mode == CPU_EXCLUSIVE:
         _SUITE_CPU.favour(False)
     for fd in reversed(locks):
         os.close(fd)
 
 
-# The locks this worker holds: (mode, fds). An exclusive or alone test followed by another
-# of its mode on the same worker keeps them: the batch takes the machine once, not once per
-# test (an alone test waits out whatever the other workers run, a tune of a minute, say).
+# The locks this worker holds: (mode, fds). An exclusive test followed by another of its
+# mode on the same worker keeps them: the other workers are drained once for the batch,
+# not once per test (each drain waits out whatever test it is running, a tune of a
+# minute, say).
 _HELD: list[tuple[str, list[int]]] = []
 _STARTED: list[str] = []  # this worker's first test, once it has begun
 FIRST_SHARED_DELAY_S = 2.0
@@ -102,28 +103,31 @@ FIRST_SHARED_DELAY_S = 2.0
 def _mode(item: pytest.Item | None) -> str:
     if item is None:
         return SHARED
-    for mode in (ALONE, EXCLUSIVE, KNOBS):
+    for mode in (EXCLUSIVE, CPU_EXCLUSIVE):
         if item.get_closest_marker(mode) is not None:
             return mode
     return SHARED
 
 
 def _exclusive(item: pytest.Item | None) -> bool:
-    """An exclusive or alone test: one of the exclusive unit."""
-    return _mode(item) in (EXCLUSIVE, ALONE)
+    """An exclusive or cpu_exclusive test: one of the exclusive unit."""
+    return _mode(item) != SHARED
 
 
-# --- CPU weight: the rest of the suite beside an exclusive test ----------------------------
+# --- CPU weight: the rest of the suite beside a cpu_exclusive test -------------------------
 #
-# An exclusive test runs one at a time, and the other workers go on beside it with the
-# lowest CPU weight (cgroup v1 cpu.shares): they get the CPU it leaves, which is most of
-# the machine while a load waits on a throttled disk or a standby, and little while it
-# wants both cores. The controller puts itself in `<its cgroup>/pglabtests-<pid>/shared`
-# of the cpu and cpuacct hierarchies before the workers start (they inherit it, and pglab
-# places a lab's cgroups under its own); the worker running an exclusive test moves to
+# A cpu_exclusive test runs one at a time, and the other workers go on beside it with the
+# lowest CPU weight (cgroup v1 cpu.shares): they get the CPU it leaves. Its signal must
+# depend on the CPU alone (a select's latency, loads at a fixed rate far below what the
+# machine does): the other tests' writes still reach the disk, and on cgroup v1 the
+# kernel's background writeback they set off flushes a throttled node's dirty pages past
+# its limit (a checkpoint-flush-storm run beside them saw 633 MB/s on its 16 MB/s disk,
+# and no stall). The controller puts itself in `<its cgroup>/pglabtests-<pid>/shared` of
+# the cpu and cpuacct hierarchies before the workers start (they inherit it, and pglab
+# places a lab's cgroups under its own); the worker running a cpu_exclusive test moves to
 # `.../exclusive` and turns every suite's `shared` group down (other pglab suites on the
 # machine too), and back up when its batch ends. Without root or the v1 cpu controller
-# nothing moves, and the exclusive tests run beside the others at full weight.
+# nothing moves, and the cpu_exclusive tests run beside the others at full weight.
 
 SUITE_CGROUP_ENV = "PGLAB_TEST_CPU_CGROUPS"  # the suite's group in each hierarchy, ":"-joined
 SUITE_PREFIX = "pglabtests-"  # not "pglab-": pglab's own groups are named so, and reaped
@@ -206,13 +210,12 @@ _SUITE_CPU = _SuiteCpu()
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "live: starts servers or loads, touches cgroups, "
                             "kernel knobs or the machine (deselect with -m 'not live')")
-    config.addinivalue_line("markers", "exclusive: one at a time, the rest of the suite "
-                            "beside it at the lowest CPU weight (timing-sensitive runs, "
-                            "limits measured from inside a cgroup); implies live")
-    config.addinivalue_line("markers", "alone: no other test beside it (kernel knobs are "
-                            "machine-wide); implies exclusive")
-    config.addinivalue_line("markers", "knobs: may set kernel knobs (a tune's candidate): "
-                            "never beside an exclusive test; implies live")
+    config.addinivalue_line("markers", "exclusive: needs the machine alone (kernel knobs, "
+                            "limits measured from inside a cgroup, timing-sensitive runs); "
+                            "implies live")
+    config.addinivalue_line("markers", "cpu_exclusive: one at a time, the rest of the suite "
+                            "beside it at the lowest CPU weight (a signal that depends on "
+                            "the CPU alone); implies live")
     if not hasattr(config, "workerinput"):
         _SUITE_CPU.make()
         # pglab's modules as bytecode, for the hundreds of `python -m pglab` the tests
@@ -318,10 +321,7 @@ class _UnitScheduler:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if item.get_closest_marker("alone") and not item.get_closest_marker("exclusive"):
-            item.add_marker(pytest.mark.exclusive)
-        if ((item.get_closest_marker("exclusive") or item.get_closest_marker("knobs"))
-                and not item.get_closest_marker("live")):
+        if _exclusive(item) and not item.get_closest_marker("live"):
             item.add_marker(pytest.mark.live)
     units = _units(items)
     # The queue: the exclusive unit first, then the longest units by their times in the
@@ -338,14 +338,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         total[unit] = total.get(unit, 0.0) + seconds.get(item.nodeid, 0.0)
         kind[unit] = min(kind.get(unit, 2), 0 if unit != item.nodeid
                          else 1 if item.get_closest_marker("live") else 2)
-    # The knobs tests go last: they wait for the exclusive unit to end. In the exclusive
-    # unit the alone tests go first, while the other workers have not begun (they wait
-    # FIRST_SHARED_DELAY_S): none has to be waited out.
-    knobs = {units[item.nodeid] for item in items if _mode(item) == KNOBS}
+    # In the exclusive unit the exclusive tests go first, while the other workers have not
+    # begun (they wait FIRST_SHARED_DELAY_S): none has to be waited out; the cpu_exclusive
+    # ones then run with the others beside them.
     items.sort(key=lambda item: (units[item.nodeid] != EXCLUSIVE_UNIT,
-                                 units[item.nodeid] in knobs,
                                  -total[units[item.nodeid]], kind[units[item.nodeid]],
-                                 _mode(item) != ALONE))
+                                 _mode(item) != EXCLUSIVE))
     path = os.environ.get(UNITS_ENV)
     if path and hasattr(config, "workerinput"):
         written = Path(f"{path}.{config.workerinput['workerid']}")
@@ -387,9 +385,9 @@ def pytest_runtest_protocol(item: pytest.Item,
         _release(*_HELD.pop())
     if not _HELD:
         if (mode == SHARED and not _STARTED
-                and any(_mode(i) == ALONE for i in item.session.items)):
+                and any(_mode(i) == EXCLUSIVE for i in item.session.items)):
             # The workers start their first units at once: the exclusive unit, first in
-            # the queue, begins with its alone tests, which take the machine before the
+            # the queue, begins with its exclusive tests, which take the machine before the
             # others (else they wait out the others' first tests with the machine half used).
             time.sleep(FIRST_SHARED_DELAY_S)
         _HELD.append((mode, _acquire(mode)))
@@ -398,7 +396,7 @@ def pytest_runtest_protocol(item: pytest.Item,
     try:
         return (yield)
     finally:
-        if mode in (SHARED, KNOBS) or _mode(nextitem) != mode:
+        if mode == SHARED or _mode(nextitem) != mode:
             _release(*_HELD.pop())
 
 

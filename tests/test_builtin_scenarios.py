@@ -190,7 +190,7 @@ def test_sync_standby_paused_stops_commits_on_syncrep(tmp_path: Path) -> None:
     assert rules and rules[0] == "quorum-commit", rules
 
 
-@pytest.mark.exclusive
+@pytest.mark.cpu_exclusive  # one connection per transaction against a pool: CPU only
 def test_too_many_connections_pooler_wins(tmp_path: Path, pgbouncer_binary: str) -> None:
     runs = _run(tmp_path, "too-many-connections", "workload.duration=3s",
                 "workload.warmup=2s")
@@ -312,7 +312,7 @@ def test_sync_standby_on_slow_disk_makes_commits_wait_on_syncrep(tmp_path: Path)
     assert cited, analysis["stalls"]
 
 
-@pytest.mark.alone  # it sets vm.dirty_ratio, machine-wide
+@pytest.mark.exclusive
 def test_dirty_writeback_storm_stalls_in_the_checkpoint_sync(tmp_path: Path) -> None:
     (run,) = _run(tmp_path, "dirty-writeback-storm", "workload.duration=15s",
                   "workload.warmup=2s", 'faults=[{at="6s", action="checkpoint"}]')

@@ -41,7 +41,7 @@ def _quietest_second_latency(run: Path) -> float:
     return min(float(value) for value in seconds["lat_avg_ms"].drop_nulls().to_list())
 
 
-@pytest.mark.exclusive  # latencies of tens of microseconds: no other live test beside it
+@pytest.mark.cpu_exclusive  # latencies of tens of microseconds: no other test's CPU first
 def test_connection_path_builtin_orders_the_layers(tmp_path: Path,
                                                    pgbouncer_binary: str) -> None:
     results = tmp_path / "r"

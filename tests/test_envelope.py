@@ -214,7 +214,7 @@ def test_v1_does_not_throttle_buffered_writes(tmp_path: Path) -> None:
     assert float(out) < 1.0
 
 
-@pytest.mark.exclusive
+@pytest.mark.cpu_exclusive
 @needs_cgroups
 def test_cpu_quota_is_observed(tmp_path: Path) -> None:
     # Four busy processes want all the machine's CPUs; the quota lets them have half of one.

@@ -65,7 +65,7 @@ def test_nothing_wanted_changes_nothing_and_needs_no_root() -> None:
         assert now == before
 
 
-@pytest.mark.alone  # kernel knobs are machine-wide
+@pytest.mark.exclusive
 @needs_root
 def test_set_then_restored_after_success_and_failure(pglab_home: Path) -> None:
     before = read_knobs()
@@ -82,7 +82,7 @@ def test_set_then_restored_after_success_and_failure(pglab_home: Path) -> None:
     assert not (KNOB_STATE_DIR / f"{os.getpid()}.json").exists()
 
 
-@pytest.mark.alone  # kernel knobs are machine-wide
+@pytest.mark.exclusive
 @needs_root
 def test_a_bytes_knob_gives_its_ratio_back() -> None:
     # Writing dirty_background_bytes zeroes dirty_background_ratio in the kernel; restoring
@@ -94,7 +94,7 @@ def test_a_bytes_knob_gives_its_ratio_back() -> None:
     assert read_knobs() == before
 
 
-@pytest.mark.alone  # kernel knobs are machine-wide
+@pytest.mark.exclusive
 @needs_root
 def test_huge_pages_reserved_and_given_back() -> None:
     """What the huge-pages rule sets beside huge_pages = on: a few pages here (each is 2 MB
@@ -108,7 +108,7 @@ def test_huge_pages_reserved_and_given_back() -> None:
     assert read_knobs() == before
 
 
-@pytest.mark.alone  # kernel knobs are machine-wide
+@pytest.mark.exclusive
 @needs_root
 def test_another_runs_changes_are_not_taken_for_originals(pglab_home: Path,
                                                           tmp_path: Path) -> None:
@@ -160,7 +160,7 @@ def _holder(step: int, env: dict[str, str] | None = None) -> subprocess.Popen[st
     return proc
 
 
-@pytest.mark.alone  # kernel knobs are machine-wide
+@pytest.mark.exclusive
 @needs_root
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_restored_after_a_signal(sig: signal.Signals) -> None:
@@ -173,7 +173,7 @@ def test_restored_after_a_signal(sig: signal.Signals) -> None:
     assert read_knobs() == before
 
 
-@pytest.mark.alone  # kernel knobs are machine-wide
+@pytest.mark.exclusive
 @needs_root
 def test_kill_9_is_repaired_by_the_next_pglab() -> None:
     before = read_knobs()

@@ -236,7 +236,7 @@ def test_start_stop_twenty_times_leaves_nothing(pglab_home: Path) -> None:
     _lab_rounds(pglab_home, LEAK_SCENARIO, 20, {})
 
 
-@pytest.mark.alone  # kernel knobs are machine-wide
+@pytest.mark.exclusive  # kernel knobs are machine-wide
 @pytest.mark.root
 def test_a_labs_kernel_knobs_are_set_and_put_back(pglab_home: Path) -> None:
     _lab_rounds(pglab_home, LEAK_SCENARIO + '[kernel]\n"vm.swappiness" = 7\n', 2,

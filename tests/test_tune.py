@@ -40,8 +40,7 @@ def test_tune_refuses_bad_options(tmp_path: Path) -> None:
         assert "Traceback" not in result.stderr
 
 
-@pytest.mark.knobs  # a candidate may be a kernel knob; interleaved repeats: made for a
-# shared machine
+@pytest.mark.live  # interleaved repeats: made for a shared machine
 def test_tune_keeps_a_pooler_for_a_connection_per_transaction(
         tmp_path: Path, pgbouncer_binary: str) -> None:
     scenario = write_scenario(tmp_path, CHURN, name="churn")

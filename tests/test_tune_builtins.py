@@ -42,7 +42,7 @@ EXTRA = {
 
 
 # demo is the tour's healthy load, tuned like healthy-control; the rest are the catalogue
-@pytest.mark.knobs  # dirty-writeback-storm's, and a candidate's (vm.dirty_background_bytes)
+@pytest.mark.live
 @pytest.mark.timeout(600)  # a synchronous-standby tune takes 3 minutes under load
 @pytest.mark.parametrize("name", [n for n in builtin_names() if n != "demo"])
 def test_every_builtin_completes_a_tune(request: pytest.FixtureRequest, tmp_path: Path,

@@ -30,7 +30,7 @@ def _tune_file(results: Path, name: str) -> dict[str, Any]:
     return found
 
 
-@pytest.mark.knobs  # a tune: a candidate may be a kernel knob
+@pytest.mark.live
 def test_a_candidate_that_cannot_start_is_marked_and_the_tune_goes_on(tmp_path: Path) -> None:
     scenario = write_scenario(tmp_path, CHURN, name="churn")
     results = tmp_path / "r"
@@ -61,7 +61,7 @@ def _builtin_walinit_manifest() -> dict[str, Any]:
     return result
 
 
-@pytest.mark.knobs  # a tune: a candidate may be a kernel knob
+@pytest.mark.live
 def test_wal_segment_size_brings_the_wal_sizes_it_needs(tmp_path: Path) -> None:
     manifest = _builtin_walinit_manifest()
     fired = recommend(Facts({"wal-segment-init": 0.9}, Manifest.from_json(manifest), False))
@@ -85,7 +85,7 @@ def test_wal_segment_size_brings_the_wal_sizes_it_needs(tmp_path: Path) -> None:
     assert rule["change"] == {"server.initdb.wal_segsize_mb": 64}
 
 
-@pytest.mark.knobs  # a tune: a candidate may be a kernel knob
+@pytest.mark.live
 def test_an_interrupted_tune_writes_its_file(tmp_path: Path) -> None:
     scenario = write_scenario(tmp_path, CHURN.replace('duration = "2s"', 'duration = "60s"'),
                               name="churn")
