@@ -135,6 +135,10 @@ def test_signal_during_load(tmp_path: Path, pglab_home: Path, sig: signal.Signal
     run_dir = next(p for p in (results / "t").iterdir() if p.is_dir())
     assert (run_dir / "client.parquet").is_file()
     assert list((run_dir / "raw").glob("primary-postgresql.*"))
+    # the last line names the run it marked interrupted (a command that makes no run
+    # names none)
+    _wait_for(lambda: any(f"; {run_dir} is marked interrupted" in line for line in lines),
+              10, lines)
 
 
 

@@ -330,7 +330,8 @@ def _invoke(func: Callable[[], Any]) -> int:
         with signals_as_exceptions():
             result = func()
     except Interrupted as exc:
-        _say(f"pglab: {exc}; cleaned up (a run it was making is marked interrupted)")
+        marked = "".join(f"; {path} is marked interrupted" for path in exc.marked)
+        _say(f"pglab: {exc}; cleaned up{marked}")
         return 128 + int(getattr(signal, exc.signal_name))
     except KeyboardInterrupt:
         click.echo("pglab: interrupted by SIGINT", err=True)

@@ -50,6 +50,9 @@ class Interrupted(BaseException):
     def __init__(self, signal_name: str) -> None:
         super().__init__(f"interrupted by {signal_name}")
         self.signal_name = signal_name
+        # what was marked interrupted on the way out (a run folder, a tune file): the
+        # last line names it, and says nothing of a run when none was being made
+        self.marked: list[str] = []
 
 
 def did_you_mean(word: str, choices: Iterable[str], prefix: str = "") -> str:

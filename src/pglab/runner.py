@@ -187,7 +187,9 @@ def run_variant(loaded: LoadedScenario, variant: Variant, options: RunOptions, u
             if error is not None or late:  # failed or interrupted: a report, not analysed
                 _write_report(folder, manifest)
     if late:  # a signal held back while the load's end was cleaned up: stop here too
-        raise Interrupted(late)
+        interrupted = Interrupted(late)
+        interrupted.marked.append(str(folder.path))
+        raise interrupted
     _analyze(folder, manifest)
     _write_report(folder, manifest)  # after the analysis, so the report has its verdict
     return load_run(folder.path)
@@ -264,6 +266,8 @@ def _finish(folder: RunFolder, manifest: Manifest, load: Load | None, workload: 
     elif isinstance(error, Interrupted | KeyboardInterrupt) or late:
         name = error.signal_name if isinstance(error, Interrupted) else late or "SIGINT"
         manifest.status, manifest.reason = "interrupted", f"{name} received"
+        if isinstance(error, Interrupted):
+            error.marked.append(str(folder.path))
     else:
         manifest.status = "failed"
         manifest.reason = str(error) if isinstance(error, PglabError) else (

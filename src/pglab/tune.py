@@ -404,6 +404,8 @@ def tune(loaded_for: Callable[[list[str]], LoadedScenario], base_overrides: list
             result.status = "completed"
     except Interrupted as exc:
         result.status, result.reason = "interrupted", f"{exc.signal_name} received"
+        if result.path is not None:
+            exc.marked.append(str(result.path))
         raise
     except BaseException as exc:
         result.status = "failed"
