@@ -168,7 +168,8 @@ class _SuiteCpu:
             return
         for parent in parents:
             for stale in parent.glob(f"{SUITE_PREFIX}*"):  # of a suite that was killed
-                if not psutil.pid_exists(int(stale.name.removeprefix(SUITE_PREFIX) or 0)):
+                owner = stale.name.removeprefix(SUITE_PREFIX)
+                if owner.isdigit() and not psutil.pid_exists(int(owner)):
                     self._remove(stale)
             suite = parent / f"{SUITE_PREFIX}{os.getpid()}"
             for name in ("shared", "exclusive"):
