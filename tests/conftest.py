@@ -8,7 +8,7 @@ user, and one worker's servers never count as another's leftovers.
 Markers: `live` (starts servers, spawns loads, touches cgroups or kernel knobs),
 `exclusive` (needs the machine alone: kernel knobs, limits measured from inside a
 cgroup, timing-sensitive scenario checks) and `cpu_exclusive` (one at a time, the other
-tests beside it at the lowest CPU weight: a signal that depends on the CPU alone). Every
+tests beside it at a low CPU weight: a signal that depends on the CPU alone). Every
 test holds a shared flock on one machine-wide file while it runs; an exclusive one holds
 it exclusively, so it overlaps no other test of any pglab suite on the machine.
 """
@@ -116,8 +116,9 @@ def _exclusive(item: pytest.Item | None) -> bool:
 
 # --- CPU weight: the rest of the suite beside a cpu_exclusive test -------------------------
 #
-# A cpu_exclusive test runs one at a time, and the other workers go on beside it with the
-# lowest CPU weight (cgroup v1 cpu.shares): they get the CPU it leaves. Its signal must
+# A cpu_exclusive test runs one at a time, and the other workers go on beside it at a low
+# CPU weight (cgroup v1 cpu.shares): they get the CPU it leaves, and a fifth of what it
+# wants. Its signal must
 # depend on the CPU alone (a select's latency, loads at a fixed rate far below what the
 # machine does): the other tests' writes still reach the disk, and on cgroup v1 the
 # kernel's background writeback they set off flushes a throttled node's dirty pages past
@@ -131,7 +132,9 @@ def _exclusive(item: pytest.Item | None) -> bool:
 
 SUITE_CGROUP_ENV = "PGLAB_TEST_CPU_CGROUPS"  # the suite's group in each hierarchy, ":"-joined
 SUITE_PREFIX = "pglabtests-"  # not "pglab-": pglab's own groups are named so, and reaped
-FULL_SHARES, BESIDE_SHARES = 1024, 16  # 16/1040: about 1.5% of a contended CPU
+# 256/1280: a fifth of a contended CPU. At 16 (1.5%) a shared test starved: a sysbench
+# run beside connection-path had a second under 20 TPS, where it does hundreds.
+FULL_SHARES, BESIDE_SHARES = 1024, 256
 
 
 def _cpu_hierarchies() -> list[Path]:
@@ -215,7 +218,7 @@ def pytest_configure(config: pytest.Config) -> None:
                             "limits measured from inside a cgroup, timing-sensitive runs); "
                             "implies live")
     config.addinivalue_line("markers", "cpu_exclusive: one at a time, the rest of the suite "
-                            "beside it at the lowest CPU weight (a signal that depends on "
+                            "beside it at a low CPU weight (a signal that depends on "
                             "the CPU alone); implies live")
     if not hasattr(config, "workerinput"):
         _SUITE_CPU.make()
