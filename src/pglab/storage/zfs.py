@@ -277,9 +277,21 @@ def reap_stale_zfs() -> list[str]:
     reaped: list[str] = []
     if not _daemon_file().exists() and not _zfs_ok():
         return reaped
-    for name, pid in _pglab_names():
-        if pid != os.getpid() and not psutil.pid_exists(pid):
-            destroy(name)
-            reaped.append(name)
-    _stop_unused_daemon()
+    # A user of the daemon while it destroys: a pglab done with ZFS meanwhile found no user
+    # and no pool left once the pool was gone, and stopped the daemon under the destroy's
+    # retry ("connect: No such file or directory", in a CI rehearsal's kill -9 test).
+    entry = _users_dir() / str(os.getpid())
+    with machine_lock(DAEMON_LOCK):
+        registered = not entry.exists()
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        entry.touch()
+    try:
+        for name, pid in _pglab_names():
+            if pid != os.getpid() and not psutil.pid_exists(pid):
+                destroy(name)
+                reaped.append(name)
+    finally:
+        if registered:  # not a user before: it uses ZFS for no volume of its own
+            entry.unlink(missing_ok=True)
+        _stop_unused_daemon()
     return reaped
