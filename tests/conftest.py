@@ -194,9 +194,15 @@ class _SuiteCpu:
             (home / "cgroup.procs").write_text(str(os.getpid()))
 
     def remove(self) -> None:
-        """The controller's part at the end: back where it was, the groups removed."""
+        """The controller's part at the end: back where it was, the groups removed. What a
+        test left running in them (a zfs-fuse daemon, a test's `sleep`) goes back too."""
         for suite in self.suites:
             (suite.parent / "cgroup.procs").write_text(str(os.getpid()))
+            for name in ("shared", "exclusive"):
+                with contextlib.suppress(OSError):
+                    for pid in (suite / name / "cgroup.procs").read_text().split():
+                        with contextlib.suppress(OSError):  # gone meanwhile
+                            (suite.parent / "cgroup.procs").write_text(pid)
             self._remove(suite)
 
     @staticmethod
