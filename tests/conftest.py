@@ -33,6 +33,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from pglab.lab.cgroups import detect_cgroups, own_cgroup
+
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = Path(__file__).resolve().parent / "samples"
 PG15_BIN = Path("/usr/lib/postgresql/15/bin")
@@ -138,23 +140,18 @@ FULL_SHARES, BESIDE_SHARES = 1024, 256
 
 
 def _cpu_hierarchies() -> list[Path]:
-    """This process's cgroup in the v1 hierarchies of cpu and cpuacct (one when co-mounted)."""
-    mounts = {}
-    for line in Path("/proc/self/mounts").read_text().splitlines():
-        parts = line.split()
-        if len(parts) >= 4 and parts[2] == "cgroup":
-            names = parts[3].split(",")
-            for controller in ("cpu", "cpuacct"):
-                if controller in names:
-                    mounts[controller] = Path(parts[1])
-    if "cpu" not in mounts:
+    """This process's cgroup in the v1 hierarchies of cpu and cpuacct (one when co-mounted),
+    found as pglab finds its own."""
+    support = detect_cgroups()
+    if support.version != 1:
         return []
     found: list[Path] = []
-    for line in Path("/proc/self/cgroup").read_text().splitlines():
-        _, listed, path = line.split(":", 2)
-        for controller, mount in mounts.items():
-            if controller in listed.split(",") and mount / path.lstrip("/") not in found:
-                found.append(mount / path.lstrip("/"))
+    for controller in ("cpu", "cpuacct"):
+        if controller not in support.mounts:  # cpuacct is not one pglab needs
+            continue
+        path = support.mounts[controller] / own_cgroup(controller).lstrip("/")
+        if path not in found:
+            found.append(path)
     return found
 
 
