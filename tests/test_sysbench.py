@@ -6,6 +6,7 @@ on small tables."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -66,8 +67,15 @@ def test_a_short_run_writes_the_client_series_and_the_manifest(
     assert list(series.columns) == [*CLIENT_SCHEMA, *SYSBENCH_CLIENT_COLUMNS]
     measured = series.filter(~pl.col("warmup"))
     assert series.filter(pl.col("warmup")).height == 1 and measured.height >= 3
-    # two threads on 2000-row tables: hundreds a second
-    assert all(tps > 20 for tps in measured["tps"].to_list())
+    # each second is sysbench's own report line, in order, the warmup's first
+    reported = [(float(tps), float(p95)) for tps, p95 in re.findall(
+        r"^\[ \d+s \] thds: \d+ tps: ([\d.]+) .* lat \(ms,95%\): ([\d.]+)",
+        (run / "raw" / "sysbench.stdout").read_text(), re.MULTILINE)]
+    assert list(zip(series["tps"], series["lat_p95_ms"], strict=True)) == reported
+    # two threads on 2000-row tables: hundreds a second on an idle machine. Beside the
+    # rest of the suite a second can stall (one did for 1.4 s, at 9 TPS), so the check of
+    # magnitude is on the mean
+    assert measured["tps"].mean() > 20, reported
     assert measured["lat_p95_ms"].null_count() == 0 and measured["lat_avg_ms"].null_count() == (
         measured.height)
     stats = manifest["results"]["measured"]
