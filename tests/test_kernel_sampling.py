@@ -278,7 +278,10 @@ def test_backend_blocked_in_fdatasync_on_a_paused_device(storage_packages: None)
                 device.set_behaviour({"paused": True})
             for thread in threads:
                 thread.start()
-            time.sleep(0.3)  # both are in their calls
+            # both in their calls: the commit waiting on its WAL flush (beside the whole
+            # suite, 0.3 s was once not enough, and the first whole second had no fdatasync)
+            _wait_for_wait_event(server, committing.info.backend_pid, "WalSync")
+            _wait_for_wait_event(server, sleeping.info.backend_pid, "PgSleep")
             end = time.time() + 2.2  # two whole seconds at least begin and end in it
             while time.time() < end:
                 samples += probe.sample(dt.datetime.now(dt.timezone.utc)).samples
@@ -305,6 +308,18 @@ def test_backend_blocked_in_fdatasync_on_a_paused_device(storage_packages: None)
     fsync_frames = [m for m in second if m.startswith("stack:") and "ext4_sync_file" in m]
     assert fsync_frames and second[fsync_frames[0]] >= 40, second
     assert second.get("stack:do_epoll_wait", 0) >= 40, second
+
+
+def _wait_for_wait_event(server: Any, pid: int, event: str, timeout: float = 10) -> None:
+    with server.connect() as watcher:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            row = watcher.execute("SELECT wait_event FROM pg_stat_activity WHERE pid = %s",
+                                  (pid,)).fetchone()
+            if row and row[0] == event:
+                return
+            time.sleep(0.05)
+    raise AssertionError(f"backend {pid} not in {event} within {timeout:.0f} s")
 
 
 # --- opt-in ---------------------------------------------------------------------------

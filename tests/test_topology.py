@@ -281,7 +281,7 @@ synchronous = "on"
 scale = 1
 clients = 2
 jobs = 1
-duration = "10s"
+duration = "12s"
 warmup = "1s"
 [[faults]]
 at = "1s"
@@ -294,16 +294,16 @@ action = "memory-pressure"
 duration = "2s"
 args = { mb = 64 }
 [[faults]]
-at = "4s"  # after the throttle: reclaim waiting on writeback at 10 IOPS would hold it
-action = "memory-pressure"
-duration = "3s"
-args = { mb = 1536 }
-[[faults]]
-at = "7s"  # after the seconds that follow the throttle
+at = "7s"  # after the two seconds that follow the throttle, which are measured
 action = "pause-standby"
 node = "standby1"
 duration = "2s"
 args = { part = "walreceiver" }
+[[faults]]
+at = "9s"  # last: every process of the node waits in reclaim until the OOM kill
+action = "memory-pressure"
+duration = "3s"
+args = { mb = 1536 }
 """)
     result = run_cli("run", str(scenario), "--results", str(tmp_path / "r"))
     assert result.returncode == 0, result.stderr

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 import psutil
 
-from pglab.errors import Interrupted
+from pglab.errors import Interrupted, PglabError
 
 T = TypeVar("T")
 
@@ -92,6 +92,21 @@ def spawn(
         stop_child(proc)
         raise
     return proc
+
+
+def run_to_end(argv: list[str], what: str) -> None:
+    """A short tool (a copy of a data dir) that dies with pglab, so that a kill -9 leaves
+    nothing writing into a volume the next pglab must remove (a zfs-fuse pool killed
+    during this copy stayed "busy" for good). PglabError with its last line of stderr."""
+    proc = spawn(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        _, err = proc.communicate()
+    except BaseException:
+        stop_child(proc)
+        raise
+    if proc.returncode != 0:
+        last = err.decode(errors="replace").strip().splitlines() or ["(no output)"]
+        raise PglabError(f"{what}: {last[-1]}")
 
 
 def kill_tree(pid: int, timeout: float = 5.0) -> list[int]:

@@ -23,7 +23,7 @@ import psutil
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from pglab.errors import BadInput, EnvironmentProblem
+from pglab.errors import BadInput, EnvironmentProblem, PglabError
 from pglab.lab.binaries import PgBinaries, find_binaries, runnable_by
 from pglab.lab.fault_actions import DEVICE_FAULTS, FaultTarget
 from pglab.lab.faults import check_faults
@@ -360,7 +360,7 @@ class Lab:
         self._teardown()
 
     def _start_local(self) -> None:
-        reap_stale_labs()
+        reap_stale_labs(self.on_status)
         self.resources.set_kernel_knobs(self.on_status)
         self.bins = runnable_by(find_binaries(self.pg_bin), self.user)
         server_spec = self.scenario.server
@@ -586,8 +586,12 @@ def reap_orphan_socket_dirs() -> list[Path]:
     return reaped
 
 
-def reap_stale_labs() -> list[Path]:
-    """Stop servers and remove dirs of labs whose pglab process no longer exists."""
+def reap_stale_labs(on_problem: Callable[[str], None] | None = None) -> list[Path]:
+    """Stop servers and remove dirs of labs whose pglab process no longer exists.
+
+    What cannot be removed yet (a pool zfs-fuse still calls busy) stays, with its lab dir,
+    for the next pglab to try again: `on_problem` is told, and the command that reaps goes
+    on. Without `on_problem` that is a PglabError."""
     from pglab.lab.cgroups import reap_stale_cgroups
     from pglab.lab.kernel import restore_stale_knobs
     reap_stale_cgroups()
@@ -615,7 +619,14 @@ def reap_stale_labs() -> list[Path]:
                     kill_tree(postmaster)
         for node_dir in lab.iterdir():
             remove_socket_dir(node_dir)
-        reap_storage_under(lab)  # unmounted before the dir goes: never delete through a mount
+        try:
+            reap_storage_under(lab)  # unmounted before the dir goes: never through a mount
+        except PglabError as exc:
+            if on_problem is None:
+                raise
+            on_problem(f"left for the next pglab: what pglab {pid} left in {lab} "
+                       f"({exc})")
+            continue
         shutil.rmtree(lab, ignore_errors=True)
         reaped.append(lab)
     return reaped

@@ -16,20 +16,18 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pglab.errors import PglabError
 from pglab.lab.binaries import PgBinaries
 from pglab.lab.local import BENCH_DB, LocalServer
 from pglab.lab.osuser import ServerUser
 from pglab.lab.pgbench_init import init_data
 from pglab.lab.settings import check_settings
 from pglab.paths import ensure_dir, pglab_home
-from pglab.processes import deliver_pending, shielded
+from pglab.processes import deliver_pending, run_to_end, shielded
 from pglab.scenario import InitdbOptions, SettingValue
 
 TEMPLATE_FORMAT = 1
@@ -173,9 +171,5 @@ def _build(
 def copy_data_dir(template: Template, dest: Path) -> None:
     """A private copy of the template's data dir (reflinked where the filesystem can)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    result = subprocess.run(
-        ["cp", "-a", "--reflink=auto", str(template.data_dir), str(dest)],
-        capture_output=True, text=True,
-    )
-    if result.returncode != 0:
-        raise PglabError(f"could not copy template data dir to {dest}: {result.stderr.strip()}")
+    run_to_end(["cp", "-a", "--reflink=auto", str(template.data_dir), str(dest)],
+               f"could not copy template data dir to {dest}")

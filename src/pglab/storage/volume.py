@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from pglab.errors import BadInput, EnvironmentProblem, PglabError
+from pglab.processes import run_to_end
 from pglab.scenario import Scenario, StorageSpec, VolumeSpec
 from pglab.storage.devices import (
     DeviceLimits,
@@ -44,7 +45,6 @@ from pglab.storage.filesystems import (
     _Mkfs,
     mount_entry,
     option_text,
-    run_tool,
     unmount,
 )
 from pglab.storage.registry import FILESYSTEMS
@@ -452,7 +452,7 @@ def move_wal(data_dir: Path, wal_root: Path, user_chown: Any) -> Path:
     """pg_wal onto its own volume, as initdb --waldir makes it: a symlink in the data dir."""
     target = wal_root / "pg_wal"
     source = data_dir / "pg_wal"
-    run_tool(["cp", "-a", str(source), str(target)], "pg_wal to its volume")
+    run_to_end(["cp", "-a", str(source), str(target)], "could not copy pg_wal to its volume")
     shutil.rmtree(source)
     source.symlink_to(target)
     user_chown(wal_root)

@@ -285,13 +285,20 @@ def reap_stale_zfs() -> list[str]:
         registered = not entry.exists()
         entry.parent.mkdir(parents=True, exist_ok=True)
         entry.touch()
+    failed: list[str] = []
     try:
         for name, pid in _pglab_names():
             if pid != os.getpid() and not psutil.pid_exists(pid):
-                destroy(name)
+                try:
+                    destroy(name)
+                except PglabError as exc:  # the others are still destroyed
+                    failed.append(str(exc))
+                    continue
                 reaped.append(name)
     finally:
         if registered:  # not a user before: it uses ZFS for no volume of its own
             entry.unlink(missing_ok=True)
         _stop_unused_daemon()
+    if failed:
+        raise PglabError("; ".join(failed))
     return reaped
