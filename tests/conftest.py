@@ -8,9 +8,11 @@ user, and one worker's servers never count as another's leftovers.
 Markers: `live` (starts servers, spawns loads, touches cgroups or kernel knobs),
 `exclusive` (needs the machine alone: kernel knobs, limits measured from inside a
 cgroup, timing-sensitive scenario checks) and `cpu_exclusive` (one at a time, the other
-tests beside it at a low CPU weight: a signal that depends on the CPU alone). Every
+tests beside it at a low CPU weight: a signal that depends on the CPU alone). Every live
 test holds a shared flock on one machine-wide file while it runs; an exclusive one holds
-it exclusively, so it overlaps no other test of any pglab suite on the machine.
+it exclusively, so it overlaps no other live test of any pglab suite on the machine (the
+tests not marked live, which touch nothing of the machine's, run beside it at a low CPU
+weight).
 """
 
 from __future__ import annotations
@@ -62,6 +64,10 @@ GATE_PATH = Path(tempfile.gettempdir()) / "pglab-tests.gate"
 CPU_PATH = Path(tempfile.gettempdir()) / "pglab-tests.cpu"
 
 SHARED, CPU_EXCLUSIVE, EXCLUSIVE = "shared", "cpu_exclusive", "exclusive"
+# A test not marked live (parsers, analysis of committed samples, lint, types) touches
+# nothing of the machine's (the footprint check below holds it to that): it holds no lock,
+# and runs beside the exclusive tests, on the CPU they leave.
+OFFLINE = "offline"
 
 
 def _lock_file(path: Path) -> int:
@@ -73,11 +79,15 @@ def _lock_file(path: Path) -> int:
 
 def _acquire(mode: str) -> list[int]:
     """The locks a test of `mode` holds while it runs (released by closing them)."""
+    if mode == OFFLINE:
+        return []
     gate, lock = _lock_file(GATE_PATH), _lock_file(LOCK_PATH)
     flag = fcntl.LOCK_EX if mode == EXCLUSIVE else fcntl.LOCK_SH
     fcntl.flock(gate, flag)
     fcntl.flock(lock, flag)
     os.close(gate)  # closing drops the gate's lock
+    if mode == EXCLUSIVE:
+        _SUITE_CPU.favour(True)  # over the offline tests beside it
     if mode != CPU_EXCLUSIVE:
         return [lock]
     cpu = _lock_file(CPU_PATH)
@@ -87,7 +97,7 @@ def _acquire(mode: str) -> list[int]:
 
 
 def _release(mode: str, locks: list[int]) -> None:
-    if mode == CPU_EXCLUSIVE:
+    if mode in (EXCLUSIVE, CPU_EXCLUSIVE):
         _SUITE_CPU.favour(False)
     for fd in reversed(locks):
         os.close(fd)
@@ -108,12 +118,12 @@ def _mode(item: pytest.Item | None) -> str:
     for mode in (EXCLUSIVE, CPU_EXCLUSIVE):
         if item.get_closest_marker(mode) is not None:
             return mode
-    return SHARED
+    return SHARED if item.get_closest_marker("live") is not None else OFFLINE
 
 
 def _exclusive(item: pytest.Item | None) -> bool:
     """An exclusive or cpu_exclusive test: one of the exclusive unit."""
-    return _mode(item) != SHARED
+    return _mode(item) in (EXCLUSIVE, CPU_EXCLUSIVE)
 
 
 # --- CPU weight: the rest of the suite beside a cpu_exclusive test -------------------------
@@ -331,7 +341,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if _exclusive(item) and not item.get_closest_marker("live"):
             item.add_marker(pytest.mark.live)
     units = _units(items)
-    # The queue: the exclusive unit first, then the longest units by their times in the
+    # The queue: the exclusive unit first; the offline units next, which the other
+    # workers run beside the exclusive tests; then the longest units by their times in the
     # last run (.pytest_cache, over the committed tests/durations.json for a fresh clone),
     # so that no long one starts last while the other workers have nothing left; then
     # shared-fixture units, live tests, the rest.
@@ -340,15 +351,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                                  **(cache.get(SECONDS_KEY, {}) if cache else {})}
     total: dict[str, float] = {}
     kind: dict[str, int] = {}
+    offline: dict[str, bool] = {}
     for item in items:
         unit = units[item.nodeid]
         total[unit] = total.get(unit, 0.0) + seconds.get(item.nodeid, 0.0)
+        offline[unit] = offline.get(unit, True) and _mode(item) == OFFLINE
         kind[unit] = min(kind.get(unit, 2), 0 if unit != item.nodeid
                          else 1 if item.get_closest_marker("live") else 2)
     # In the exclusive unit the exclusive tests go first, while the other workers have not
     # begun (they wait FIRST_SHARED_DELAY_S): none has to be waited out; the cpu_exclusive
     # ones then run with the others beside them.
     items.sort(key=lambda item: (units[item.nodeid] != EXCLUSIVE_UNIT,
+                                 not offline[units[item.nodeid]],
                                  -total[units[item.nodeid]], kind[units[item.nodeid]],
                                  _mode(item) != EXCLUSIVE))
     path = os.environ.get(UNITS_ENV)
@@ -403,7 +417,7 @@ def pytest_runtest_protocol(item: pytest.Item,
     try:
         return (yield)
     finally:
-        if mode == SHARED or _mode(nextitem) != mode:
+        if mode in (SHARED, OFFLINE) or _mode(nextitem) != mode:
             _release(*_HELD.pop())
 
 
@@ -566,6 +580,10 @@ def write_scenario(directory: Path, body: str, name: str = "t") -> Path:
     return path
 
 
+# At a fixed rate: the tests that use it read what a run records, not what the machine
+# can do, and flat out the same run took 10 s of CPU (pglab, the server and pgbench
+# together) against 2.3 s at 200 TPS, in a phase of the suite bound by CPU. A test that
+# needs the load's volume (the WAL of checkpoints every second) takes the rate out.
 TINY = """
 [workload]
 scale = 1
@@ -573,6 +591,7 @@ clients = 2
 jobs = 2
 duration = "3s"
 warmup = "1s"
+rate = 200
 """
 
 

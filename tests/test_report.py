@@ -35,7 +35,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 
 PAD_LEFT = 118  # report.js: PAD.l, where every plot starts
 # 1 MB WAL segments let max_wal_size be tiny: checkpoints every second or so, for sure.
-SCENARIO = TINY.replace('duration = "3s"', 'duration = "6s"') + """
+SCENARIO = TINY.replace('duration = "3s"', 'duration = "6s"').replace("rate = 200\n", "") + """
 [server]
 initdb = { wal_segsize_mb = 1 }
 [server.settings]

@@ -245,8 +245,11 @@ def _stop_if_unused() -> None:
         pid = int(json.loads(_daemon_file().read_text())["pid"])
     except (OSError, ValueError, KeyError, TypeError):
         return
-    if _pglab_names():
+    if any(psutil.pid_exists(owner) for _, owner in _pglab_names()):
         return  # a pool of another pglab is still up
+    # Only dead pglabs' pools left, which could not be destroyed: a daemon that called one
+    # busy for good (its dataset unmounted, nothing using it) was wedged, and answered
+    # SIGTERM with nothing. Stopped, it lets the next pglab remove what is under them.
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + 10
@@ -256,6 +259,9 @@ def _stop_if_unused() -> None:
             time.sleep(0.05)
         if psutil.pid_exists(pid):
             os.kill(pid, signal.SIGKILL)
+            # what it mounts for itself stays after a SIGKILL, and would be in the way of
+            # the next daemon
+            subprocess.run(["fusermount3", "-u", "-z", "/zfs-kstat"], capture_output=True)
     _daemon_file().unlink(missing_ok=True)
 
 
