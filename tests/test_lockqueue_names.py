@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from pglab.analysis.names import busiest_queue
+from pglab.analysis.names import busiest_queue, largest_queue
 from pglab.probes.db_lockqueue import _roots, normalise_query
 
 
@@ -26,14 +26,28 @@ def test_waiters_behind_waiters_count_behind_the_root() -> None:
 
 def test_the_evidence_names_the_row_and_the_holder() -> None:
     line = busiest_queue([
-        {"object": "relation accounts", "waiters": 1, "holder": {"pid": 9}},
-        {"object": "row (0,1) of pgbench_branches", "waiters": 4, "holder": {
+        ({"object": "relation accounts", "waiters": 1, "holder": {"pid": 9}}, 3.0),
+        ({"object": "row (0,1) of pgbench_branches", "waiters": 4, "holder": {
             "pid": 77, "application": "nightly-batch", "user": "app",
             "state": "idle in transaction", "xact_s": 3.7,
-            "query": "UPDATE pgbench_branches SET bbalance = bbalance WHERE bid = ?"}},
+            "query": "UPDATE pgbench_branches SET bbalance = bbalance WHERE bid = ?"}}, 1.0),
     ])
     assert line == ("4 session(s) queued on row (0,1) of pgbench_branches behind pid 77 "
                     "(nightly-batch, app), idle in transaction, its transaction open 3.7 s; "
                     "its last statement: UPDATE pgbench_branches SET bbalance = bbalance "
                     "WHERE bid = ?")
     assert busiest_queue([]) is None
+
+
+def test_the_queue_that_held_sessions_longest_is_named() -> None:
+    # as a stall of a real run had them (test_observe's LOCK TABLE under pgbench at scale
+    # 1): four sessions on the one branch row for a second, then four behind the LOCK
+    # TABLE for three; the window's story is the table lock
+    row = {"object": "row (0,171) of pgbench_branches", "locktype": "row", "waiters": 4,
+           "holder": {"pid": 21197, "application": "pgbench"}}
+    table = {"object": "relation pgbench_branches", "locktype": "relation", "waiters": 4,
+             "holder": {"pid": 21230, "application": "migration"}}
+    assert largest_queue([(row, 1.0), (table, 3.0)]) is table
+    assert largest_queue([(row, 1.0), (table, 0.0)]) is row  # a moment counts as a second
+    many = {**row, "waiters": 12}
+    assert largest_queue([(many, 1.0), (table, 2.0)]) is many

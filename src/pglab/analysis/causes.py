@@ -143,7 +143,7 @@ def lock_contention(ev: WindowEvidence) -> Finding | None:
                    # the holders are in the wait's first message, which a followed log
                    # may have begun after
                    + (f" held by pid {holders}" if holders else ""))
-    queue_line = busiest_queue([q.attrs for q in ev.events_of("lock-queue")])
+    queue_line = busiest_queue(ev.lock_queues())
     if queue_line and s.value > 0:
         s.add(0.1, queue_line)
     blocked = ev.inside.peak(ev.nodes[0], "db.locks", "blocked_backends")

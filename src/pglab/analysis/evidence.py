@@ -136,6 +136,15 @@ class WindowEvidence:
     def events_of(self, *kinds: str) -> list[EventView]:
         return [e for e in self.events if e.kind in kinds]
 
+    def lock_queues(self) -> list[tuple[dict[str, Any], float]]:
+        """Each lock queue seen (db.lockqueue's events) with its seconds in the window."""
+        found = []
+        for e in self.events_of("lock-queue"):
+            end = e.end or e.start + dt.timedelta(seconds=1)
+            seen = min(end, self.window.end) - max(e.start, self.window.start)
+            found.append((e.attrs, seen.total_seconds()))
+        return found
+
     def shares(self, node: str, waits: tuple[str, ...] | None = None, prefix: str = "",
                backend: str | None = CLIENT_BACKEND) -> tuple[float, float]:
         """(window, healthy) share of the named waits (or those starting with prefix)."""

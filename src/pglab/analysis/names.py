@@ -6,11 +6,19 @@ from __future__ import annotations
 from typing import Any
 
 
-def busiest_queue(queues: list[dict[str, Any]]) -> str | None:
-    """One evidence line for the lock queue that held the most sessions, or None."""
-    if not queues:
-        return None
-    return describe(max(queues, key=lambda q: int(q.get("waiters") or 0)))
+def largest_queue(queues: list[tuple[dict[str, Any], float]]) -> dict[str, Any] | None:
+    """Of (queue, seconds it was seen), the one that held the most session-seconds: its
+    waiters times its seconds (a moment counts as one). Four sessions behind a LOCK TABLE
+    for three seconds outweigh four that queued on a hot row for one, just before."""
+    best = max(queues, key=lambda q: int(q[0].get("waiters") or 0) * max(q[1], 1.0),
+               default=None)
+    return best[0] if best else None
+
+
+def busiest_queue(queues: list[tuple[dict[str, Any], float]]) -> str | None:
+    """One evidence line for the largest lock queue (see largest_queue), or None."""
+    largest = largest_queue(queues)
+    return describe(largest) if largest else None
 
 
 def describe(attrs: dict[str, Any]) -> str:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pglab.analysis.evidence import EventView, WindowEvidence
+from pglab.analysis.names import largest_queue
 from pglab.results.manifest import Manifest
 
 
@@ -81,14 +82,12 @@ def lock_kind(s: Score, ev: WindowEvidence) -> None:
     Lock:relation), one hot row (Lock:tuple: a second waiter on the same row queues on
     its tuple lock behind the first, so it appears only where rows are shared), or many
     row locks (Lock:transactionid alone: each waits for another transaction's row).
-    The biggest lock queue decides first when its head holds a table lock: the sessions
-    behind the first ones in line wait on rows those hold, and their waits look like
-    row locks (a LOCK TABLE on pgbench_branches queued a whole pgbench on
+    The largest lock queue (in session-seconds) decides first when its head holds a table
+    lock: the sessions behind the first ones in line wait on rows those hold, and their
+    waits look like row locks (a LOCK TABLE on pgbench_branches queued a whole pgbench on
     Lock:transactionid and Lock:tuple). Only in a stall: over a whole run the queues of
     its stalls are not what held its healthy seconds back."""
-    queues = ([q.attrs for q in ev.events_of("lock-queue")] if ev.window.kind != "steady"
-              else [])
-    biggest = max(queues, key=lambda q: int(q.get("waiters") or 0), default=None)
+    biggest = largest_queue(ev.lock_queues()) if ev.window.kind != "steady" else None
     if biggest is not None and biggest.get("locktype") == "relation":
         s.sub = "table-lock"
         modes = ", ".join(m.split(":", 1)[1] for m in biggest.get("modes") or []

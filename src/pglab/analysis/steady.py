@@ -66,7 +66,7 @@ def lock_contention(ev: WindowEvidence) -> Finding | None:
     if blocked >= 1:
         peak = ev.inside.peak(node, "db.locks", "blocked_backends") or blocked
         s.add(0.2, f"{blocked:.1f} backends blocked on locks on average (up to {peak:.0f})")
-    queue_line = busiest_queue([q.attrs for q in ev.events_of("lock-queue")])
+    queue_line = busiest_queue(ev.lock_queues())
     if queue_line:
         s.add(0.1, queue_line)
     waits = ev.events_of("lock-wait")
