@@ -126,21 +126,22 @@ def _exclusive(item: pytest.Item | None) -> bool:
     return _mode(item) in (EXCLUSIVE, CPU_EXCLUSIVE)
 
 
-# --- CPU weight: the rest of the suite beside a cpu_exclusive test -------------------------
+# --- CPU weight: the rest of the suite beside an exclusive or cpu_exclusive test ----------
 #
 # A cpu_exclusive test runs one at a time, and the other workers go on beside it at a low
 # CPU weight (cgroup v1 cpu.shares): they get the CPU it leaves, and a fifth of what it
-# wants. Its signal must
-# depend on the CPU alone (a select's latency, loads at a fixed rate far below what the
-# machine does): the other tests' writes still reach the disk, and on cgroup v1 the
-# kernel's background writeback they set off flushes a throttled node's dirty pages past
-# its limit (a checkpoint-flush-storm run beside them saw 633 MB/s on its 16 MB/s disk,
-# and no stall). The controller puts itself in `<its cgroup>/pglabtests-<pid>/shared` of
-# the cpu and cpuacct hierarchies before the workers start (they inherit it, and pglab
-# places a lab's cgroups under its own); the worker running a cpu_exclusive test moves to
-# `.../exclusive` and turns every suite's `shared` group down (other pglab suites on the
-# machine too), and back up when its batch ends. Without root or the v1 cpu controller
-# nothing moves, and the cpu_exclusive tests run beside the others at full weight.
+# wants (an exclusive test is favoured the same way, over the offline tests beside it).
+# Its signal must depend on the CPU alone (a select's latency, loads at a fixed rate far
+# below what the machine does): the other tests' writes still reach the disk, and on
+# cgroup v1 the kernel's background writeback they set off flushes a throttled node's
+# dirty pages past its limit (a checkpoint-flush-storm run beside them saw 633 MB/s on its
+# 16 MB/s disk, and no stall). The controller puts itself in
+# `<its cgroup>/pglabtests-<pid>/shared` of the cpu and cpuacct hierarchies before the
+# workers start (they inherit it, and pglab places a lab's cgroups under its own); the worker
+# running an exclusive or cpu_exclusive test moves to `.../exclusive` and turns every
+# suite's `shared` group down (other pglab suites on the machine too), and back up when
+# its batch ends. Without root or the v1 cpu controller nothing moves, and the
+# cpu_exclusive tests run beside the others at full weight.
 
 SUITE_CGROUP_ENV = "PGLAB_TEST_CPU_CGROUPS"  # the suite's group in each hierarchy, ":"-joined
 SUITE_PREFIX = "pglabtests-"  # not "pglab-": pglab's own groups are named so, and reaped
