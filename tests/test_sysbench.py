@@ -83,10 +83,12 @@ def test_a_short_run_writes_the_client_series_and_the_manifest(
     assert stats["seconds"] == 3
     assert stats["tps"] == pytest.approx(measured.head(3)["tps"].mean())
     # the summary counts the whole --time, warmup and the last second included: its
-    # transactions are the per-second lines' sum, but for what came after the last line
+    # transactions are the per-second lines' sum (each line's tps is its count over the
+    # interval sysbench measured, about 1 s), and what came after the last line. That last
+    # part has no bound from the lines: beside the suite, one run's last second did 593
+    # after seconds of 99 to 246.
     tail = summary["transactions"] - series["tps"].sum()
-    # (each line's tps is its count over the interval sysbench measured, about 1 s)
-    assert abs(tail) <= series["tps"].max(), (summary["transactions"], series["tps"].to_list())
+    assert tail >= -1, (summary["transactions"], series["tps"].to_list())  # the lines' rounding
 
     # old sysbench numbers, imported, compare with the new run
     old = run_cli("import", str(SAMPLES / "sysbench" / "run_read_write.txt"), "--name", "old",

@@ -18,6 +18,7 @@ import psycopg
 import pytest
 
 from conftest import processes_under, run_cli, write_scenario
+from pglab.events import Event
 from pglab.lab.lab import Lab
 from pglab.probes.base import ProbeContext
 from pglab.probes.os_probes import TcpProbe
@@ -350,3 +351,29 @@ def test_pgbouncer_listens_on_its_private_socket_only(pgbouncer_binary: str) -> 
         with socket.socket() as probe:
             assert probe.connect_ex(("127.0.0.1", lab.pooler.port)) != 0
         assert oct(lab.pooler.socket_dir.stat().st_mode & 0o777) == "0o700"
+
+
+@pytest.mark.live
+def test_a_fault_that_begins_late_says_by_how_much() -> None:
+    """A timeline begun 2 s after its window opened (a rehearsal's loaded machine had all
+    of a run's faults of 1 to 4 s begin at 4 s): the checkpoint due at 0.5 s begins at
+    once and records that it began 1.5 s late; the one due at 3.5 s is on time."""
+    from pglab.lab.faults import FaultTimeline
+    from pglab.scenario.model import Fault
+
+    loaded = load_text('name = "late"\n[workload]\nscale = 1\n', "late.toml")
+    recorded: list[Event] = []
+    faults = [Fault.model_validate({"at": at, "action": "checkpoint"})
+              for at in ("500ms", "3500ms")]
+    with Lab(loaded.scenario, "late.toml", f"late-{time.time_ns()}") as lab:
+        timeline = FaultTimeline(faults, lab.fault_target, recorded.append)
+        timeline.start(time.time() - 2.0)
+        time.sleep(3.0)  # both begun (a checkpoint's event ends with the run: stop())
+        timeline.stop()
+    late, on_time = sorted((e.attrs for e in recorded), key=lambda a: float(a["at_s"]))
+    assert "error" not in late and "error" not in on_time, recorded
+    assert 1.4 <= float(late["delayed_s"]) < 2.0 and late["at_s"] == pytest.approx(
+        0.5 + float(late["delayed_s"])), late
+    # on time, give or take a sleeping thread's wake-up on a loaded machine
+    assert on_time["at_s"] == pytest.approx(3.5 + float(on_time.get("delayed_s", 0.0)))
+    assert float(on_time.get("delayed_s", 0.0)) < 1.0, on_time
