@@ -154,3 +154,17 @@ def test_series_of_percentile_99_and_of_nothing() -> None:
     assert empty.height == 0 and empty.schema == pl.Schema(
         {**CLIENT_SCHEMA, **SYSBENCH_CLIENT_COLUMNS})
     assert measured_window_stats(empty, 5)["seconds"] == 0
+
+
+def test_a_line_printed_late_keeps_its_second() -> None:
+    # A rehearsal's run beside the whole suite: the fourth line came late and took the
+    # label 5, then the final flush printed `[ 5s ]` again with nothing in it
+    out = parse_output(sample("run_late_report.txt"))
+    assert [line.second for line in out.intervals] == [1, 2, 3, 5, 5]
+    series = per_second_series(out.intervals, 1_764_000_000.0, warmup_s=1)
+    assert series["tps"].to_list() == [421.63, 17.30, 54.39, 19.30, 0.0]
+    assert series["t"].diff().drop_nulls().dt.total_seconds().to_list() == [1, 1, 1, 1]
+    assert series["warmup"].to_list() == [True, False, False, False, False]
+    # measured: seconds 2 to 4, the late line's among them
+    assert measured_window_stats(series, duration_s=3)["tps"] == pytest.approx(
+        (17.30 + 54.39 + 19.30) / 3)

@@ -244,11 +244,11 @@ def per_second_series(intervals: list[IntervalLine], threads_started_s: float,
     """
     rows: dict[str, list[Any]] = {name: [] for name in (*CLIENT_SCHEMA,
                                                         *SYSBENCH_CLIENT_COLUMNS)}
-    for line in intervals:
-        start = round(threads_started_s + line.second - 1)
+    for line, second in zip(intervals, _slots(intervals), strict=True):
+        start = round(threads_started_s + second - 1)
         values: dict[str, Any] = dict.fromkeys(rows)
         values.update(
-            t=start * 1_000_000, job=None, warmup=line.second <= warmup_s, partial=False,
+            t=start * 1_000_000, job=None, warmup=second <= warmup_s, partial=False,
             tps=line.tps, failures=0, skipped=0, retries=round(line.errors_per_s),
             qps=line.qps, qps_read=line.qps_read, qps_write=line.qps_write,
             qps_other=line.qps_other, errors_per_s=line.errors_per_s,
@@ -268,6 +268,24 @@ def per_second_series(intervals: list[IntervalLine], threads_started_s: float,
     # in a long run: keep the later, so `t` stays unique
     return (frame.select(list(schema)).cast(schema)  # type: ignore[arg-type]
             .unique("t", keep="last", maintain_order=True).sort("t"))
+
+
+def _slots(intervals: list[IntervalLine]) -> list[int]:
+    """Each line's second. sysbench labels a line with its elapsed time rounded, so a line
+    its reporting thread printed late takes the next second's label: on a loaded machine
+    `[ 1s ] [ 2s ] [ 3s ] [ 5s ] [ 5s ]`, the second 5 the final flush. The lines follow
+    one another a second apart, so a repeated label goes to the free second next to it:
+    before it when the line before left one, else after."""
+    seconds = [line.second for line in intervals]
+    for i in range(1, len(seconds)):
+        if seconds[i] != seconds[i - 1]:
+            continue
+        before = seconds[i - 2] if i >= 2 else 0
+        if seconds[i - 1] - 1 > before:
+            seconds[i - 1] -= 1
+        elif i + 1 == len(seconds) or seconds[i + 1] > seconds[i] + 1:
+            seconds[i] += 1
+    return seconds
 
 
 def measured_window_stats(series: pl.DataFrame, duration_s: int) -> dict[str, Any]:
