@@ -586,7 +586,7 @@ def reap_orphan_socket_dirs() -> list[Path]:
     return reaped
 
 
-def reap_stale_labs(on_problem: Callable[[str], None] | None = None) -> list[Path]:
+def reap_stale_labs(on_problem: StatusCallback | None = None) -> list[Path]:
     """Stop servers and remove dirs of labs whose pglab process no longer exists.
 
     What cannot be removed yet (a pool zfs-fuse still calls busy) stays, with its lab dir,
