@@ -242,7 +242,7 @@ def _disk_rates(folder: Path, device: str) -> list[float]:
 
 
 @root_only
-@pytest.mark.exclusive
+@pytest.mark.cpu_exclusive  # an emulated or RAM-backed device: the CPU alone
 @pytest.mark.root
 def test_write_limit_holds_for_every_byte(storage_packages: None, pglab_home: Path,
                                          tmp_path: Path) -> None:
@@ -271,7 +271,7 @@ def test_write_limit_holds_for_every_byte(storage_packages: None, pglab_home: Pa
 
 
 @root_only
-@pytest.mark.exclusive
+@pytest.mark.cpu_exclusive  # an emulated or RAM-backed device: the CPU alone
 @pytest.mark.root
 def test_latency_iops_and_pause_measured_on_the_device(storage_packages: None,
                                                        tmp_path: Path) -> None:
@@ -372,7 +372,7 @@ def test_device_server_answers_real_nbd_clients(storage_packages: None,
 
 
 @root_only
-@pytest.mark.exclusive
+@pytest.mark.cpu_exclusive  # an emulated or RAM-backed device: the CPU alone
 @pytest.mark.root
 def test_pause_disk_stops_commits_and_the_analysis_names_it(
         storage_packages: None, pglab_home: Path, tmp_path: Path) -> None:
@@ -465,7 +465,7 @@ def test_signals_at_each_stage_leave_nothing(storage_packages: None, pglab_home:
 
 
 @root_only
-@pytest.mark.exclusive
+@pytest.mark.cpu_exclusive  # an emulated or RAM-backed device: the CPU alone
 @pytest.mark.root
 def test_doctor_on_a_cache_that_acknowledges_flushes_for_nothing(storage_packages: None,
                                                                  tmp_path: Path) -> None:

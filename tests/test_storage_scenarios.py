@@ -20,6 +20,13 @@ pytestmark = [pytest.mark.root, pytest.mark.live, pytest.mark.usefixtures("stora
               pytest.mark.skipif(os.geteuid() != 0, reason="storage volumes need root")]
 
 
+# The timing checks here are cpu_exclusive, not exclusive: the limited side of each run is
+# an emulated device, which holds its limits and latency for every byte that reaches it,
+# whoever writes it back, and whose flush never waits for the host's disk
+# (storage/device_server.py). The other tests' writes do not change what it measures, as
+# they would a cgroup v1 blkio limit; their CPU would, and a cpu_exclusive test has it first.
+
+
 def _manifest(run: Path) -> dict[str, Any]:
     manifest: dict[str, Any] = json.loads((run / "manifest.json").read_text())
     return manifest
@@ -31,7 +38,7 @@ def _volume(run: Path, node: str = "primary", role: str = "data") -> dict[str, A
     return found
 
 
-@pytest.mark.exclusive  # a timing signal: the machine alone
+@pytest.mark.cpu_exclusive  # a timing signal of emulated devices (above)
 def test_wal_init_zero_on_and_off(storage_packages: None, tmp_path: Path) -> None:
     # Two of the four points (XFS; the filesystem axis is the same code path), with WAL
     # switches so that the shortened run needs new segments at once.
@@ -78,7 +85,7 @@ def test_zfs_recordsize_read_back(storage_packages: None, tmp_path: Path) -> Non
     assert "NOT COMPARABLE" not in result.stdout
 
 
-@pytest.mark.exclusive  # a timing signal: the machine alone
+@pytest.mark.cpu_exclusive  # a timing signal of emulated devices (above)
 def test_wal_on_its_own_fast_volume_wins(storage_packages: None, tmp_path: Path) -> None:
     runs = _run(tmp_path, "wal-on-own-volume", "workload.duration=10s", "workload.warmup=2s")
     tps = {_volume(r, role="wal")["device"]["latency_ms"]:
@@ -88,7 +95,7 @@ def test_wal_on_its_own_fast_volume_wins(storage_packages: None, tmp_path: Path)
     assert tps[0.0] > 1.5 * tps[3.0], tps
 
 
-@pytest.mark.exclusive  # a timing signal: the machine alone
+@pytest.mark.cpu_exclusive  # a timing signal of emulated devices (above)
 def test_standby_slow_volume_makes_commits_wait_on_syncrep(storage_packages: None,
                                                            tmp_path: Path) -> None:
     (run,) = _run(tmp_path, "standby-slow-volume", "workload.duration=15s",
