@@ -102,13 +102,19 @@ def test_standby_slow_volume_makes_commits_wait_on_syncrep(storage_packages: Non
                   "workload.warmup=2s",
                   'faults=[{at="5s", action="bulk-update", args={rows=50000}}]')
     faults = pl.read_parquet(run / "events.parquet").filter(pl.col("kind") == "fault")
-    window = (faults["t_start"][0], faults["t_start"][0] + dt.timedelta(seconds=10))
+    update = faults["t_start"][0]
+    window = (update, update + dt.timedelta(seconds=10))
+    after = (update - dt.timedelta(seconds=1), update + dt.timedelta(seconds=60))
     low = low_times(run)
     print("standby-slow-volume: low seconds", len(low), "after the bulk update",
-          inside(low, [window]))
+          inside(low, [after]), "in its first 10 s", inside(low, [window]))
     # the bulk update's WAL reaches the standby faster than its 6 MB/s device writes it:
-    # commits wait (8 of 9 low seconds in the window when this was written)
-    assert inside(low, [window]) >= 5 and inside(low, [window]) >= 0.8 * len(low), low
+    # commits wait (8 of 9 low seconds in its first 10 s when this was written), and again
+    # for the WAL of the autovacuum it sets off, so the low seconds come after it (as
+    # sync-standby-slow-disk's do): once 8 in the first 10 s, 2 more 3 s later, and the
+    # second before it (the primary's volume is a plain loop device on the host's disk,
+    # which the other tests share)
+    assert inside(low, [window]) >= 5 and inside(low, [after]) >= 0.8 * len(low), low
     shares = wait_shares(run, start=window[0], end=window[1])
     assert max(shares, key=lambda k: shares[k]) == "IPC:SyncRep", shares
     assert _volume(run, node="standby1")["device"]["write_mbps"] == 6
