@@ -109,11 +109,11 @@ def test_standby_slow_volume_makes_commits_wait_on_syncrep(storage_packages: Non
     print("standby-slow-volume: low seconds", len(low), "after the bulk update",
           inside(low, [after]), "in its first 10 s", inside(low, [window]))
     # the bulk update's WAL reaches the standby faster than its 6 MB/s device writes it:
-    # commits wait (8 of 9 low seconds in its first 10 s when this was written), and again
-    # for the WAL of the autovacuum it sets off, so the low seconds come after it (as
-    # sync-standby-slow-disk's do): once 8 in the first 10 s, 2 more 3 s later, and the
-    # second before it (the primary's volume is a plain loop device on the host's disk,
-    # which the other tests share)
+    # commits wait (8 of 9 low seconds in its first 10 s when this was written) until the
+    # standby has written it, and what follows it (a vacuum of the rows it updated): the
+    # low seconds come after it, as sync-standby-slow-disk's do. Beside the suite: 8 in the
+    # first 10 s, 2 more 3 s later, and the second before it (the primary's volume is a
+    # plain loop device on the host's disk, which the other tests share).
     assert inside(low, [window]) >= 5 and inside(low, [after]) >= 0.8 * len(low), low
     shares = wait_shares(run, start=window[0], end=window[1])
     assert max(shares, key=lambda k: shares[k]) == "IPC:SyncRep", shares
