@@ -7,6 +7,7 @@ value written.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -14,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from pglab.errors import EnvironmentProblem
@@ -318,6 +320,9 @@ def test_spawned_server_user_and_its_children_are_inside(tmp_path: Path) -> None
         assert _ours() == []
     finally:
         group.destroy()
+        with contextlib.suppress(psutil.Error):  # the two sleeps, not just their shell
+            for child in psutil.Process(proc.pid).children(recursive=True):
+                child.kill()
         proc.kill()
         proc.wait()
 
