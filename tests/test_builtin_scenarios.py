@@ -270,7 +270,7 @@ def test_checkpoint_flush_storm_drops_tps_during_checkpoints(tmp_path: Path) -> 
 # cpu_exclusive, not exclusive: a stall of a backend's fdatasync (WAL flushes, a new segment's
 # zero-fill) is writeback it submits itself, which cgroup v1 throttles however the
 # machine's other tests write (wal-segment-init and sync-standby-slow-disk kept their
-# signals in 6 of 6 runs beside the suite's live tests).
+# signals in 6 of 6 runs beside other live tests of the suite).
 @pytest.mark.cpu_exclusive
 def test_wal_segment_init_stall_coincides_with_walinit_waits(tmp_path: Path) -> None:
     # Left alone, the shortened run needs some 20 s to fill its first segments; a WAL
