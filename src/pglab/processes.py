@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 import psutil
 
-from pglab.errors import Interrupted, PglabError
+from pglab.errors import EnvironmentProblem, Interrupted, PglabError
 
 T = TypeVar("T")
 
@@ -94,19 +94,28 @@ def spawn(
     return proc
 
 
-def run_to_end(argv: list[str], what: str) -> None:
-    """A short tool (a copy of a data dir) that dies with pglab, so that a kill -9 leaves
-    nothing writing into a volume the next pglab must remove (a zfs-fuse pool killed
-    during this copy stayed "busy" for good). PglabError with its last line of stderr."""
-    proc = spawn(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+def run_to_end(argv: list[str], what: str, timeout: float | None = None) -> str:
+    """A short tool (mkfs, mount, a copy of a data dir) run to its end: its stdout, or
+    PglabError naming it with its last line of stderr. It dies with pglab, so that a kill -9
+    leaves nothing writing into a volume the next pglab must remove (a zfs-fuse pool killed
+    during a copy of the data dir stayed "busy" for good)."""
     try:
-        _, err = proc.communicate()
+        proc = spawn(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except FileNotFoundError:
+        raise EnvironmentProblem(f"{what}: {argv[0]} is not installed") from None
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        stop_child(proc)
+        raise PglabError(f"{what}: {' '.join(argv)} did not finish in {timeout:.0f} s") from None
     except BaseException:
         stop_child(proc)
         raise
     if proc.returncode != 0:
-        last = err.decode(errors="replace").strip().splitlines() or ["(no output)"]
-        raise PglabError(f"{what}: {last[-1]}")
+        text = err.decode(errors="replace").strip() or out.decode(errors="replace").strip()
+        last = (text or "(no output)").splitlines()[-1]
+        raise PglabError(f"{what}: {' '.join(argv[:2])} failed: {last}")
+    return out.decode(errors="replace")
 
 
 def kill_tree(pid: int, timeout: float = 5.0) -> list[int]:

@@ -172,4 +172,4 @@ def copy_data_dir(template: Template, dest: Path) -> None:
     """A private copy of the template's data dir (reflinked where the filesystem can)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     run_to_end(["cp", "-a", "--reflink=auto", str(template.data_dir), str(dest)],
-               f"could not copy template data dir to {dest}")
+               f"copy of the template data dir to {dest}")

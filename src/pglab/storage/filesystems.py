@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pglab.errors import EnvironmentProblem, PglabError
+from pglab.processes import run_to_end
 
 MB = 1024 * 1024
 
@@ -59,17 +59,9 @@ def option_text(value: bool | int | str) -> str:
 
 
 def run_tool(argv: list[str], what: str, timeout: float = 120) -> str:
-    """Run a storage tool; its stdout, or PglabError with its last line of stderr."""
-    try:
-        result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-    except FileNotFoundError:
-        raise EnvironmentProblem(f"{what}: {argv[0]} is not installed") from None
-    except subprocess.TimeoutExpired:
-        raise PglabError(f"{what}: {' '.join(argv)} did not finish in {timeout:.0f} s") from None
-    if result.returncode != 0:
-        last = (result.stderr.strip() or result.stdout.strip() or "(no output)").splitlines()
-        raise PglabError(f"{what}: {' '.join(argv[:2])} failed: {last[-1]}")
-    return result.stdout
+    """A storage tool, run to its end (processes.run_to_end) within `timeout`: a mkfs or
+    mount that hangs is a broken device, not a slow one."""
+    return run_to_end(argv, what, timeout)
 
 
 class Filesystem(ABC):

@@ -452,7 +452,7 @@ def move_wal(data_dir: Path, wal_root: Path, user_chown: Any) -> Path:
     """pg_wal onto its own volume, as initdb --waldir makes it: a symlink in the data dir."""
     target = wal_root / "pg_wal"
     source = data_dir / "pg_wal"
-    run_to_end(["cp", "-a", str(source), str(target)], "could not copy pg_wal to its volume")
+    run_to_end(["cp", "-a", str(source), str(target)], "pg_wal to its volume")
     shutil.rmtree(source)
     source.symlink_to(target)
     user_chown(wal_root)
