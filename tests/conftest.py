@@ -8,7 +8,7 @@ user, and one worker's servers never count as another's leftovers.
 Markers: `live` (starts servers, spawns loads, touches cgroups or kernel knobs),
 `exclusive` (needs the machine alone: kernel knobs, limits measured from inside a
 cgroup, timing-sensitive scenario checks) and `cpu_exclusive` (one at a time, the other
-tests beside it at a low CPU weight: a signal that depends on the CPU alone). Every live
+tests beside it at a low CPU weight: a signal their disk writes do not change). Every live
 test holds a shared flock on one machine-wide file while it runs; an exclusive one holds
 it exclusively, so it overlaps no other live test of any pglab suite on the machine (the
 tests not marked live, which touch nothing of the machine's, run beside it at a low CPU
@@ -131,11 +131,11 @@ def _exclusive(item: pytest.Item | None) -> bool:
 # A cpu_exclusive test runs one at a time, and the other workers go on beside it at a low
 # CPU weight (cgroup v1 cpu.shares): they get the CPU it leaves, and a fifth of what it
 # wants (an exclusive test is favoured the same way, over the offline tests beside it).
-# Its signal must depend on the CPU alone (a select's latency, loads at a fixed rate far
-# below what the machine does): the other tests' writes still reach the disk, and on
-# cgroup v1 the kernel's background writeback they set off flushes a throttled node's
-# dirty pages past its limit (a checkpoint-flush-storm run beside them saw 633 MB/s on its
-# 16 MB/s disk, and no stall). The controller puts itself in
+# Its signal must not depend on what the other tests' writes do to the host's disk (they
+# still reach it): the CPU alone, an emulated device, a process's own fdatasync under a
+# disk limit (tests/README.md). On cgroup v1 the kernel's background writeback they set
+# off flushes a throttled node's dirty pages past its limit (a checkpoint-flush-storm run
+# beside them saw 633 MB/s on its 16 MB/s disk, and no stall). The controller puts itself in
 # `<its cgroup>/pglabtests-<pid>/shared` of the cpu and cpuacct hierarchies before the
 # workers start (they inherit it, and pglab places a lab's cgroups under its own); the worker
 # running an exclusive or cpu_exclusive test moves to `.../exclusive` and turns every
