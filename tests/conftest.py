@@ -232,8 +232,8 @@ def pytest_configure(config: pytest.Config) -> None:
                             "limits measured from inside a cgroup, timing-sensitive runs); "
                             "implies live")
     config.addinivalue_line("markers", "cpu_exclusive: one at a time, the rest of the suite "
-                            "beside it at a low CPU weight (a signal that depends on "
-                            "the CPU alone); implies live")
+                            "beside it at a low CPU weight (a signal their disk writes "
+                            "do not change: tests/README.md); implies live")
     if not hasattr(config, "workerinput"):
         _SUITE_CPU.make()
         # pglab's modules as bytecode, for the hundreds of `python -m pglab` the tests
