@@ -290,6 +290,21 @@ def test_a_stall_from_a_noisy_neighbour_is_said_to_come_from_outside() -> None:
     assert analysis["recommendations"] == []
 
 
+
+def test_a_flush_beside_backends_on_the_cpu_is_not_their_stall() -> None:
+    """A CI run of the tune test's connection-per-transaction load: in its one dip the
+    other tests took the CPU while the disk wrote back 152 MB of their page cache. The
+    backends were on the CPU in every sample, so the flush is no cause of the dip, and
+    the run's answer stays the connections (the tune once tried dirty_background_bytes
+    on it first)."""
+    analysis = _analysis("churn-neighbour-writeback")
+    (stall,) = analysis["stalls"]
+    assert [c["cause"] for c in stall["causes"]] == ["cpu-saturation"], stall
+    assert stall["causes"][0].get("outside_the_lab") is True
+    assert analysis["summary"]["verdict"]["cause"] == "too-many-connections"
+    assert analysis["recommendations"][0]["rule"] == "pgbouncer"
+    assert "dirty-background-bytes" not in [r["rule"] for r in analysis["recommendations"]]
+
 # --- partial and corrupt folders ----------------------------------------------------------
 
 

@@ -188,12 +188,25 @@ def _disk_write_at(s: Score, ev: WindowEvidence, node: str, label: str | None,
                             f"{healthy:.0f} MB/s)")
 
 
+# Waits of a backend held up by the disk: its own IO, or the WAL lock whose holder is in
+# a flush (a commit queued behind another's WAL fsync).
+DISK_BOUND_WAITS = ("IO:", "LWLock:WAL")
+# From this share of their samples, client backends spent the window on the disk.
+DISK_BOUND_SHARE = 0.1
+
+
 def foreign_writeback(s: Score, ev: WindowEvidence) -> None:
-    """The disk wrote far more than PostgreSQL did: the kernel flushing dirty page cache."""
+    """The disk wrote far more than PostgreSQL did: the kernel flushing dirty page cache.
+    Only where the client backends waited on the disk: a flush does not stall backends
+    that run on the CPU (an in-memory read-only load), whatever it writes beside them."""
     node = ev.nodes[0]
     disk = ev.inside.mean(node, "os.disk", "write_mbps")
     disk_h = ev.healthy.mean(node, "os.disk", "write_mbps") or 0.0
     if disk is None or disk < 50 or disk < 3 * disk_h:
+        return
+    shares = ev.inside.wait_shares(node)
+    if shares and sum(v for w, v in shares.items()
+                      if w.startswith(DISK_BOUND_WAITS)) < DISK_BOUND_SHARE:
         return
     own = ev.inside.total(node, "db.io", "write_bytes") / 2**20 / max(1, ev.inside.seconds)
     own += (ev.inside.mean(node, "db.wal", "wal_bytes") or 0.0) / 2**20
