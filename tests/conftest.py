@@ -36,6 +36,7 @@ import psutil
 import pytest
 
 from pglab.lab.cgroups import detect_cgroups, own_cgroup
+from pglab.paths import ensure_dir, spread_subdirs
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = Path(__file__).resolve().parent / "samples"
@@ -52,6 +53,7 @@ ALLOWED_SKIPS: tuple[tuple[str, str], ...] = (
     (r"^this kernel does not list children", "CONFIG_PROC_CHILDREN is a build option"),
     (r"is not on a block device listed in /proc/diskstats$", "overlay/tmpfs test dirs"),
     (r"^no /dev/shm$", "a container without /dev/shm"),
+    (r"^the flag is ext2/3/4's$", "test dirs on another filesystem (xfs, tmpfs, overlay)"),
 )
 
 # --- the machine locks: live tests share the machine, exclusive tests have it alone ---------
@@ -442,7 +444,7 @@ def _footprint() -> tuple[tuple[bool, int], ...]:
     return tuple(out)
 
 
-def _reachable(path: Path) -> None:
+def make_reachable(path: Path) -> None:
     """As root the servers run as an unprivileged user, who must reach the data dirs and
     the tests' files: o+x on every directory above `path`."""
     if os.geteuid() != 0:
@@ -459,7 +461,7 @@ def _reachable(path: Path) -> None:
 def pytest_runtest_setup(item: pytest.Item) -> Generator[None, None, None]:
     item.stash[_FOOTPRINT] = _footprint()  # before any fixture: module fixtures count too
     if _BASETEMP:  # each pytest that starts makes /tmp/pytest-of-USER 0700 again: undo it
-        _reachable(_BASETEMP[0])  # (for tests whose servers use a dir of tmp_path)
+        make_reachable(_BASETEMP[0])  # (for tests whose servers use a dir of tmp_path)
     yield
 
 
@@ -517,9 +519,14 @@ def pglab_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     home = Path(tempfile.mkdtemp(prefix=f"pglab-test-home-{worker}-"))
     home.chmod(0o711)
-    _reachable(home)
+    # As pglab marks them when it makes them (paths.spread_subdirs), before the tests that
+    # make their servers here by hand: each data dir's files in a block group of its own
+    for name in ("labs", "templates"):
+        ensure_dir(home / name, spread=True)
+    make_reachable(home)
     _BASETEMP.append(tmp_path_factory.getbasetemp())
-    _reachable(_BASETEMP[0])
+    make_reachable(_BASETEMP[0])
+    spread_subdirs(_BASETEMP[0])  # each test's tmp_path (its runs' results) apart too
     old = os.environ.get("PGLAB_HOME")
     os.environ["PGLAB_HOME"] = str(home)
     _HOME.append(home)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
 import socket
+import struct
+import subprocess
 import tempfile
 import time
 import uuid
@@ -14,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import processes_under
+from conftest import make_reachable, processes_under
 from pglab.errors import BadInput
 from pglab.lab.binaries import find_binaries, runnable_by
 from pglab.lab.lab import ORPHAN_SOCKET_DIR_S, Lab, reap_stale_labs
@@ -22,7 +25,7 @@ from pglab.lab.local import SOCKET_PARENT, LocalServer
 from pglab.lab.osuser import server_user
 from pglab.lab.settings import apply_settings, start_with_settings
 from pglab.lab.template import get_template
-from pglab.paths import labs_dir
+from pglab.paths import FS_IOC_GETFLAGS, FS_TOPDIR_FL, labs_dir
 from pglab.scenario import InitdbOptions, load_text
 
 pytestmark = pytest.mark.live  # real servers
@@ -123,6 +126,21 @@ def test_settings_in_force_from_the_first_start(server: LocalServer) -> None:
     assert "lots" not in (server.data_dir / "postgresql.auto.conf").read_text()
 
 
+def _spreads_subdirs(path: Path) -> bool:
+    """Whether `path` carries ext4's top-of-hierarchy flag (chattr +T)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        buf = fcntl.ioctl(fd, FS_IOC_GETFLAGS, b"\0" * 4)
+    finally:
+        os.close(fd)
+    return bool(struct.unpack("i", buf)[0] & FS_TOPDIR_FL)
+
+
+def _on_ext4(path: Path) -> bool:
+    return subprocess.run(["stat", "-f", "-c", "%T", str(path)], capture_output=True,
+                          text=True, check=True).stdout.strip() in ("ext2/ext3", "ext4")
+
+
 def test_template_is_built_once_and_reused() -> None:
     user = server_user()
     bins = runnable_by(find_binaries(), user)
@@ -132,6 +150,23 @@ def test_template_is_built_once_and_reused() -> None:
     assert (second.data_dir / "PG_VERSION").read_text().strip() == "18"
     other = get_template(bins, user, InitdbOptions(wal_segsize_mb=4), 1, {}, "s.toml")
     assert other.key != first.key
+
+
+def test_labs_and_templates_spread_their_subdirs(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A PGLAB_HOME pglab makes itself: it marks labs/ and templates/ so that each lab's
+    and each template's files go to a block group of their own (paths.spread_subdirs)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    make_reachable(home)  # by the server's user, as the suite's own PGLAB_HOME is
+    monkeypatch.setenv("PGLAB_HOME", str(home))
+    if not _on_ext4(tmp_path):
+        pytest.skip("the flag is ext2/3/4's")
+    scenario = load_text('name = "t"\n[workload]\nscale = 1\n', "s.toml").scenario
+    with Lab(scenario, "s.toml", "test-spread-lab") as lab:
+        assert lab.primary is not None and lab.primary.is_running()
+        assert lab.lab_dir.parent == home / "labs" and _spreads_subdirs(home / "labs")
+    assert _spreads_subdirs(home / "templates")
 
 
 def test_lab_is_gone_after_an_error_inside() -> None:

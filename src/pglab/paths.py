@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,11 +34,42 @@ def pglab_home() -> Path:
     return Path(cache) / "pglab"
 
 
-def ensure_dir(path: Path, mode: int = 0o755) -> Path:
+def ensure_dir(path: Path, mode: int = 0o755, spread: bool = False) -> Path:
+    """`path` made with its parents, at `mode`; with `spread`, a parent of throwaway
+    directories (labs, templates): see spread_subdirs."""
     path.mkdir(parents=True, exist_ok=True)
     # mkdir's mode is filtered by the umask; the unprivileged server user needs o+x here.
     os.chmod(path, mode)
+    if spread:
+        spread_subdirs(path)
     return path
+
+
+# ioctl numbers and the flag of chattr +T (linux/fs.h); the flags are a C int.
+FS_IOC_GETFLAGS, FS_IOC_SETFLAGS, FS_TOPDIR_FL = 0x80086601, 0x40086602, 0x00020000
+
+
+def spread_subdirs(path: Path) -> None:
+    """Mark `path` a top of directory hierarchies (chattr +T) where the filesystem has the
+    flag (ext2/3/4): ext4 then places each of its subdirectories in a block group of its
+    own, as it does those of /, instead of next to `path`. Why it matters: a lab's data
+    dir is some 1,300 files made and removed within minutes, and ext4 without a journal
+    does not reuse an inode deleted in the last hours; a new file made where many were
+    deleted first scans past all of them (0.4 ms of kernel CPU a file on this project's
+    test machine once a few labs had come and gone there, against 0.01 ms in a fresh
+    group). Elsewhere, or without the right to set it, nothing changes."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        (flags,) = struct.unpack("i", fcntl.ioctl(fd, FS_IOC_GETFLAGS, b"\0" * 4))
+        if not flags & FS_TOPDIR_FL:
+            fcntl.ioctl(fd, FS_IOC_SETFLAGS, struct.pack("i", flags | FS_TOPDIR_FL))
+    except OSError:  # tmpfs, xfs, ...: no such flag; a directory of another user's
+        pass
+    finally:
+        os.close(fd)
 
 
 @contextlib.contextmanager

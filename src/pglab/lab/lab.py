@@ -368,7 +368,7 @@ class Lab:
             self.bins, self.user, server_spec.initdb, self.scenario.workload.scale,
             server_spec.settings, self.where, self.on_status, self.data_init,
         )
-        ensure_dir(self.lab_dir.parent)
+        ensure_dir(self.lab_dir.parent, spread=True)  # each lab's files in a group apart
         ensure_dir(self.lab_dir)
         (self.lab_dir / "owner.json").write_text(json.dumps(
             {"pid": os.getpid(), "started": psutil.Process().create_time()}))

@@ -70,7 +70,7 @@ def template_key(bins: PgBinaries, initdb: InitdbOptions, scale: int,
 
 
 def templates_dir() -> Path:
-    return ensure_dir(pglab_home() / "templates")
+    return ensure_dir(pglab_home() / "templates", spread=True)  # each build's files apart
 
 
 def get_template(
