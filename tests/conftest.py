@@ -426,7 +426,9 @@ def pytest_runtest_protocol(item: pytest.Item,
 
 _HOME: list[Path] = []  # this session's PGLAB_HOME, once the pglab_home fixture made it
 _BASETEMP: list[Path] = []  # this worker's pytest temp dir
-_FRESH = ((False, 0), (False, 0))  # a PGLAB_HOME before anything ran
+# PGLAB_HOME as the pglab_home fixture makes it (its empty labs and templates dirs): what
+# the first test of a worker, set up before the fixture ran, is compared with
+_FRESH: list[tuple[tuple[bool, int], ...]] = []
 _FOOTPRINT = pytest.StashKey[tuple[tuple[bool, int], ...]]()
 
 
@@ -434,7 +436,7 @@ def _footprint() -> tuple[tuple[bool, int], ...]:
     """What making a server or a template changes in PGLAB_HOME: its labs and templates
     dirs (created, or an entry added or removed)."""
     if not _HOME:
-        return _FRESH
+        return ()  # before the pglab_home fixture: _FRESH once it ran
     out = []
     for name in ("labs", "templates"):
         try:
@@ -468,7 +470,8 @@ def pytest_runtest_setup(item: pytest.Item) -> Generator[None, None, None]:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     yield
-    if not item.get_closest_marker("live") and _footprint() != item.stash[_FOOTPRINT]:
+    before = item.stash[_FOOTPRINT] or (_FRESH[0] if _FRESH else ())
+    if not item.get_closest_marker("live") and _footprint() != before:
         raise AssertionError("this test (or its fixture) made a server or a template: "
                              "mark it @pytest.mark.live (tests/README.md)")
 
@@ -524,12 +527,13 @@ def pglab_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     for name in ("labs", "templates"):
         ensure_dir(home / name, spread=True)
     make_reachable(home)
+    _HOME.append(home)
+    _FRESH.append(_footprint())
     _BASETEMP.append(tmp_path_factory.getbasetemp())
     make_reachable(_BASETEMP[0])
     spread_subdirs(_BASETEMP[0])  # each test's tmp_path (its runs' results) apart too
     old = os.environ.get("PGLAB_HOME")
     os.environ["PGLAB_HOME"] = str(home)
-    _HOME.append(home)
     yield home
     if old is None:
         del os.environ["PGLAB_HOME"]
