@@ -13,9 +13,9 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from pglab.durability import durability_lines
 from pglab.results.folder import StoredRun
 from pglab.storage.describe import lines as storage_lines
+from pglab.terminal.durability_summary import durability_lines
 from pglab.terminal.telemetry_summary import summarize, summary_lines
 from pglab.workload.pgbench_output import ProgressLine
 
