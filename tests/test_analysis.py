@@ -290,7 +290,6 @@ def test_a_stall_from_a_noisy_neighbour_is_said_to_come_from_outside() -> None:
     assert analysis["recommendations"] == []
 
 
-
 def test_a_flush_beside_backends_on_the_cpu_is_not_their_stall() -> None:
     """A CI run of the tune test's connection-per-transaction load: in its one dip the
     other tests took the CPU while the disk wrote back 152 MB of their page cache. The
@@ -304,6 +303,7 @@ def test_a_flush_beside_backends_on_the_cpu_is_not_their_stall() -> None:
     assert analysis["summary"]["verdict"]["cause"] == "too-many-connections"
     assert analysis["recommendations"][0]["rule"] == "pgbouncer"
     assert "dirty-background-bytes" not in [r["rule"] for r in analysis["recommendations"]]
+
 
 # --- partial and corrupt folders ----------------------------------------------------------
 
