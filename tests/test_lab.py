@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import shutil
 import socket
-import struct
 import subprocess
 import tempfile
 import time
@@ -25,7 +23,7 @@ from pglab.lab.local import SOCKET_PARENT, LocalServer
 from pglab.lab.osuser import server_user
 from pglab.lab.settings import apply_settings, start_with_settings
 from pglab.lab.template import get_template
-from pglab.paths import FS_IOC_GETFLAGS, FS_TOPDIR_FL, labs_dir
+from pglab.paths import labs_dir
 from pglab.scenario import InitdbOptions, load_text
 
 pytestmark = pytest.mark.live  # real servers
@@ -127,13 +125,11 @@ def test_settings_in_force_from_the_first_start(server: LocalServer) -> None:
 
 
 def _spreads_subdirs(path: Path) -> bool:
-    """Whether `path` carries ext4's top-of-hierarchy flag (chattr +T)."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        buf = fcntl.ioctl(fd, FS_IOC_GETFLAGS, b"\0" * 4)
-    finally:
-        os.close(fd)
-    return bool(struct.unpack("i", buf)[0] & FS_TOPDIR_FL)
+    """Whether `path` carries ext4's top-of-hierarchy flag, as e2fsprogs' lsattr reads it
+    (the T among its flags)."""
+    flags = subprocess.run(["lsattr", "-d", str(path)], capture_output=True, text=True,
+                           check=True).stdout.split()[0]
+    return "T" in flags
 
 
 def _on_ext4(path: Path) -> bool:
