@@ -12,6 +12,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 import psutil
 import pytest
@@ -284,6 +286,46 @@ def test_a_signal_handled_in_an_at_fork_hook_is_not_lost() -> None:
     assert raised.value.signal_name == "SIGTERM"
     assert not [p for p in _descendants(os.getpid())
                 if p.pid not in before and "sleep" in p.name()]  # the child was stopped
+
+
+def _signal_once_while_wait_holds_its_lock(fired: list[bool]) -> Any:
+    """A tracer that raises SIGTERM once, at a line of Popen._wait run while the Popen's
+    waitpid lock is taken: the moment a CI run's signal landed in."""
+    def in_wait(frame: FrameType, event: str, arg: Any) -> Any:
+        if event == "line" and not fired and frame.f_locals["self"]._waitpid_lock.locked():
+            fired.append(True)
+            signal.raise_signal(signal.SIGTERM)  # its handler runs before the next line
+        return in_wait
+
+    popen_wait = getattr(subprocess.Popen, "_wait").__code__  # noqa: B009 - private
+
+    def tracer(frame: FrameType, event: str, arg: Any) -> Any:
+        return in_wait if frame.f_code is popen_wait else None
+
+    return tracer
+
+
+def test_a_signal_while_a_wait_holds_the_childs_lock_leaves_the_child_stoppable() -> None:
+    """CI: a SIGTERM raised inside Popen.wait just after it took its lock left the lock
+    held; the cleanup then could not see pgbench exit, and pglab stopped on a traceback
+    instead of exiting 143. The wait is shielded: the signal is raised after it."""
+    from pglab.errors import Interrupted
+    from pglab.processes import signals_as_exceptions, spawn, stop_child, wait_child
+
+    fired: list[bool] = []
+    child = spawn(["sleep", "30"], stdin=subprocess.DEVNULL)
+    with signals_as_exceptions():
+        sys.settrace(_signal_once_while_wait_holds_its_lock(fired))
+        try:
+            with pytest.raises(Interrupted) as raised:
+                wait_child(child, 10)
+        finally:
+            sys.settrace(None)
+        started = time.monotonic()
+        stop_child(child, grace=3)
+    assert fired and raised.value.signal_name == "SIGTERM"
+    assert child.returncode == -signal.SIGTERM  # stopped by its SIGTERM, and reaped
+    assert time.monotonic() - started < 3
 
 
 class _RaisesInDel:

@@ -133,29 +133,41 @@ def kill_tree(pid: int, timeout: float = 5.0) -> list[int]:
     return sorted(proc.pid for proc in alive)
 
 
-def wait_for_exit(proc: subprocess.Popen[bytes], timeout: float) -> bool:
-    """Until a load generator exits (False after `timeout`). Every half second it raises
-    a Ctrl-C that Python dropped on the way (see deliver_pending)."""
+def wait_child(proc: subprocess.Popen[bytes], timeout: float) -> bool:
+    """Whether a child exited within `timeout` seconds (reaped then).
+
+    Popen.wait runs shielded, half a second at a time, and a signal that came meanwhile
+    is raised between the steps (with a Ctrl-C Python dropped, see deliver_pending).
+    Raised inside it, just after it took its lock, the exception leaves the lock held:
+    every later wait on that child then times out, and pglab's cleanup found a pgbench
+    it had already killed still "running" and stopped on a traceback."""
     deadline = time.monotonic() + timeout
-    while (left := deadline - time.monotonic()) > 0:
-        try:
-            proc.wait(timeout=min(0.5, left))
-            return True
-        except subprocess.TimeoutExpired:
-            deliver_pending()
-    return proc.poll() is not None
+    while True:
+        left = deadline - time.monotonic()
+        with shielded():
+            try:
+                proc.wait(timeout=max(0.0, min(0.5, left)))
+                return True
+            except subprocess.TimeoutExpired:
+                pass
+        deliver_pending()
+        if left <= 0.5:
+            return False
 
 
 def stop_child(proc: subprocess.Popen[bytes], grace: float = 5.0) -> None:
-    """SIGTERM, then SIGKILL the whole tree after `grace` seconds."""
-    if proc.poll() is None:
+    """SIGTERM, then SIGKILL the whole tree after `grace` seconds. Shielded: a second
+    Ctrl-C does not leave the child running; it is raised by the next deliver_pending.
+    A child still there `grace` seconds after SIGKILL (in uninterruptible I/O) is left
+    to end when the kernel lets it, and init reaps it if pglab exits first."""
+    with shielded():
+        if proc.poll() is not None:
+            return
         with contextlib.suppress(ProcessLookupError):
             proc.terminate()
-        try:
-            proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
+        if not wait_child(proc, grace):
             kill_tree(proc.pid)
-            proc.wait(timeout=grace)
+            wait_child(proc, grace)
 
 
 _shielded = False

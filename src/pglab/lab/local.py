@@ -25,7 +25,7 @@ from pglab.errors import BadInput, EnvironmentProblem, PglabError
 from pglab.lab.binaries import PgBinaries
 from pglab.lab.osuser import ServerUser
 from pglab.paths import ensure_dir
-from pglab.processes import kill_tree, spawn, wait_until
+from pglab.processes import kill_tree, spawn, wait_child, wait_until
 from pglab.results.files import write_text
 
 SUPERUSER = "postgres"
@@ -366,8 +366,7 @@ class LocalServer:
                 break
             with contextlib.suppress(ProcessLookupError):
                 os.kill(proc.pid, sig)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=wait)
+            wait_child(proc, wait)
         if proc.poll() is None:
             self.kill()
         self._reap_orphans()
@@ -377,8 +376,7 @@ class LocalServer:
     def kill(self) -> None:
         if self.process is not None:
             kill_tree(self.process.pid)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.process.wait(timeout=5)
+            wait_child(self.process, 5)
 
     def _reap_orphans(self) -> None:
         """Backends outlive a killed postmaster for a moment; make sure none remain."""

@@ -25,7 +25,7 @@ import psutil
 from pglab.errors import BadInput
 from pglab.lab.binaries import PgBinaries
 from pglab.lab.pgbench_init import pgbench_env
-from pglab.processes import spawn, stop_child, wait_for_exit
+from pglab.processes import spawn, stop_child, wait_child
 from pglab.scenario import Workload
 from pglab.scenario.model import PGLAB_SCRIPTS
 from pglab.workload.pgbench_output import (
@@ -288,7 +288,7 @@ def run(
         reader = threading.Thread(target=pump, name="pgbench-stderr", daemon=True)
         reader.start()
         try:
-            timed_out = not wait_for_exit(proc, cmd.total_s + FINISH_GRACE_S)
+            timed_out = not wait_child(proc, cmd.total_s + FINISH_GRACE_S)
         finally:
             stop_child(proc)  # no-op when it ended by itself; kills it on any exception
         reader.join(timeout=5)

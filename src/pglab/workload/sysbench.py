@@ -23,7 +23,7 @@ from typing import Any
 from pglab.errors import BadInput, EnvironmentProblem, PglabError
 from pglab.lab.faults import CUT_ACTIONS
 from pglab.lab.template import DataInit
-from pglab.processes import spawn, stop_child, wait_for_exit
+from pglab.processes import spawn, stop_child, wait_child
 from pglab.scenario import Scenario, Workload
 from pglab.scenario.sysbench_tests import PGLAB_TESTS, SYSBENCH_TESTS
 from pglab.workload.sysbench_output import IntervalLine, parse_interval_line
@@ -278,7 +278,7 @@ def run(cmd: SysbenchCommand, conn_env: dict[str, str], raw_dir: Path,
     reader = threading.Thread(target=pump, name="sysbench-stdout", daemon=True)
     reader.start()
     try:
-        timed_out = not wait_for_exit(proc, cmd.total_s + FINISH_GRACE_S)
+        timed_out = not wait_child(proc, cmd.total_s + FINISH_GRACE_S)
     finally:
         stop_child(proc)  # no-op when it ended by itself; kills it on any exception
     reader.join(timeout=5)
