@@ -288,37 +288,52 @@ def test_a_signal_handled_in_an_at_fork_hook_is_not_lost() -> None:
                 if p.pid not in before and "sleep" in p.name()]  # the child was stopped
 
 
-def _signal_once_while_wait_holds_its_lock(fired: list[bool]) -> Any:
-    """A tracer that raises SIGTERM once, at a line of Popen._wait run while the Popen's
-    waitpid lock is taken: the moment a CI run's signal landed in."""
-    def in_wait(frame: FrameType, event: str, arg: Any) -> Any:
+def _signal_once_while_the_lock_is_held(method: str, fired: list[bool]) -> Any:
+    """A tracer that raises SIGTERM once, at a line of Popen's `method` run while the
+    Popen's waitpid lock is taken: the moment a CI run's signal landed in."""
+    def inside(frame: FrameType, event: str, arg: Any) -> Any:
         if event == "line" and not fired and frame.f_locals["self"]._waitpid_lock.locked():
             fired.append(True)
             signal.raise_signal(signal.SIGTERM)  # its handler runs before the next line
-        return in_wait
+        return inside
 
-    popen_wait = getattr(subprocess.Popen, "_wait").__code__  # noqa: B009 - private
+    code = getattr(subprocess.Popen, method).__code__
 
     def tracer(frame: FrameType, event: str, arg: Any) -> Any:
-        return in_wait if frame.f_code is popen_wait else None
+        return inside if frame.f_code is code else None
 
     return tracer
 
 
-def test_a_signal_while_a_wait_holds_the_childs_lock_leaves_the_child_stoppable() -> None:
+def _wait_on(child: subprocess.Popen[bytes]) -> None:
+    from pglab.processes import wait_child
+
+    wait_child(child, 10)  # as a load is waited for
+
+
+def _poll(child: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 10
+    while child.poll() is None and time.monotonic() < deadline:  # as a server's start is
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize(("method", "waiting"), [("_wait", _wait_on),
+                                                 ("_internal_poll", _poll)])
+def test_a_signal_while_popen_holds_its_lock_leaves_the_child_stoppable(
+        method: str, waiting: Callable[[subprocess.Popen[bytes]], None]) -> None:
     """CI: a SIGTERM raised inside Popen.wait just after it took its lock left the lock
     held; the cleanup then could not see pgbench exit, and pglab stopped on a traceback
-    instead of exiting 143. The wait is shielded: the signal is raised after it."""
+    instead of exiting 143. The signal is raised once the lock is let go."""
     from pglab.errors import Interrupted
-    from pglab.processes import signals_as_exceptions, spawn, stop_child, wait_child
+    from pglab.processes import signals_as_exceptions, spawn, stop_child
 
     fired: list[bool] = []
     child = spawn(["sleep", "30"], stdin=subprocess.DEVNULL)
     with signals_as_exceptions():
-        sys.settrace(_signal_once_while_wait_holds_its_lock(fired))
+        sys.settrace(_signal_once_while_the_lock_is_held(method, fired))
         try:
             with pytest.raises(Interrupted) as raised:
-                wait_child(child, 10)
+                waiting(child)
         finally:
             sys.settrace(None)
         started = time.monotonic()

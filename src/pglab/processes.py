@@ -134,25 +134,16 @@ def kill_tree(pid: int, timeout: float = 5.0) -> list[int]:
 
 
 def wait_child(proc: subprocess.Popen[bytes], timeout: float) -> bool:
-    """Whether a child exited within `timeout` seconds (reaped then).
-
-    Popen.wait runs shielded, half a second at a time, and a signal that came meanwhile
-    is raised between the steps (with a Ctrl-C Python dropped, see deliver_pending).
-    Raised inside it, just after it took its lock, the exception leaves the lock held:
-    every later wait on that child then times out, and pglab's cleanup found a pgbench
-    it had already killed still "running" and stopped on a traceback."""
+    """Whether a child exited within `timeout` seconds (reaped then). Every half second
+    it raises a Ctrl-C that Python dropped on the way (see deliver_pending)."""
     deadline = time.monotonic() + timeout
-    while True:
-        left = deadline - time.monotonic()
-        with shielded():
-            try:
-                proc.wait(timeout=max(0.0, min(0.5, left)))
-                return True
-            except subprocess.TimeoutExpired:
-                pass
-        deliver_pending()
-        if left <= 0.5:
-            return False
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            proc.wait(timeout=min(0.5, left))
+            return True
+        except subprocess.TimeoutExpired:
+            deliver_pending()
+    return proc.poll() is not None
 
 
 def stop_child(proc: subprocess.Popen[bytes], grace: float = 5.0) -> None:
@@ -178,7 +169,30 @@ _output_closed = threading.Event()  # set by output_closed() for the main thread
 _output_gone = threading.Event()  # output_closed() has stopped pglab already
 
 
+# Popen holds its waitpid lock for the few lines that reap the child, and an exception
+# raised there leaves it held for good: every later wait on that child times out and
+# poll() says it runs. A CI run's SIGTERM landed just after Popen.wait took the lock;
+# pglab's cleanup then waited on a pgbench that had exited and stopped on a traceback.
+# Such a signal is raised again a moment later, once the lock is let go.
+_RETRY_SIGNAL_S = 0.01
+
+
+def _holding_a_child_lock(frame: FrameType | None) -> bool:
+    """The main thread stopped in subprocess's code while a Popen's waitpid lock is held."""
+    while frame is not None and frame.f_code.co_filename != subprocess.__file__:
+        frame = frame.f_back
+    if frame is None:
+        return False
+    lock = getattr(frame.f_locals.get("self"), "_waitpid_lock", None)
+    return lock is not None and bool(lock.locked())
+
+
 def _raise_interrupted(signum: int, frame: FrameType | None) -> None:
+    if not _shielded and _holding_a_child_lock(frame):
+        retry = threading.Timer(_RETRY_SIGNAL_S, _thread.interrupt_main, args=(signum,))
+        retry.daemon = True
+        retry.start()
+        return
     name = signal.Signals(signum).name
     if _output_closed.is_set():  # the SIGINT output_closed() sent, not a Ctrl-C
         _output_closed.clear()
