@@ -317,6 +317,21 @@ def test_a_writeback_burst_beside_a_read_only_load_is_not_its_stall() -> None:
     assert analysis["recommendations"] == []
 
 
+def test_writeback_held_up_by_a_paused_device_is_the_pause() -> None:
+    """A CI rehearsal of test_storage's pause-disk run: while primary's emulated device
+    did not answer, its writes queued under writeback and went out after (86 MB at
+    once, 68 MB/s on the device against PostgreSQL's 8). That is the pause's doing, and
+    the stall is the device's (memory-reclaim once scored 0.99 on it, over 0.88)."""
+    analysis = _analysis("pause-disk-writeback")
+    (stall,) = analysis["stalls"]
+    assert stall["causes"][0]["cause"] == "storage-device", stall
+    reclaim = next(c for c in stall["causes"] if c["cause"] == "memory-reclaim")
+    assert reclaim["confidence"] < stall["causes"][0]["confidence"]
+    assert any(line.startswith("(halved: primary's storage device had a fault (pause-disk)")
+               for line in reclaim["evidence"]), reclaim
+    assert analysis["summary"]["verdict"]["cause"] == "storage-device"
+
+
 # --- partial and corrupt folders ----------------------------------------------------------
 
 

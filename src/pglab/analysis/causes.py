@@ -461,8 +461,22 @@ def memory_reclaim(ev: WindowEvidence) -> Finding | None:
         s.add(0.3, f"dirty page cache {dirty:.0f} MB near the {limit:.0f} MB throttle limit")
     _writeback_burst(s, ev)
     foreign_writeback(s, ev)
+    _beside_a_device_fault(s, ev)
     _during_a_cut(s, ev)
     return s.finding()
+
+
+def _beside_a_device_fault(s: Score, ev: WindowEvidence) -> None:
+    """A window with a fault of a volume's device in it: the writeback seen then is that
+    device's queue, held up by the fault and let go after it (a rehearsal's pause-disk
+    run scored memory-reclaim 0.99 from it, over the pause itself); storage-device names
+    the window."""
+    fault = _device_fault(ev)
+    if fault is not None and s.value > 0:
+        s.value /= 2
+        s.lines.append(f"(halved: {fault.node}'s storage device had a fault "
+                       f"({fault.attrs.get('action')}) at {at(fault)}, and its writes "
+                       "waited on it)")
 
 
 def _writeback_burst(s: Score, ev: WindowEvidence) -> None:
@@ -572,18 +586,26 @@ DEVICE_FAULT_WORDS = {
 }
 
 
+def _device_fault(ev: WindowEvidence) -> EventView | None:
+    """The window's first fault of a storage volume's device (a throttle-disk counts only
+    on a node with volumes: without, it is the cgroup envelope's)."""
+    for e in ev.events_of("fault"):
+        action = str(e.attrs.get("action"))
+        if action in DEVICE_FAULT_WORDS and (
+                action != "throttle-disk" or volume_devices(ev.manifest, e.node)):
+            return e
+    return None
+
+
 def storage_device(ev: WindowEvidence) -> Finding | None:
     """A storage volume's device that hung, failed or slowed (a device fault)."""
     s = Score("storage-device")
-    for e in ev.events_of("fault"):
+    e = _device_fault(ev)
+    if e is not None:
         action = str(e.attrs.get("action"))
-        if action not in DEVICE_FAULT_WORDS or (
-                action == "throttle-disk" and not volume_devices(ev.manifest, e.node)):
-            continue
         names = ", ".join(volume_devices(ev.manifest, e.node)) or "its device"
         s.add(0.6, f"{e.node}'s storage ({names}) {DEVICE_FAULT_WORDS[action]} from "
                    f"{at(e)} (fault {action})")
-        break
     if s.value > 0:
         wait_signal(s, ev, (*WAL_WRITE, *DATA_IO), "WAL and data file IO", weight=0.3)
         for node in ev.nodes:
