@@ -483,7 +483,7 @@ def _writeback_burst(s: Score, ev: WindowEvidence) -> None:
     """Dirty page cache written back all at once: the kernel had not started background
     writeback (its threshold is above what piled up), and an fsync, typically the
     checkpoint's, forced it out; worse when PostgreSQL's write-back hints are off. Only
-    where the client backends waited on the disk (CI: 237 MB of the suite's own page
+    where the client backends waited on the disk (a CI rehearsal: 237 MB of the suite's page
     cache under writeback in a dip of a read-only load whose backends never waited on
     it made a healthy control's verdict memory-reclaim)."""
     burst = ev.inside.peak("host", "os.memory", "writeback_mb") or 0.0
