@@ -74,10 +74,16 @@ def _during_a_cut(s: Score, ev: WindowEvidence) -> None:
     """A window with a crash or power loss in it: the IO seen then is the cut's own
     (remount, journal replay, crash recovery); server-crash names the window."""
     cuts = [e for e in ev.events_of("fault") if str(e.attrs.get("action")) in CUT_WORDS]
-    if cuts and s.value > 0:
+    if cuts:
+        _halve(s, f"{cuts[0].node} was cut ({cuts[0].attrs.get('action')}) at "
+                  f"{at(cuts[0])} and recovering meanwhile")
+
+
+def _halve(s: Score, because: str) -> None:
+    """A cause whose evidence in the window is another's doing: half its score, and why."""
+    if s.value > 0:
         s.value /= 2
-        s.lines.append(f"(halved: {cuts[0].node} was cut ({cuts[0].attrs.get('action')}) "
-                       f"at {at(cuts[0])} and recovering meanwhile)")
+        s.lines.append(f"(halved: {because})")
 
 
 # An unfinished checkpoint whose checkpointer spent at least this share of the window's
@@ -472,11 +478,9 @@ def _beside_a_device_fault(s: Score, ev: WindowEvidence) -> None:
     run scored memory-reclaim 0.99 from it, over the pause itself); storage-device names
     the window."""
     fault = _device_fault(ev)
-    if fault is not None and s.value > 0:
-        s.value /= 2
-        s.lines.append(f"(halved: {fault.node}'s storage device had a fault "
-                       f"({fault.attrs.get('action')}) at {at(fault)}, and its writes "
-                       "waited on it)")
+    if fault is not None:
+        _halve(s, f"{fault.node}'s storage device had a fault ({fault.attrs.get('action')}) "
+                  f"at {at(fault)}, and its writes waited on it")
 
 
 def _writeback_burst(s: Score, ev: WindowEvidence) -> None:
