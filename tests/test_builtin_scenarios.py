@@ -120,7 +120,10 @@ def test_catalogue_lists_story_and_expected_signal() -> None:
     assert "expect:" in result.stdout and "sync-standby-paused" in result.stdout
 
 
+# Exclusive: a CPU-bound run whose every second must hold, with the machine's CPU whole; on
+# the disk, as the built-in runs for a user.
 @pytest.mark.exclusive
+@pytest.mark.disk
 def test_healthy_control_has_no_low_second_and_no_finding(tmp_path: Path) -> None:
     result = run_cli("run", "healthy-control", "--results", str(tmp_path / "r"),
                      "--set", "workload.duration=8s", "--set", "workload.warmup=2s")
@@ -170,6 +173,7 @@ def test_hot_row_contention_is_dominated_by_lock_waits(tmp_path: Path) -> None:
 # Exclusive, not cpu_exclusive: no second outside the pause may dip, and the primary's
 # commits wait on the host's disk, which the other tests' writes share.
 @pytest.mark.exclusive
+@pytest.mark.disk
 def test_sync_standby_paused_stops_commits_on_syncrep(tmp_path: Path) -> None:
     (run,) = _run(tmp_path, "sync-standby-paused", "workload.duration=10s",
                   "workload.warmup=2s",
@@ -196,7 +200,10 @@ def test_sync_standby_paused_stops_commits_on_syncrep(tmp_path: Path) -> None:
     assert rules and rules[0] == "quorum-commit", rules
 
 
+# disk: its verdict weighs what the backends do besides starting, and on tmpfs their
+# commits cost no I/O: in RAM the direct run's verdict was cpu-saturation.
 @pytest.mark.cpu_exclusive  # one connection per transaction against a pool: CPU only
+@pytest.mark.disk
 def test_too_many_connections_pooler_wins(tmp_path: Path, pgbouncer_binary: str) -> None:
     runs = _run(tmp_path, "too-many-connections", "workload.duration=3s",
                 "workload.warmup=2s")
@@ -247,10 +254,10 @@ def _low_seconds_with(run: Path, metric_prefix: str, fraction: float = 0.1) -> l
     return [str(t) for t in low if t in seconds or t - dt.timedelta(seconds=1) in seconds]
 
 
-# Exclusive: its stall is the checkpoint's buffered writes held at the 16 MB/s limit, and on
-# cgroup v1 the flusher writeback that other tests' writes set off takes them past it (a
-# run beside the suite saw 633 MB/s, and no stall).
-@pytest.mark.exclusive
+# disk_exclusive: its stall is the checkpoint's buffered writes held at the 16 MB/s limit,
+# and on cgroup v1 the flusher writeback that other tests' writes set off takes them past
+# it (a run beside the suite saw 633 MB/s, and no stall).
+@pytest.mark.disk_exclusive
 def test_checkpoint_flush_storm_drops_tps_during_checkpoints(tmp_path: Path) -> None:
     (run,) = _run(tmp_path, "checkpoint-flush-storm", "workload.duration=20s",
                   "workload.warmup=2s")
@@ -271,12 +278,12 @@ def test_checkpoint_flush_storm_drops_tps_during_checkpoints(tmp_path: Path) -> 
     assert top_cause(run) == "checkpoint-io"
 
 
-# Exclusive: a new segment's zero-fill is writeback the backend submits itself, which
+# disk_exclusive: a new segment's zero-fill is writeback the backend submits itself, which
 # cgroup v1 throttles at 8 MB/s however the other tests write, but not how fast: beside
 # them (42 and 45 MB/s of other writers on the host's disk, in two rehearsals of 49 to 52)
 # the first segments took 10 s, a WAL-volume checkpoint began 4 s into that stall, and
 # the verdict was checkpoint-io.
-@pytest.mark.exclusive
+@pytest.mark.disk_exclusive
 def test_wal_segment_init_stall_coincides_with_walinit_waits(tmp_path: Path) -> None:
     # Left alone, the shortened run needs some 20 s to fill its first segments; a WAL
     # switch makes the next commit need a new one at once.
@@ -295,6 +302,7 @@ def test_wal_segment_init_stall_coincides_with_walinit_waits(tmp_path: Path) -> 
 # writeback it submits itself, which cgroup v1 throttles however the other tests write
 # (its signal held in 6 of 6 runs beside other live tests of the suite).
 @pytest.mark.cpu_exclusive
+@pytest.mark.disk  # a disk limit needs a block device
 def test_sync_standby_on_slow_disk_makes_commits_wait_on_syncrep(tmp_path: Path) -> None:
     (run,) = _run(tmp_path, "sync-standby-slow-disk", "workload.duration=15s",
                   "workload.warmup=2s",
@@ -329,7 +337,7 @@ def test_sync_standby_on_slow_disk_makes_commits_wait_on_syncrep(tmp_path: Path)
     assert cited, analysis["stalls"]
 
 
-@pytest.mark.exclusive
+@pytest.mark.disk_exclusive
 def test_dirty_writeback_storm_stalls_in_the_checkpoint_sync(tmp_path: Path) -> None:
     (run,) = _run(tmp_path, "dirty-writeback-storm", "workload.duration=15s",
                   "workload.warmup=2s", 'faults=[{at="6s", action="checkpoint"}]')

@@ -57,7 +57,8 @@ def overridden_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _only_run(work / "r", "t")
 
 
-@pytest.mark.live
+# disk: os.disk watches the device under the real data dir (these tests share the run)
+@pytest.mark.disk
 def test_run_scenario_with_overrides_and_show_ls(overridden_run: Path) -> None:
     run_dir, results = overridden_run, overridden_run.parent.parent
     manifest = json.loads((run_dir / "manifest.json").read_text())
@@ -83,7 +84,7 @@ def test_run_scenario_with_overrides_and_show_ls(overridden_run: Path) -> None:
     assert run_dir.name in table.stdout and "completed" in table.stdout
 
 
-@pytest.mark.live
+@pytest.mark.disk
 def test_os_probes_of_a_real_run(overridden_run: Path) -> None:
     """os.processes splits the real server's CPU by process kind, and os.disk watches the
     device that holds the real data dir (the parsers' own tests use samples and stand-ins)."""
@@ -218,7 +219,7 @@ def test_no_color_is_respected() -> None:
     assert not colour.search(plain.stdout + plain.stderr), plain.stdout
 
 
-@pytest.mark.live
+@pytest.mark.disk
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the server as another user")
 def test_as_root_the_server_runs_unprivileged(overridden_run: Path) -> None:
     manifest = json.loads((overridden_run / "manifest.json").read_text())

@@ -133,7 +133,8 @@ def _ours() -> list[Path]:
     return [p for p in pglab_cgroups(SUPPORT) if p.name.startswith(f"pglab-{os.getpid()}-")]
 
 
-@pytest.mark.exclusive
+@pytest.mark.exclusive  # a limit measured
+@pytest.mark.disk
 @needs_cgroups
 def test_write_throughput_inside_a_10_mbps_envelope(tmp_path: Path) -> None:
     with applied_envelope("free", EnvelopeLimits(cpus=2.0), tmp_path) as free:
@@ -153,7 +154,8 @@ def test_write_throughput_inside_a_10_mbps_envelope(tmp_path: Path) -> None:
     assert _ours() == []
 
 
-@pytest.mark.exclusive
+@pytest.mark.exclusive  # a limit measured
+@pytest.mark.disk
 @needs_cgroups
 def test_write_iops_inside_a_50_iops_envelope(tmp_path: Path) -> None:
     with applied_envelope("iops", EnvelopeLimits(write_iops=50), tmp_path) as env:
@@ -176,7 +178,8 @@ print(done / (1 << 20) / (time.monotonic() - start))
 """
 
 
-@pytest.mark.exclusive
+@pytest.mark.exclusive  # a limit measured
+@pytest.mark.disk
 @needs_cgroups
 def test_read_throughput_inside_a_10_mbps_envelope(tmp_path: Path) -> None:
     data = tmp_path / "data"
@@ -202,7 +205,8 @@ os.unlink(sys.argv[1])
 """
 
 
-@pytest.mark.exclusive
+@pytest.mark.exclusive  # a limit measured
+@pytest.mark.disk
 @needs_cgroups
 @pytest.mark.skipif(SUPPORT.version != 1, reason="the v1 writeback caveat")
 def test_v1_does_not_throttle_buffered_writes(tmp_path: Path) -> None:
@@ -261,7 +265,7 @@ print("ok")
 """
 
 
-@pytest.mark.live
+@pytest.mark.disk  # tmpfs pages are not page cache the kernel can drop
 @needs_cgroups
 def test_memory_limit_is_enforced_page_cache_included(tmp_path: Path) -> None:
     limit = 64 * MB
@@ -327,7 +331,7 @@ def test_spawned_server_user_and_its_children_are_inside(tmp_path: Path) -> None
         proc.wait()
 
 
-@pytest.mark.live
+@pytest.mark.disk  # disk limits need a block device
 @needs_cgroups
 def test_no_cgroup_left_after_20_create_apply_destroy(tmp_path: Path) -> None:
     limits = CgroupLimits(cpus=0.5, cpuset="0", memory=128 * MB,

@@ -25,7 +25,8 @@ from pglab.lab.osuser import server_user
 from pglab.processes import spawn, wait_until
 from pglab.scenario.envelope_limits import MB, EnvelopeLimits
 
-pytestmark = pytest.mark.exclusive  # WAL flush rates measured inside a disk limit
+# WAL flush rates measured inside a disk limit
+pytestmark = [pytest.mark.exclusive, pytest.mark.disk]
 
 SUPPORT = detect_cgroups()
 WRITE_MBPS = 4

@@ -150,6 +150,7 @@ def test_template_is_built_once_and_reused() -> None:
     assert other.key != first.key
 
 
+@pytest.mark.disk  # ext4's flag: tmpfs has none
 def test_labs_and_templates_spread_their_subdirs(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """A PGLAB_HOME pglab makes itself: it marks labs/ and templates/ so that each lab's

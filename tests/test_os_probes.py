@@ -547,7 +547,7 @@ def device_holding(path: Path) -> str:
     pytest.skip(f"{path} is not on a block device listed in /proc/diskstats")
 
 
-@pytest.mark.live
+@pytest.mark.disk
 def test_disk_live_sees_a_write(tmp_path: Path) -> None:
     device = device_holding(tmp_path)
     (tmp_path / "pg_wal").mkdir()

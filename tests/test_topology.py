@@ -271,7 +271,7 @@ action = "crash"
     assert "clients_aborted_by_crash" in manifest["results"]
 
 
-@pytest.mark.exclusive
+@pytest.mark.disk_exclusive
 @pytest.mark.root
 def test_disk_memory_and_walreceiver_faults(tmp_path: Path) -> None:
     """throttle-disk throttles the node's commits and puts its limits back, memory-pressure

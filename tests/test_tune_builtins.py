@@ -19,6 +19,7 @@ import pytest
 
 from conftest import run_cli
 from pglab.scenario.builtin import builtin_names, load_builtin
+from pglab.scenario.model import resolve_envelope
 
 SHORT = ("workload.duration='2s'", "workload.warmup='1s'")
 # The least data for each driver: it is copied into each run's volume and sent to each
@@ -41,10 +42,20 @@ EXTRA = {
 }
 
 
+def _on_the_disk(name: str) -> pytest.MarkDecorator | tuple[()]:
+    """`disk` for a built-in whose nodes have disk limits: they need a block device."""
+    scenario = load_builtin(name).scenario
+    limited = any(resolve_envelope(scenario.node_spec(node).envelope if node != "primary"
+                                   else scenario.envelope).has_disk
+                  for node in scenario.node_names())
+    return pytest.mark.disk if limited else ()
+
+
 # demo is the tour's healthy load, tuned like healthy-control; the rest are the catalogue
 @pytest.mark.live
 @pytest.mark.timeout(600)  # a synchronous-standby tune takes 3 minutes under load
-@pytest.mark.parametrize("name", [n for n in builtin_names() if n != "demo"])
+@pytest.mark.parametrize("name", [pytest.param(n, marks=_on_the_disk(n))
+                                  for n in builtin_names() if n != "demo"])
 def test_every_builtin_completes_a_tune(request: pytest.FixtureRequest, tmp_path: Path,
                                        name: str) -> None:
     scenario = load_builtin(name).scenario

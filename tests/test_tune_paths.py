@@ -64,7 +64,7 @@ def _builtin_walinit_manifest() -> dict[str, Any]:
     return result
 
 
-@pytest.mark.live
+@pytest.mark.disk  # the built-in's disk limit needs a block device
 def test_wal_segment_size_brings_the_wal_sizes_it_needs(tmp_path: Path) -> None:
     manifest = _builtin_walinit_manifest()
     fired = recommend(Facts({"wal-segment-init": 0.9}, Manifest.from_json(manifest), False))
