@@ -34,6 +34,11 @@ from pglab.storage.registry import FILESYSTEMS
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="storage volumes need root")
 
+# The tests that make volumes are on the host's disk (`disk`): a volume's file, under a loop
+# device, is where a user's would be. In RAM (a tmpfs file under the loop device), an ext4
+# volume with data=journal once stopped every commit for 5 s, in a run that measured none.
+# The tests that share the module's pglab_home follow them.
+
 
 # --- pure: the registry, the checks, the doctor's parser and findings ------------------
 
@@ -170,7 +175,7 @@ def _manifest(results: Path) -> dict[str, Any]:
 
 
 @root_only
-@pytest.mark.live
+@pytest.mark.disk  # a volume on a loop device over a file on the host's disk
 @pytest.mark.root
 @pytest.mark.parametrize(("fs", "options", "expected"), [
     ("ext4", '{ data = "journal", barrier = false, commit = 10, journal = true }',
@@ -201,7 +206,7 @@ def test_each_filesystem_made_used_read_back_removed(
 
 
 @root_only
-@pytest.mark.live
+@pytest.mark.disk  # a volume on a loop device over a file on the host's disk
 @pytest.mark.root
 def test_wal_on_its_own_volume_and_a_standby_volume(storage_packages: None, pglab_home: Path,
                                                     tmp_path: Path) -> None:
@@ -243,6 +248,7 @@ def _disk_rates(folder: Path, device: str) -> list[float]:
 
 @root_only
 @pytest.mark.cpu_exclusive  # an emulated or RAM-backed device: the CPU alone
+@pytest.mark.disk  # pglab_home is the module's, on the disk
 @pytest.mark.root
 def test_write_limit_holds_for_every_byte(storage_packages: None, pglab_home: Path,
                                          tmp_path: Path) -> None:
@@ -272,6 +278,7 @@ def test_write_limit_holds_for_every_byte(storage_packages: None, pglab_home: Pa
 
 @root_only
 @pytest.mark.cpu_exclusive  # an emulated or RAM-backed device: the CPU alone
+@pytest.mark.disk  # pglab_home is the module's, on the disk
 @pytest.mark.root
 def test_latency_iops_and_pause_measured_on_the_device(storage_packages: None,
                                                        tmp_path: Path) -> None:
@@ -373,6 +380,7 @@ def test_device_server_answers_real_nbd_clients(storage_packages: None,
 
 @root_only
 @pytest.mark.cpu_exclusive  # an emulated or RAM-backed device: the CPU alone
+@pytest.mark.disk  # pglab_home is the module's, on the disk
 @pytest.mark.root
 def test_pause_disk_stops_commits_and_the_analysis_names_it(
         storage_packages: None, pglab_home: Path, tmp_path: Path) -> None:
@@ -424,7 +432,7 @@ def _wait_for_pgbench(parent: int, timeout: float = 120) -> None:
 
 
 @root_only
-@pytest.mark.live
+@pytest.mark.disk  # a volume on a loop device over a file on the host's disk
 @pytest.mark.root
 @pytest.mark.parametrize(("stage", "sig"), [
     ("creating", signal.SIGKILL), ("mounted", signal.SIGKILL), ("under load", signal.SIGKILL),
@@ -466,6 +474,7 @@ def test_signals_at_each_stage_leave_nothing(storage_packages: None, pglab_home:
 
 @root_only
 @pytest.mark.cpu_exclusive  # an emulated or RAM-backed device: the CPU alone
+@pytest.mark.disk  # pglab_home is the module's, on the disk
 @pytest.mark.root
 def test_doctor_on_a_cache_that_acknowledges_flushes_for_nothing(storage_packages: None,
                                                                  tmp_path: Path) -> None:
@@ -506,7 +515,7 @@ def test_storage_command_lists_the_registries() -> None:
 
 
 @root_only
-@pytest.mark.live
+@pytest.mark.disk  # a volume on a loop device over a file on the host's disk
 @pytest.mark.root
 def test_the_users_own_storage_pool_path_and_device(storage_packages: None, pglab_home: Path,
                                                     tmp_path: Path) -> None:
@@ -599,7 +608,7 @@ for _ in range(int(sys.argv[1])):
 
 
 @root_only
-@pytest.mark.live
+@pytest.mark.disk  # pglab_home is the module's, on the disk
 @pytest.mark.root
 def test_pglabs_starting_and_stopping_zfs_fuse_together_never_collide(
         storage_packages: None, pglab_home: Path) -> None:
