@@ -373,9 +373,10 @@ _FAILED: list[bool] = []  # the controller's: some test failed
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if any(_FAILED):
         kept = [str(Path(os.environ[env]) / KEPT) for env in (RAM_ENV, DISK_ENV)
-                if env in os.environ]
-        terminalreporter.write_line(f"the failed tests' temp dirs are kept until the next "
-                                    f"suite starts: {' and '.join(kept)}")
+                if env in os.environ and (Path(os.environ[env]) / KEPT).exists()]
+        if kept:
+            terminalreporter.write_line(f"the failed tests' temp dirs are kept until the "
+                                        f"next suite starts: {' and '.join(kept)}")
 
 
 def _remove_unmounted(path: Path) -> None:
