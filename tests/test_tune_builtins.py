@@ -43,8 +43,15 @@ EXTRA = {
 
 
 def _on_the_disk(name: str) -> pytest.MarkDecorator | tuple[()]:
-    """`disk` for a built-in whose nodes have disk limits: they need a block device."""
+    """`disk` for a built-in whose nodes have disk limits: they need a block device.
+    `disk_exclusive` for one that sets kernel knobs (dirty-writeback-storm's
+    vm.dirty_ratio = 60, machine-wide): run beside the other tests on the disk, the
+    seconds after its tune ended stopped another test's load for 5 s in two rehearsals (an
+    ext4 volume's, and a demo's in RAM); the same knob in the disk chain, where only tests
+    in RAM run beside it, never did in eight."""
     scenario = load_builtin(name).scenario
+    if scenario.kernel:
+        return pytest.mark.disk_exclusive
     limited = any(resolve_envelope(scenario.node_spec(node).envelope if node != "primary"
                                    else scenario.envelope).has_disk
                   for node in scenario.node_names())
