@@ -142,7 +142,10 @@ def test_healthy_control_has_no_low_second_and_no_finding(tmp_path: Path) -> Non
     for stall in analysis["stalls"]:
         assert stall["causes"][0].get("outside_the_lab") is True, stall
     assert analysis["steady_state"]["causes"] == []
-    assert analysis["summary"]["verdict"] is None
+    # No cause in the lab: no verdict, or "unknown" for a run whose stalls came from
+    # outside it (as the control-neighbour sample's; a rehearsal's offline tests beside it)
+    verdict = analysis["summary"]["verdict"]
+    assert verdict is None or (verdict["cause"] == "unknown" and analysis["stalls"]), verdict
 
 
 # cpu_exclusive: the lock waits do not depend on the machine's speed, but the verdict can. In a
