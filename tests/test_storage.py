@@ -278,7 +278,7 @@ def test_write_limit_holds_for_every_byte(storage_packages: None, pglab_home: Pa
 
 @root_only
 @pytest.mark.cpu_exclusive  # an emulated or RAM-backed device: the CPU alone
-@pytest.mark.disk  # pglab_home is the module's, on the disk
+@pytest.mark.disk  # its device's file on the host's disk, as the others'
 @pytest.mark.root
 def test_latency_iops_and_pause_measured_on_the_device(storage_packages: None,
                                                        tmp_path: Path) -> None:
@@ -474,7 +474,7 @@ def test_signals_at_each_stage_leave_nothing(storage_packages: None, pglab_home:
 
 @root_only
 @pytest.mark.cpu_exclusive  # an emulated or RAM-backed device: the CPU alone
-@pytest.mark.disk  # pglab_home is the module's, on the disk
+@pytest.mark.disk  # its device's file on the host's disk, as the others'
 @pytest.mark.root
 def test_doctor_on_a_cache_that_acknowledges_flushes_for_nothing(storage_packages: None,
                                                                  tmp_path: Path) -> None:
