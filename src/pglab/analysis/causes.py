@@ -540,11 +540,10 @@ def _backends_waited_elsewhere(s: Score, ev: WindowEvidence) -> None:
     found waiting on one thing (a CI rehearsal: a standby's slow disk held commits, 64% of
     the window's samples were in IPC:SyncRep, and the machine, kept busy by other tests,
     made cpu-saturation outscore sync-replication)."""
-    shares = ev.inside.wait_shares(ev.nodes[0])
-    if not shares:
+    top = ev.top_waits(ev.nodes[0], 1)
+    if not top:
         return  # no waits sampled, or no backend active: no evidence either way
-    wait, share = max(shares.items(), key=lambda kv: kv[1])
-    on_cpu = shares.get("CPU", 0.0)
+    (wait, share, _), (on_cpu, _) = top[0], ev.shares(ev.nodes[0], ("CPU",))
     if wait != "CPU" and share >= ELSEWHERE_SHARE and on_cpu < ON_CPU_SHARE:
         _halve(s, f"the backends waited on {wait} in {pct(share)} of their samples, and "
                   f"ran on the CPU in {pct(on_cpu)}")
