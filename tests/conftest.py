@@ -510,13 +510,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     longest = sorted((unit for unit in total if unit not in chains),
                      key=lambda unit: (-total[unit], kind[unit]))
     in_ram_first: list[str] = []
+    covered, cover = 0.0, 2 * total.get(DISK_UNIT, 0.0)  # the two workers beside the chains
     for unit in longest:
-        if sum(map(total.__getitem__, in_ram_first)) >= 2 * total.get(DISK_UNIT, 0.0):
+        if covered >= cover:
             break
         if not offline[unit] and not on_disk[unit]:
             in_ram_first.append(unit)
+            covered += total[unit]
+    first = set(in_ram_first)
     queue = [*chains, *(unit for unit in longest if offline[unit]), *in_ram_first,
-             *(unit for unit in longest if not offline[unit] and unit not in in_ram_first)]
+             *(unit for unit in longest if not offline[unit] and unit not in first)]
     rank = {unit: place for place, unit in enumerate(queue)}
 
     def alone_first(item: pytest.Item) -> int:
