@@ -2,9 +2,9 @@
 
 All samples are aggregated in one pass: each sample's second is matched to a *segment*
 (stall window i and the second after it, or HEALTHY for the other measured seconds that
-are not degraded), then summed per
-(segment, node, source, metric, label). A window's evidence is then a few dictionary
-look-ups, so a one-hour run with many windows stays fast.
+are not degraded, or lead_in(i) for the second before window i when only such seconds
+are undegraded), then summed per (segment, node, source, metric, label). A window's
+evidence is then a few dictionary look-ups, so a one-hour run with many windows stays fast.
 
 Interval probes write at most one row per second per (node, metric, label), so the sum
 over a segment divided by its seconds is the per-second mean (sparse rates such as
@@ -17,8 +17,9 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import polars as pl
 
@@ -35,8 +36,16 @@ EVIDENCE_TAIL = dt.timedelta(seconds=1)
 # a checkpoint's fsync), and that second still counts enough transactions to look
 # healthy: it is left out of the healthy seconds, which are what a window is compared to.
 EVIDENCE_LEAD = dt.timedelta(seconds=1)
+
+
+def lead_in(index: int) -> int:
+    """The segment of window index's lead-in second, where it is part of the baseline."""
+    return HEALTHY - 1 - index
+
+
 CLIENT_BACKEND = "client backend"
 Key = tuple[str, str, str, str]  # node, source, metric, label
+_N = TypeVar("_N", int, float)
 
 
 @dataclass
@@ -106,6 +115,26 @@ class Segment:
 
     def __post_init__(self) -> None:
         self._shares: dict[tuple[str, str | None], dict[str, float]] = {}
+
+    @staticmethod
+    def combined(parts: list[Segment]) -> Segment:
+        """One segment of the seconds of all parts (they share none)."""
+        out = Segment(sum(p.seconds for p in parts))
+        for part in parts:
+            _merge(out.sums, part.sums, lambda a, b: a + b)
+            _merge(out.peaks, part.peaks, max)
+            _merge(out.lows, part.lows, min)
+            _merge(out.present, part.present, lambda a, b: a + b)
+        return out
+
+
+def _merge(into: dict[tuple[str, str, str], dict[str, _N]],
+           part: dict[tuple[str, str, str], dict[str, _N]], merge: Callable[[_N, _N], _N]
+           ) -> None:
+    for key, by_label in part.items():
+        mine = into.setdefault(key, {})
+        for label, value in by_label.items():
+            mine[label] = merge(mine[label], value) if label in mine else value
 
 
 @dataclass(frozen=True)
@@ -177,18 +206,31 @@ def _segments_by_second(report: StallReport) -> pl.DataFrame:
     matched = seconds.join_asof(windows, left_on="sec", right_on="start", strategy="backward")
     inside = pl.col("index").is_not_null() & (pl.col("sec") < pl.col("end") + EVIDENCE_TAIL)
     segment = pl.when(inside).then(pl.col("index")).otherwise(pl.lit(HEALTHY, pl.Int32()))
-    lead_in = pl.col("sec").is_in([w.start - EVIDENCE_LEAD for w in report.windows])
-    matched = matched.with_columns(segment.alias("segment"))
+    leads = pl.DataFrame(
+        {"sec": [w.start - EVIDENCE_LEAD for w in report.windows],
+         "lead": [lead_in(i) for i in range(len(report.windows))]},
+        schema={"sec": seconds.schema["sec"], "lead": pl.Int32()},
+    ).unique("sec", keep="first")
+    matched = (matched.with_columns(segment.alias("segment"))
+               .join(leads, on="sec", how="left"))
     healthy = (pl.col("segment") == HEALTHY) & pl.col("kind").is_null()
-    # A run whose only undegraded seconds lead into windows still has a baseline: those
-    # seconds, rather than none (against none, every wait looks like a rise from 0%).
-    if not matched.filter(healthy & ~lead_in).is_empty():
-        healthy = healthy & ~lead_in
-    return matched.filter((pl.col("segment") != HEALTHY) | healthy).select("sec", "segment")
+    if not matched.filter(healthy & pl.col("lead").is_null()).is_empty():
+        healthy = healthy & pl.col("lead").is_null()
+    else:
+        # A run whose only undegraded seconds lead into windows still has a baseline: those
+        # seconds, rather than none (against none, every wait looks like a rise from 0%).
+        # Each keeps its window's mark, so that a window is not compared with the second in
+        # which its own cause began (baseline()).
+        matched = matched.with_columns(
+            pl.when(healthy).then(pl.col("lead")).otherwise(pl.col("segment"))
+            .alias("segment"))
+        healthy = pl.col("segment") < HEALTHY
+    return matched.filter((pl.col("segment") > HEALTHY) | healthy).select("sec", "segment")
 
 
 def aggregate(data: RunFrames, report: StallReport) -> dict[int, Segment]:
-    """Segments for HEALTHY and every window, from one group-by over the samples."""
+    """Segments for HEALTHY, every window and the lead-ins in the baseline, from one
+    group-by over the samples."""
     by_second = _segments_by_second(report)
     counts = by_second.group_by("segment").len()
     segments = {int(s): Segment(int(n)) for s, n in counts.iter_rows()}
@@ -287,9 +329,24 @@ def run_evidence(data: RunFrames, report: StallReport) -> tuple[list[WindowEvide
     segments = aggregate(data, report)
     nodes = _nodes(data)
     by_window = overlapping_events(data, [(w.start, w.end) for w in report.windows])
+    count = len(report.windows)
     windows = [
-        WindowEvidence(window, segments[index], segments[HEALTHY], by_window[index], nodes,
-                       data.manifest, data.missing)
+        WindowEvidence(window, segments[index], baseline(segments, index, count),
+                       by_window[index], nodes, data.manifest, data.missing)
         for index, window in enumerate(report.windows)
     ]
-    return windows, _whole_run(data, report, segments[HEALTHY], nodes)
+    leads = [segments[lead_in(i)] for i in range(count) if lead_in(i) in segments]
+    whole = Segment.combined([segments[HEALTHY], *leads]) if leads else segments[HEALTHY]
+    return windows, _whole_run(data, report, whole, nodes)
+
+
+def baseline(segments: dict[int, Segment], index: int, count: int) -> Segment:
+    """What window index is compared with: the healthy seconds; in a run whose only
+    undegraded seconds lead into windows, the other windows' lead-ins. Its own lead-in
+    only when there is no other: a writeback burst that began in it made the usual level
+    of a CI run's baseline 124 MB, and hid the burst of 249 MB that stalled commits."""
+    leads = [i for i in range(count) if lead_in(i) in segments]
+    if not leads:
+        return segments[HEALTHY]
+    others = [i for i in leads if i != index] or leads
+    return Segment.combined([segments[lead_in(i)] for i in others])

@@ -36,6 +36,8 @@ BUILTIN_RUNS["dirty-storm-2"] = BUILTIN_RUNS["dirty-storm"]  # draws of a noisy 
 BUILTIN_RUNS["dirty-storm-3"] = BUILTIN_RUNS["dirty-storm"]
 # a draw whose checkpoint was still in its fsyncs when the run ended (no log line yet)
 BUILTIN_RUNS["dirty-storm-unfinished"] = BUILTIN_RUNS["dirty-storm"]
+# a CI draw whose only undegraded seconds led into its two stalls
+BUILTIN_RUNS["dirty-storm-ci"] = BUILTIN_RUNS["dirty-storm"]
 BUILTIN_RUNS["sync-slow-disk"] = ("sync-standby-slow-disk", (  # as its test in CI runs it
     "workload.duration=15s", "workload.warmup=2s",
     'faults=[{at="5s", action="bulk-update", args={rows=50000}}]',
