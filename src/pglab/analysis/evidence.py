@@ -36,16 +36,14 @@ EVIDENCE_TAIL = dt.timedelta(seconds=1)
 # a checkpoint's fsync), and that second still counts enough transactions to look
 # healthy: it is left out of the healthy seconds, which are what a window is compared to.
 EVIDENCE_LEAD = dt.timedelta(seconds=1)
+CLIENT_BACKEND = "client backend"
+Key = tuple[str, str, str, str]  # node, source, metric, label
+_N = TypeVar("_N", int, float)  # a segment's sums and peaks, or its seconds present
 
 
 def lead_in(index: int) -> int:
     """The segment of window index's lead-in second, where it is part of the baseline."""
     return HEALTHY - 1 - index
-
-
-CLIENT_BACKEND = "client backend"
-Key = tuple[str, str, str, str]  # node, source, metric, label
-_N = TypeVar("_N", int, float)
 
 
 @dataclass
@@ -210,7 +208,7 @@ def _segments_by_second(report: StallReport) -> pl.DataFrame:
         {"sec": [w.start - EVIDENCE_LEAD for w in report.windows],
          "lead": [lead_in(i) for i in range(len(report.windows))]},
         schema={"sec": seconds.schema["sec"], "lead": pl.Int32()},
-    ).unique("sec", keep="first")
+    )
     matched = (matched.with_columns(segment.alias("segment"))
                .join(leads, on="sec", how="left"))
     healthy = (pl.col("segment") == HEALTHY) & pl.col("kind").is_null()
