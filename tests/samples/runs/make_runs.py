@@ -56,6 +56,9 @@ BUILTIN_RUNS["walinit-small-2"] = BUILTIN_RUNS["walinit-small"]
 BUILTIN_RUNS["checkpoint-storm"] = ("checkpoint-flush-storm", (  # max_wal_size 64MB
     "workload.duration=45s", "workload.warmup=2s",
 ))
+BUILTIN_RUNS["checkpoint-storm-ci"] = ("checkpoint-flush-storm", (  # as its test runs it
+    "workload.duration=20s", "workload.warmup=2s",
+))
 # pg_wal on its own volume as slow as the data's (the built-in's first matrix point, at its
 # default options; a draw made under load, as verdict_stability.py runs it): a segment's
 # creation stalls commits while a timed checkpoint writes to the data volume
