@@ -329,22 +329,34 @@ def run_evidence(data: RunFrames, report: StallReport) -> tuple[list[WindowEvide
     by_window = overlapping_events(data, [(w.start, w.end) for w in report.windows])
     count = len(report.windows)
     windows = [
-        WindowEvidence(window, segments[index], baseline(segments, index, count),
-                       by_window[index], nodes, data.manifest, data.missing)
-        for index, window in enumerate(report.windows)
+        WindowEvidence(window, segments[index], healthy, by_window[index], nodes,
+                       data.manifest, data.missing)
+        for (index, window), healthy in zip(enumerate(report.windows),
+                                            baselines(segments, count), strict=True)
     ]
     leads = [segments[lead_in(i)] for i in range(count) if lead_in(i) in segments]
     whole = Segment.combined([segments[HEALTHY], *leads]) if leads else segments[HEALTHY]
     return windows, _whole_run(data, report, whole, nodes)
 
 
-def baseline(segments: dict[int, Segment], index: int, count: int) -> Segment:
-    """What window index is compared with: the healthy seconds; in a run whose only
+def baselines(segments: dict[int, Segment], count: int) -> list[Segment]:
+    """What each window is compared with: the healthy seconds; in a run whose only
     undegraded seconds lead into windows, the other windows' lead-ins. Its own lead-in
     only when there is no other: a writeback burst that began in it made the usual level
-    of a CI run's baseline 124 MB, and hid the burst of 249 MB that stalled commits."""
-    leads = [i for i in range(count) if lead_in(i) in segments]
-    if not leads:
-        return segments[HEALTHY]
-    others = [i for i in leads if i != index] or leads
-    return Segment.combined([segments[lead_in(i)] for i in others])
+    of a CI run's baseline 124 MB, and hid the burst of 249 MB that stalled commits.
+    The lead-ins before and after each window are merged as running totals from either
+    end, so that a run of many windows does not merge them all again for each."""
+    leads = [segments.get(lead_in(i)) for i in range(count)]
+    if not any(leads):
+        return [segments[HEALTHY]] * count
+    before, after = [Segment(0)], [Segment(0)]  # the lead-ins of windows < i, and > i
+    for lead in leads[:-1]:
+        before.append(Segment.combined([before[-1], lead]) if lead else before[-1])
+    for lead in reversed(leads[1:]):
+        after.append(Segment.combined([after[-1], lead]) if lead else after[-1])
+    after.reverse()
+    found = []
+    for index, own in enumerate(leads):
+        others = Segment.combined([before[index], after[index]])
+        found.append(others if others.seconds or own is None else own)
+    return found
