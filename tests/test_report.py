@@ -26,7 +26,10 @@ from conftest import TINY, apt_install, run_cli, write_scenario
 from pglab.report.model import build_model
 from pglab.results.manifest import read_manifest
 
-pytestmark = pytest.mark.live  # real runs, a real browser
+# real runs, a real browser; on the host's disk (`disk`), so that the shared run's disk
+# charts draw its own writes: in RAM they drew whatever the host's disk did, and a
+# rehearsal's were blank in a quiet second
+pytestmark = [pytest.mark.live, pytest.mark.disk]
 
 CHROMIUM = Path("/usr/bin/chromium")
 # Headless as root, and never trying the (closed) network; a fresh profile every time.
