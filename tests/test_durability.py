@@ -370,7 +370,10 @@ def test_damaged_page_is_found_naming_the_relation(tmp_path: Path) -> None:
      'repeat = 3\nevery = "4s"\n', "faults[0]: the last repeat falls at 10s, after the run"),
 ])
 @root
-def test_power_loss_refused_before_the_run(tmp_path: Path, body: str, message: str) -> None:
+def test_power_loss_refused_before_the_run(tmp_path: Path, body: str, message: str,
+                                          storage_packages: None) -> None:
+    """The filesystems' tools are there (validate checks mkfs first), so that what is
+    refused is the fault."""
     scenario = write_scenario(tmp_path, '[workload]\nduration = "8s"\n' + body)
     result = run_cli("validate", str(scenario))
     assert result.returncode != 0
