@@ -28,6 +28,7 @@ from pglab.analysis.signals import (
     cpu_busy,
     disk_limits,
     disk_write,
+    flush_lag_key,
     foreign_writeback,
     lock_kind,
     pct,
@@ -343,12 +344,13 @@ def sync_replication(ev: WindowEvidence) -> Finding | None:
     wait_signal(s, ev, ("IPC:SyncRep",), "SyncRep (synchronous standby confirmation)",
                  weight=0.8)
     primary = ev.nodes[0]
-    lag_key = (primary, "db.replication", "flush_lag_s")
+    lag_key = flush_lag_key(ev, primary)
     for label in ev.inside.labels(*lag_key):
         lag = ev.inside.peak(*lag_key, label) or 0.0
         lag_h = ev.healthy.mean(*lag_key, label) or 0.0
         if lag > 3 * max(lag_h, 0.01):
-            s.add(0.2, f"standby {label} flush lag up to {lag:.2f} s (healthy {lag_h:.2f} s)")
+            s.add(0.2, f"standby {label} up to {lag:.2f} s behind in confirming WAL flushed "
+                       f"(healthy {lag_h:.2f} s)")
     for node, label, queued in _receive_backlogs(ev).values():
         s.add(0.2, f"{queued / 2**20:.1f} MB waiting in the receive queue of {label} on "
                    f"{node}: the data arrived, the receiving side did not read it in time")

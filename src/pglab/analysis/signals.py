@@ -229,3 +229,13 @@ def cpu_busy(ev: WindowEvidence) -> tuple[float | None, float]:
     idle = ev.inside.mean("host", "os.cpu", "idle_pct")
     idle_h = ev.healthy.mean("host", "os.cpu", "idle_pct") or 0.0
     return idle, idle_h
+
+
+def flush_lag_key(ev: WindowEvidence, primary: str) -> tuple[str, str, str]:
+    """A standby's lag in seconds: how long the WAL it had not confirmed flushed had been
+    written (grows while it is silent), or, in runs recorded before that existed,
+    pg_stat_replication's flush_lag (frozen at its last reply while it is silent)."""
+    behind = (primary, "db.replication", "flush_behind_s")
+    if ev.inside.labels(*behind) or ev.healthy.labels(*behind):
+        return behind
+    return (primary, "db.replication", "flush_lag_s")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pglab.analysis.evidence import EventView, WindowEvidence
 from pglab.analysis.names import busiest_queue
-from pglab.analysis.signals import Finding, Score, cpu_busy, lock_kind, pct
+from pglab.analysis.signals import Finding, Score, cpu_busy, flush_lag_key, lock_kind, pct
 
 STEADY_FLOOR = 0.4
 DOMINANT = 0.3  # share of client-backend samples from which a wait holds a run back
@@ -153,7 +153,7 @@ def sync_replication(ev: WindowEvidence) -> Finding | None:
     if _dominant(s, ev, "SyncRep (synchronous standby confirmation)",
                  waits=("IPC:SyncRep",), weight=0.7) < DOMINANT:
         return None
-    key = (ev.nodes[0], "db.replication", "flush_lag_s")
+    key = flush_lag_key(ev, ev.nodes[0])
     for label in ev.inside.labels(*key):
         lag = ev.inside.mean(*key, label) or 0.0
         if lag > 0.01:

@@ -11,6 +11,7 @@ from pglab.events import Event
 from pglab.probes.base import ProbeContext, ProbeOutput, Sample
 from pglab.probes.capabilities import OWN_APPS_SQL, Capabilities, canonical_wait
 from pglab.probes.db_base import DbProbe, row_dict
+from pglab.probes.wal_clock import WalClock
 
 # Waiting for work is not a wait worth counting: a background process in its main loop
 # (Activity) and a client session with nothing to do are idle, not samples.
@@ -142,12 +143,14 @@ class VacuumProgress(DbProbe):
 
 class Replication(DbProbe):
     name = "db.replication"
-    help = ("per standby: sent/write/flush/replay lag in bytes and seconds, sync state; on a "
-            "standby: receiver status and replay delay")
+    help = ("per standby: sent/write/flush/replay lag in bytes and seconds, sync state, the "
+            "seconds behind that grow while it is silent; on a standby: receiver status and "
+            "replay delay")
 
     def start(self, ctx: ProbeContext) -> None:
         super().start(ctx)
         self._sync_state: dict[tuple[str, str], str] = {}
+        self._wal_clocks: dict[str, WalClock] = {}
 
     def read(self, conn: psycopg.Connection[Any], caps: Capabilities, node: str,
              now: dt.datetime, out: ProbeOutput) -> None:
@@ -162,23 +165,38 @@ class Replication(DbProbe):
                          AS receiver_streaming""")
             self.add_gauges(out, now, node, "", row)
             return
-        rows = conn.execute("""
+        # reply_time is the standby's clock; the seconds behind come from the primary's
+        reply_age = ("extract(epoch FROM now() - reply_time)"
+                     if caps.has("pg_stat_replication", "reply_time") else "NULL")
+        written = row_dict(conn, "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0') AS w")
+        rows = conn.execute(f"""
             SELECT application_name, state, sync_state,
                    pg_wal_lsn_diff(pg_current_wal_lsn(), sent_lsn),
                    pg_wal_lsn_diff(pg_current_wal_lsn(), write_lsn),
                    pg_wal_lsn_diff(pg_current_wal_lsn(), flush_lsn),
                    pg_wal_lsn_diff(pg_current_wal_lsn(), replay_lsn),
                    extract(epoch FROM write_lag), extract(epoch FROM flush_lag),
-                   extract(epoch FROM replay_lag)
+                   extract(epoch FROM replay_lag), {reply_age},
+                   pg_wal_lsn_diff(flush_lsn, '0/0'), pg_wal_lsn_diff(replay_lsn, '0/0')
             FROM pg_stat_replication""").fetchall()
-        for app, state, sync_state, *lags in rows:
+        clock = self._wal_clocks.setdefault(node, WalClock())
+        now_s = now.timestamp()
+        clock.add(now_s, float(written["w"]))
+        for app, state, sync_state, *lags, reply_age_s, flushed, replayed in rows:
             names = ("sent_lag_bytes", "write_lag_bytes", "flush_lag_bytes", "replay_lag_bytes",
                      "write_lag_s", "flush_lag_s", "replay_lag_s")
-            self.add_gauges(out, now, node, str(app), dict(zip(names, lags, strict=True)))
+            gauges = dict(zip(names, lags, strict=True))
+            gauges["reply_age_s"] = reply_age_s
+            for metric, confirmed, measured in (("flush_behind_s", flushed, "flush_lag_s"),
+                                                ("replay_behind_s", replayed, "replay_lag_s")):
+                if confirmed is not None:  # NULL until the standby's first reply
+                    gauges[metric] = max(float(gauges[measured] or 0.0),
+                                         clock.behind_s(now_s, float(confirmed)))
+            self.add_gauges(out, now, node, str(app), gauges)
             key = (node, str(app))
-            current = f"{state}/{sync_state}"
-            if self._sync_state.get(key) != current:
+            current_state = f"{state}/{sync_state}"
+            if self._sync_state.get(key) != current_state:
                 out.events.append(Event(now, "replication-state", node, attrs={
                     "standby": str(app), "state": str(state), "sync_state": str(sync_state),
                     "previous": self._sync_state.get(key)}))
-                self._sync_state[key] = current
+                self._sync_state[key] = current_state

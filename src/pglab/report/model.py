@@ -130,9 +130,16 @@ def _telemetry_charts(ts: pl.DataFrame, t0_us: int, manifest: Manifest,
         memory.note = ", ".join(f"{m.replace('_mb', '').replace('_', ' ')} {v:,.0f} MiB"
                                 for m, v in sorted(thresholds.iter_rows()))
     add(memory, "Memory: no os.memory samples")
-    lag = line_chart(ts, t0_us, "replication", "Replication lag per standby", "s",
-                     "db.replication", {"replay_lag_s": "replay lag", "flush_lag_s": "flush lag"},
-                     node="primary", per_label=True)
+    # the seconds behind grow while a standby is silent; pg_stat_replication's lags (what
+    # runs recorded before them have) stay at their last reply's value
+    lag = (line_chart(ts, t0_us, "replication", "Replication lag per standby", "s",
+                      "db.replication",
+                      {"replay_behind_s": "replay lag", "flush_behind_s": "flush lag"},
+                      node="primary", per_label=True)
+           or line_chart(ts, t0_us, "replication", "Replication lag per standby", "s",
+                         "db.replication",
+                         {"replay_lag_s": "replay lag", "flush_lag_s": "flush lag"},
+                         node="primary", per_label=True))
     add(lag, "Replication lag: no standbys in this run")
     if lag is not None:
         behind = line_chart(ts, t0_us, "replication_bytes", "Replication lag per standby (WAL)",

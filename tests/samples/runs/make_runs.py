@@ -77,6 +77,9 @@ BUILTIN_RUNS["sync-paused-ci"] = ("sync-standby-paused", (
     'faults=[{at="3s", action="pause-standby", node="standby1", duration="4s"}]',
 ))
 
+# the same pause, recorded with the seconds behind (flush_behind_s) that grow while the
+# standby is silent, where pg_stat_replication's flush_lag stays at its last reply's value
+BUILTIN_RUNS["sync-paused-behind"] = BUILTIN_RUNS["sync-paused"]
 
 # sample name: a scenario of its own (no built-in does this yet), run by `pglab run` as
 # root (a storage volume). Scale 1 keeps a cut-recover-verify cycle to a few seconds.
