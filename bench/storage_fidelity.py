@@ -89,7 +89,8 @@ def main() -> None:
                                         "storage.size=2GB", "--set",
                                         f"storage.device.write_mbps={args.limit}"])
         cgroup, manifest = one(tmp, "cgroup", ["--set",
-                                               f"envelope.disk.write_mbps={args.limit}"])
+                                               f"envelope.disk.write_mbps={args.limit}",
+                                               "--set", "envelope.disk_scope=own-io"])
     throttling = (manifest["nodes"]["primary"].get("envelope") or {}).get("disk_throttling")
     print(f"limit {args.limit:g} MB/s, {args.duration} s measured")
     for label, values in (("volume device", device), (f"cgroup ({throttling})", cgroup)):

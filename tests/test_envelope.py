@@ -18,6 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from conftest import SAMPLES, run_cli
 from pglab.errors import EnvironmentProblem
 from pglab.lab.cgroups import (
     CgroupLimits,
@@ -472,3 +473,40 @@ def test_v2_create_join_destroy_and_reap_on_the_unified_hierarchy() -> None:
     stale.mkdir(parents=True)
     assert reap_stale_cgroups(v2) == [stale]
     assert not (UNIFIED / "pglab").exists()
+
+
+SCOPED = 'name = "t"\n[envelope]\ndisk = {{ write_mbps = 5 }}\n{scope}[workload]\nscale = 1\n'
+
+
+@needs_cgroups
+@pytest.mark.parametrize("scope", ["", 'disk_scope = "own-io"\n'])
+def test_a_write_limit_for_every_byte_is_refused_where_cgroups_cannot_hold_it(
+        tmp_path: Path, scope: str) -> None:
+    """cgroup v1 throttles only what the node's processes submit: a 5 MB/s envelope let
+    the kernel's writeback reach the disk at 106 MB/s. Asked for every byte (the default),
+    it is refused before anything starts, with the two ways out; v2 holds it."""
+    scenario = tmp_path / "t.toml"
+    scenario.write_text(SCOPED.format(scope=scope))
+    result = run_cli("validate", str(scenario))
+    if SUPPORT.version == 1 and not scope:
+        assert result.returncode == 3, result.stderr
+        line, = result.stderr.strip().splitlines()
+        assert "envelope.disk write_mbps = 5: cgroup v1" in line
+        assert 'device = { write_mbps = 5 }' in line
+        assert 'envelope.disk_scope = "own-io"' in line
+    else:
+        assert result.returncode == 0, result.stderr
+
+
+def test_a_v1_write_limit_that_the_disk_went_past_is_labelled_and_said() -> None:
+    """The sample checkpoint-storm ran in a 16 MB/s v1 envelope while writeback reached the
+    disk at 433 MB/s: the report's limit line says what it held, and its note says that
+    the data went past it."""
+    from pglab.report.model import build_model
+
+    charts = build_model(SAMPLES / "runs" / "checkpoint-storm").timeline["charts"]
+    disk = next(c for c in charts if c["id"] == "disk_mbps")
+    assert disk["limits"] == [["write limit (own I/O only)", 16.0]]
+    assert "the disk wrote up to 433.0 MiB/s against the write limit of 16 MiB/s" in disk["note"]
+    quiet = build_model(SAMPLES / "runs" / "control").timeline["charts"]
+    assert all(not c["note"].startswith("the disk wrote") for c in quiet)

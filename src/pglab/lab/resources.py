@@ -39,10 +39,12 @@ def check_resources(scenario: Scenario, where: str) -> None:
         raise BadInput(f"{where}: envelopes and throttle-disk faults need server.target = "
                        "'local': pglab limits only servers it starts")
     for node in limited:
+        limits = resolve_envelope(node_envelope(scenario, node))
         try:
-            check_possible(resolve_envelope(node_envelope(scenario, node)))
+            support = check_possible(limits)
         except EnvironmentProblem as exc:
             raise EnvironmentProblem(f"{where}: {node}: {exc}") from None
+        _check_disk_scope(node, limits, support.version, where)
     if throttled:
         try:
             detect_cgroups().require("a throttle-disk fault")
@@ -52,6 +54,34 @@ def check_resources(scenario: Scenario, where: str) -> None:
         raise EnvironmentProblem(f"{where}: [kernel] {', '.join(scenario.kernel)} needs root "
                                  f"(pglab runs as uid {os.geteuid()}); run as root or remove "
                                  "[kernel]")
+
+
+def _envelope_key(node: str) -> str:
+    return {"primary": "envelope", "client": "workload.envelope"}.get(
+        node, f"nodes.{node}.envelope")
+
+
+def _check_disk_scope(node: str, limits: EnvelopeLimits, cgroup_version: int | None,
+                      where: str) -> None:
+    """A write limit for every byte (disk_scope "all") cannot be had from cgroup v1, whose
+    blkio throttles only what the node's processes submit: the kernel's flusher writes
+    their buffered pages back on no one's account, at the disk's own speed."""
+    asked = [f"{key} = {value:g}" for key, value in (("write_mbps", limits.write_mbps),
+                                                      ("write_iops", limits.write_iops))
+             if value]
+    if cgroup_version != 1 or not asked or limits.disk_scope != "all":
+        return
+    key = _envelope_key(node)
+    storage = ("[storage]" if node == "primary" else f"[nodes.{node}.storage]")
+    device = ", ".join(asked)
+    hint = (f"put {node}'s data on an emulated device, which holds every byte ({storage} "
+            f'filesystem = "ext4" with device = {{ {device} }}), or ' if node != "client"
+            else "")
+    raise EnvironmentProblem(
+        f"{where}: {key}.disk {device}: cgroup v1 here throttles only the I/O {node}'s "
+        "processes submit (fsync, direct I/O), not the kernel's writeback of their "
+        f"buffered writes, so the limit would not hold for every byte; {hint}accept what "
+        f'v1 holds with {key}.disk_scope = "own-io"')
 
 
 class LabResources:

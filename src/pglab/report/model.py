@@ -80,12 +80,29 @@ def _client_charts(client: pl.DataFrame, t0_us: int) -> list[Chart]:
 
 
 def _envelope_limits(manifest: Manifest, keys: dict[str, str]) -> list[tuple[str, float]]:
-    """The primary's disk limits (MiB/s, IOPS): as applied when recorded, else as asked."""
-    applied = (manifest.node_envelope()
-               .get("limits"))
-    disk = applied or manifest.envelope.get("disk") or {}
-    return [(label, float(disk[key])) for key, label in keys.items()
+    """The primary's disk limits (MiB/s, IOPS): as applied when recorded, else as asked.
+    A write limit of cgroup v1 holds only for what the node's processes submit, and is
+    labelled so: the kernel's writeback of their pages reaches the disk past it."""
+    envelope = manifest.node_envelope()
+    disk = envelope.get("limits") or manifest.envelope.get("disk") or {}
+    own_io = envelope.get("cgroup_version") == 1
+    return [(f"{label} (own I/O only)" if own_io and key.startswith("write") else label,
+             float(disk[key])) for key, label in keys.items()
             if isinstance(disk.get(key), (int, float)) and disk[key] > 0]
+
+
+def _limit_overrun(chart: Chart, limits: list[tuple[str, float]], unit: str) -> str:
+    """What the chart shows past a write limit, said: a limit the data contradicts is
+    never drawn as if it held."""
+    limit = next((value for label, value in limits if label.startswith("write")), None)
+    peak = max((v for s in chart.series if s.name.startswith("write") for v in s.y
+                if v is not None), default=0.0)
+    if limit is None or peak <= 1.2 * limit:
+        return ""
+    return (f"the disk wrote up to {peak:,.1f} {unit} against the write limit of "
+            f"{limit:,.0f} {unit}: cgroup v1 does not throttle the kernel's writeback of the "
+            "node's pages (envelope.disk_scope = \"own-io\"); a storage device limit holds "
+            "every byte")
 
 
 def _telemetry_charts(ts: pl.DataFrame, t0_us: int, manifest: Manifest,
@@ -109,12 +126,14 @@ def _telemetry_charts(ts: pl.DataFrame, t0_us: int, manifest: Manifest,
     if disk_mb is not None:
         disk_mb.limits = _envelope_limits(manifest, {"write_mbps": "write limit",
                                                      "read_mbps": "read limit"})
+        disk_mb.note = _limit_overrun(disk_mb, disk_mb.limits, "MiB/s")
     add(disk_mb, "Disk: no os.disk samples")
     disk_iops = line_chart(ts, t0_us, "disk_iops", "Disk IOPS", "IO/s", "os.disk",
                            {"read_iops": "read", "write_iops": "write"}, per_label=True)
     if disk_iops is not None:
         disk_iops.limits = _envelope_limits(manifest, {"write_iops": "write limit",
                                                        "read_iops": "read limit"})
+        disk_iops.note = _limit_overrun(disk_iops, disk_iops.limits, "IO/s")
     add(disk_iops, "Disk IOPS: no os.disk samples")
     util = line_chart(ts, t0_us, "disk_util", "Disk utilisation", "%", "os.disk",
                       {"util_pct": "util"}, per_label=True)

@@ -24,6 +24,7 @@ class EnvelopeLimits:
     write_iops: int = 0
     read_iops: int = 0
     disk_profile: str | None = None
+    disk_scope: str = "all"  # "all" the bytes that reach the disk, or "own-io" (model.py)
 
     @property
     def has_disk(self) -> bool:

@@ -118,6 +118,11 @@ class Envelope(StrictModel):
     memory: Size | None = None  # page cache included, like a container's limit
     disk: DiskLimits = DiskLimits()
     disk_profile: str | None = None  # like "cloud-ssd:300GB", see envelope_limits.py
+    # What a write limit must hold: "all" the bytes that reach the disk, or only "own-io",
+    # what the node's processes submit themselves (direct I/O, the writeback their
+    # fsyncs start): all that cgroup v1 can throttle, as the kernel's flusher writes back
+    # on no one's account there. lab/resources.py refuses "all" where it cannot hold.
+    disk_scope: Literal["all", "own-io"] = "all"
 
     @field_validator("cpuset")
     @classmethod
@@ -155,6 +160,7 @@ def resolve_envelope(envelope: Envelope) -> EnvelopeLimits:
         write_iops=base.write_iops if disk.write_iops is None else disk.write_iops,
         read_iops=base.read_iops if disk.read_iops is None else disk.read_iops,
         disk_profile=envelope.disk_profile,
+        disk_scope=envelope.disk_scope,
     )
 
 
