@@ -26,8 +26,8 @@ def test_every_probe_is_listed_by_the_cli() -> None:
         assert probe.name in result.stdout
 
 
-def test_every_scenario_key_is_in_the_readme() -> None:
-    readme = (ROOT / "README.md").read_text()
+def test_every_scenario_key_is_in_the_reference() -> None:
+    readme = (ROOT / "docs" / "SCENARIO.md").read_text().split("## Scenario reference", 1)[1]
     missing = []
     for section, info in Scenario.model_fields.items():
         annotation = info.annotation
@@ -50,7 +50,9 @@ def test_every_scenario_key_is_in_the_readme() -> None:
 def test_every_fault_action_is_documented_and_listed() -> None:
     from pglab.lab.fault_actions import ACTIONS
 
-    readme = (ROOT / "README.md").read_text()
+    # the lab's faults, storage's device faults, durability's power loss
+    readme = "".join((ROOT / "docs" / name).read_text()
+                     for name in ("LAB.md", "STORAGE.md", "DURABILITY.md"))
     result = run_cli("faults")
     assert result.returncode == 0
     for action in ACTIONS:
@@ -58,10 +60,10 @@ def test_every_fault_action_is_documented_and_listed() -> None:
         assert action.name in result.stdout
 
 
-def test_every_builtin_scenario_is_in_the_readme() -> None:
+def test_every_builtin_scenario_is_in_the_catalogue() -> None:
     from pglab.scenario.builtin import builtin_names
 
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "LAB.md").read_text()
     assert [n for n in builtin_names() if n != "demo" and f"`{n}`" not in readme] == []
 
 
@@ -82,13 +84,13 @@ def test_every_module_and_test_file_is_in_the_test_map() -> None:
 
 
 def test_readme_example_verdicts_are_what_pglab_says() -> None:
-    """The README's two analysis examples are of the lock and connection-churn
+    """docs/ANALYSIS.md's two analysis examples are of the lock and connection-churn
     pathologies; pglab's analysis of the committed samples of those pathologies gives the
     same verdicts (cause, confidence, stall or none), not just similar words."""
     from pglab.analysis.analyze import analyze_run
 
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Analysis: `pglab analyze RUN`", 1)[1].split("\n## ", 1)[0]
+    readme = (ROOT / "docs" / "ANALYSIS.md").read_text()
+    section = readme.split("## What `pglab analyze RUN` prints", 1)[1].split("\n## ", 1)[0]
     stall_example, steady_example = re.findall(r"```\n(.*?)```", section, re.S)[:2]
     samples = ROOT / "tests" / "samples" / "runs"
 
@@ -115,7 +117,7 @@ def test_readme_screenshot_verdict_is_what_pglab_says() -> None:
     built-in gets that verdict from today's analysis (a stale screenshot fails here)."""
     from pglab.analysis.analyze import analyze_run
 
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "REPORTS.md").read_text()
     shown = re.search(r"Its verdict, \*\*([a-z-]+): ([a-z-]+)\s+\(confidence ([0-9.]+)\)\*\*, "
                       r"is what pglab gives the recorded run of the same built-in in\s+"
                       r"`tests/samples/runs/([a-z-]+)`", readme)
@@ -124,3 +126,84 @@ def test_readme_screenshot_verdict_is_what_pglab_says() -> None:
     top = max(document.stalls, key=lambda s: s["deficit_transactions"])["causes"][0]
     assert (top["cause"], top.get("sub_cause"), top["confidence"]) == (
         shown[1], shown[2], float(shown[3]))
+
+
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def _toml_blocks(path: Path) -> list[tuple[int, str]]:
+    """Each ```toml block of a Markdown file: the line of its first TOML line, its text."""
+    blocks, lines = [], path.read_text().splitlines()
+    start: int | None = None
+    for number, line in enumerate(lines, 1):
+        if start is None and line.strip() == "```toml":
+            start = number + 1
+        elif start is not None and line.strip() == "```":
+            blocks.append((start, "\n".join(lines[start - 1:number - 1]) + "\n"))
+            start = None
+    assert start is None, f"{path.name}:{start}: a ```toml block is never closed"
+    return blocks
+
+
+def test_every_toml_block_in_the_docs_is_a_valid_scenario() -> None:
+    """What a user copies from the README or docs/ passes `pglab validate`: each block is
+    a scenario, or a part of one that is valid alone (a block without `name` is given
+    one). Refusals of this machine (root, cgroups, a tool: exit 3) are not the docs'
+    fault; bad input (exit 2) is, named by file and line."""
+    from pglab.errors import BadInput, EnvironmentProblem
+    from pglab.runner import check_variants
+    from pglab.scenario.loading import load_text
+
+    failures, checked = [], 0
+    for path in DOCS:
+        for line, block in _toml_blocks(path):
+            # every message names the block (the checks after the model name the path);
+            # files a block names are looked for beside its page
+            where = path.parent / f"{path.name}:{line}"
+            named = re.search(r"(?m)^name\s*=", block)
+            text = block if named else 'name = "docs-example"\n' + block
+            try:
+                check_variants(load_text(text, str(where), path=where))
+            except EnvironmentProblem:
+                pass
+            except BadInput as exc:
+                failures.append(str(exc))
+            checked += 1
+    assert failures == []
+    assert checked >= 8  # the reference's six blocks, the front page's, durability's
+
+
+def test_the_front_page_analysis_is_what_pglab_prints(tmp_path: Path) -> None:
+    """The README's analysis example is `pglab analyze`'s output for the committed run it
+    names, line for line (a change of the analysis or its wording fails here)."""
+    import shutil
+
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("### The diagnosis", 1)[1].split("\n### ", 1)[0]
+    sample = re.search(r"`tests/samples/runs/([a-z-]+)`", section)
+    (shown,) = re.findall(r"```\n(.*?)```", section, re.S)
+    assert sample is not None
+    run = tmp_path / sample[1]
+    shutil.copytree(ROOT / "tests" / "samples" / "runs" / sample[1], run)
+    result = run_cli("analyze", str(run), env={"COLUMNS": "300"})
+    assert result.returncode == 0, result.stderr
+    assert shown in result.stdout, result.stdout
+
+
+def test_the_front_page_is_short_and_its_links_resolve() -> None:
+    """The README is a front page (a reference moved to docs/ stays there): a few hundred
+    lines, the two set-up commands as CI runs them, and every file it or a page of docs/
+    names exists."""
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 300
+    assert "pip install . && pglab demo\n" in readme
+    assert "pip install -e '.[test]' && python -m pytest\n" in readme
+    missing = []
+    for path in DOCS:
+        for named in re.findall(r"(?<![\w/.])((?:docs|tests)/[A-Za-z_-]+\.md)\b", path.read_text()):
+            if not (ROOT / named).is_file():
+                missing.append(f"{path.relative_to(ROOT)}: {named}")
+        for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", path.read_text()):
+            if not (path.parent / target).exists():
+                missing.append(f"{path.relative_to(ROOT)}: ({target})")
+    assert missing == []

@@ -63,7 +63,7 @@ def test_cloud_ssd_profile_scales_with_the_volume_size() -> None:
 
 
 def test_every_profile_is_documented() -> None:
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "LAB.md").read_text()
     assert [p.name for p in DISK_PROFILES if f"`{p.name}" not in readme] == []
 
 

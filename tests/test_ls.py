@@ -1,4 +1,4 @@
-"""`pglab ls` filters, and README's "Querying many runs" example run for real with polars
+"""`pglab ls` filters, and docs/RESULTS.md's "Querying many runs" example run for real with polars
 over a results tree made from real pgbench 15 and 18 logs (imported)."""
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def test_bad_date_is_one_line(results: Path) -> None:
 
 
 def test_readme_polars_example_runs(results: Path) -> None:
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "RESULTS.md").read_text()
     section = readme.split("## Querying many runs", 1)[1].split("\n## ", 1)[0]
     (code,) = re.findall(r"```python\n(.*?)```", section, re.S)
     printed = io.StringIO()
@@ -70,7 +70,7 @@ def test_readme_polars_example_runs(results: Path) -> None:
     os.chdir(results.parent)
     try:
         with contextlib.redirect_stdout(printed):
-            exec(compile(code, "README.md", "exec"), namespace)
+            exec(compile(code, "docs/RESULTS.md", "exec"), namespace)
     finally:
         os.chdir(cwd)
     per_run = namespace["per_run"]

@@ -239,8 +239,16 @@ def tune(scenario: str, overrides: tuple[str, ...], results: Path, pg_bin: str |
     return runs.tune(scenario, overrides, results, pg_bin, repeats, top, noise, steps)
 
 
-@cli.command()
-@click.argument("dsn")
+# -h is the host here, as in psql, pgbench and pg_activity: help is --help alone
+@cli.command(context_settings={"help_option_names": ["--help"]})
+@click.argument("dsn", required=False)
+@click.option("-h", "--host", default=None, metavar="HOST",
+              help="The server's host or socket directory, as psql's -h.")
+@click.option("-p", "--port", default=None, metavar="PORT", help="Its port, as psql's -p.")
+@click.option("-U", "--username", "user", default=None, metavar="USER",
+              help="The role to connect as, as psql's -U.")
+@click.option("-d", "--dbname", default=None, metavar="DBNAME",
+              help="The database (or a connection string), as psql's -d.")
 @click.option("--standby", "standbys", multiple=True, metavar="DSN",
               help="A standby to observe as its own node (repeatable): standby1, standby2...")
 @click.option("--duration", default=None, metavar="D",
@@ -262,15 +270,22 @@ def tune(scenario: str, overrides: tuple[str, ...], results: Path, pg_bin: str |
 @click.option("--interval", default="1s", show_default=True, help="Probe interval.")
 @click.option("--wait-hz", type=click.IntRange(1, 100), default=10, show_default=True,
               help="Wait sampling rate.")
-def observe(dsn: str, standbys: tuple[str, ...], duration: str | None,
+def observe(dsn: str | None, host: str | None, port: str | None, user: str | None,
+            dbname: str | None, standbys: tuple[str, ...], duration: str | None,
             exporters: tuple[str, ...], log: str | None, log_prefix: str | None,
             log_format: str | None, results: Path, name: str, interval: str,
             wait_hz: int) -> int:
-    """Observe a running server read-only (no load, never a write) into a results folder."""
-    from pglab.observe import command
+    """Observe a running server read-only (no load, never a write) into a results folder.
 
-    return command.observe(dsn, standbys, duration, exporters, log, results, name, interval,
-                           wait_hz, log_prefix, log_format)
+    DSN is a connection string, a URI or a database name, as psql takes it; -h, -p, -U
+    and -d add to it or stand for it, and what none gives comes from libpq's environment
+    (PGHOST, PGPORT, PGUSER, PGDATABASE, PGSERVICE, PGPASSWORD) and ~/.pgpass."""
+    from pglab.observe import command
+    from pglab.observe.target import connection_string
+
+    return command.observe(connection_string(dsn, host, port, user, dbname), standbys,
+                           duration, exporters, log, results, name, interval, wait_hz,
+                           log_prefix, log_format)
 
 
 @cli.command(name="import")

@@ -4,7 +4,7 @@ A metric says where its run value comes from, where its per-second samples come 
 it has any), which direction is better, its unit and the statistic the bootstrap uses on
 the samples (mean for rates, whose run value is the mean of its seconds; median for
 latencies, which are skewed). A metric that a run cannot provide returns a reason
-instead, shown as "n/a (reason)". `--fail-if` names, README and tests use this list.
+instead, shown as "n/a (reason)". `--fail-if` names, docs/COMPARE.md and tests use this list.
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import os
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -66,8 +68,55 @@ class ObserverConnection(psycopg.Connection[Any]):
 def _options(params: dict[str, Any]) -> str:
     ours = (f"-c default_transaction_read_only=on -c statement_timeout={STATEMENT_TIMEOUT} "
             f"-c lock_timeout={LOCK_TIMEOUT}")
-    given = str(params.get("options") or "").strip()
+    # libpq reads PGOPTIONS only when no options are given, and pglab always gives some
+    given = str(params.get("options") or os.environ.get("PGOPTIONS") or "").strip()
     return f"{given} {ours}".strip()
+
+
+# psql's -h, -p, -U, -d and the connection keys they stand for
+PSQL_FLAGS = {"host": "-h", "port": "-p", "user": "-U", "dbname": "-d"}
+
+
+def _is_conninfo(text: str) -> bool:
+    """libpq's own rule for a dbname that is a whole connection string (expand_dbname)."""
+    return "=" in text or text.startswith(("postgresql://", "postgres://"))
+
+
+def connection_string(dsn: str | None, host: str | None = None, port: str | None = None,
+                      user: str | None = None, dbname: str | None = None) -> str:
+    """The DSN argument and psql's -h/-p/-U/-d as one connection string.
+
+    As psql reads them: the DSN argument and -d are connection strings or URIs when they
+    look like one, else a database name. What none of them gives, libpq takes from its
+    environment (PGHOST, PGPORT, PGUSER, PGDATABASE, PGSERVICE...) and the service file
+    when it connects, so an empty string is a whole connection. A key given twice with
+    two values is refused rather than one silently winning."""
+    params: dict[str, str] = {}
+    given: dict[str, str] = {}  # key -> where it came from, for the refusal
+
+    def add(key: str, value: str, where: str) -> None:
+        if key in params and params[key] != value:
+            shown = "********" if key == "password" else value
+            raise BadInput(f"{where} gives {key}={shown} but {given[key]} gives "
+                           f"{key}={'********' if key == 'password' else params[key]}: "
+                           "give it once")
+        params[key] = value
+        given.setdefault(key, where)
+
+    for text, where in ((dsn, "the DSN"), (dbname, "-d")):
+        if text is None:
+            continue
+        if _is_conninfo(text):
+            for key, value in parse_dsn(text, where).items():
+                add(key, str(value), where)
+        elif text:
+            add("dbname", text, where)
+    if port is not None and not re.fullmatch(r"[0-9]+(,[0-9]*)*", port):
+        raise BadInput(f"-p {port!r}: expected a port number like 5432")
+    for key, value in (("host", host), ("port", port), ("user", user)):
+        if value is not None:
+            add(key, value, PSQL_FLAGS[key])
+    return make_conninfo(**params) if params else ""
 
 
 def parse_dsn(dsn: str, what: str) -> dict[str, Any]:
@@ -75,6 +124,9 @@ def parse_dsn(dsn: str, what: str) -> dict[str, Any]:
         params = conninfo_to_dict(dsn)
     except psycopg.ProgrammingError as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else "unparseable"
+        # libpq's message quotes the text it could not read, which may hold the password
+        if "password" in dsn or "@" in dsn:
+            message = "libpq cannot read it; not shown, as it may hold a password"
         raise BadInput(f"{what} {redact_dsn(dsn)}: not a connection string ({message})") from None
     return dict(params)
 
@@ -117,9 +169,15 @@ class ObservedNode:
     facts: dict[str, Any] = field(default_factory=dict)
     missing: list[str] = field(default_factory=list)  # privileges it lacks, each said once
 
+    # what it connected to, host, port, user and dbname filled in from what libpq used
+    # (its environment, the service file): set once connected
+    described: str | None = None
+
     @property
     def redacted(self) -> str:
-        return redact_dsn(self.dsn)
+        if self.described is not None:
+            return self.described
+        return redact_dsn(self.dsn) if self.dsn else "libpq's environment and service file"
 
     opened: ObserverConnection | None = None  # the connection open_node made, kept
 
@@ -158,8 +216,22 @@ def open_node(name: str, dsn: str) -> ObservedNode:
     except BaseException:
         conn.close()
         raise
+    node.described = _described(dsn, conn)
     node.opened = conn
     return node
+
+
+def _described(dsn: str, conn: psycopg.Connection[Any]) -> str:
+    """The DSN as given, without its password, with the host, port, user and database
+    libpq actually used where the DSN left them to the environment or a service file
+    (the connection's info never holds a password)."""
+    params = {k: str(v) for k, v in parse_dsn(dsn, "the DSN").items()}
+    info = conn.info
+    for key, value in (("host", info.host), ("port", str(info.port)), ("user", info.user),
+                       ("dbname", info.dbname)):
+        if value:
+            params.setdefault(key, value)
+    return redact_dsn(make_conninfo(**params))
 
 
 _PRIVILEGES = """
@@ -301,5 +373,5 @@ def _is_postgres(pid: int) -> bool:
         return False
 
 
-__all__ = ["ObservedNode", "ObserverSessions", "open_node", "process_cpu_s",
-           "sql_log_problem"]
+__all__ = ["ObservedNode", "ObserverSessions", "connection_string", "open_node",
+           "process_cpu_s", "sql_log_problem"]

@@ -56,7 +56,7 @@ def _cloud_hdd(gib: float) -> DiskFigures:
     return DiskFigures(mbps, mbps, int(max(1.5 * gib, 10)), int(max(0.75 * gib, 10)))
 
 
-# The one list of profiles: validation, docs (README) and tests use it.
+# The one list of profiles: validation, docs (docs/LAB.md) and tests use it.
 DISK_PROFILES: tuple[DiskProfile, ...] = (
     DiskProfile("cloud-ssd", "min(120 + 0.5 x GB, 350) MB/s; IOPS 3 per GB, 100 to 16000",
                 _cloud_ssd),

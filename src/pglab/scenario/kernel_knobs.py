@@ -52,7 +52,7 @@ def _vm(name: str, kind: str = "int", low: int = 0, high: int | None = None, hel
     return Knob(f"vm.{name}", Path("/proc/sys/vm") / name, kind, low, high, help, pair)
 
 
-# The one list: validation, reading, docs (README lists these names) and tests use it.
+# The one list: validation, reading, docs (docs/LAB.md lists these names) and tests use it.
 KNOBS: tuple[Knob, ...] = (
     _vm("dirty_ratio", high=100, help="% of memory dirty before writers block",
         pair="vm.dirty_bytes"),

@@ -16,7 +16,7 @@ write + fdatasync, and their CPU, which the load on the same cores would have). 
 other behaviour turns it back to write back before the server takes it, so from then
 on every flush reaches the server, to wait, fail or write a volatile cache back.
 
-DEVICE_BEHAVIOURS is the one list of what a device can be told (validation, the README
+DEVICE_BEHAVIOURS is the one list of what a device can be told (validation, docs/STORAGE.md's
 table, `pglab storage`); faults change the same behaviours mid-run.
 """
 

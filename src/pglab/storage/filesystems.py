@@ -1,7 +1,7 @@
 """The filesystem registry: what each accepts, how it is made and mounted, and read back.
 
 One entry per filesystem drives validation (before anything starts), volume creation,
-the manifest's "options as applied", `pglab storage` and the README's table (checked by
+the manifest's "options as applied", `pglab storage` and docs/STORAGE.md's table (checked by
 a test). Options are written in the scenario as `options = { key = value }`; booleans
 mean on/off. Each option is applied either when the filesystem is made (mkfs) or when
 it is mounted, and every one is read back from the kernel or the filesystem's own tool

@@ -1,7 +1,7 @@
 """FILESYSTEMS: the one list of filesystems a volume can have (filesystems.py, zfs.py).
 
 It drives validation before anything starts, volume creation, `pglab storage` and the
-README's table (checked by a test). `host`, the lab's own directory, is no filesystem
+docs/STORAGE.md's table (checked by a test). `host`, the lab's own directory, is no filesystem
 pglab makes, but a valid choice, so names() lists it first.
 """
 
