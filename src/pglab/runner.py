@@ -294,8 +294,8 @@ def check_variants(loaded: LoadedScenario) -> None:
     one starts (each Lab checks its own scenario again as it starts: a Lab can be used
     alone)."""
     for variant in loaded.variants:
-        check_supported(variant.scenario, loaded.where)
         DRIVERS[variant.scenario.workload.driver].check(variant.scenario, loaded.where)
+        check_supported(variant.scenario, loaded.where)  # its mistakes, then the machine's
 
 
 def run_scenario(loaded: LoadedScenario, options: RunOptions, ui: RunUI,
