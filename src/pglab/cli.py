@@ -112,11 +112,15 @@ def list_runs(root: Path, as_json: bool, scenario_glob: str | None, statuses: tu
 
 
 @cli.command()
-def scenarios() -> int:
-    """List the built-in scenarios (run one with `pglab run NAME`)."""
+@click.argument("name", required=False)
+@click.option("--details", is_flag=True, help="Every built-in's story, expectation and needs.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def scenarios(name: str | None, details: bool, as_json: bool) -> int:
+    """List the built-in scenarios with what each needs of this machine (root, packages)
+    and whether it has it; NAME: that one's story. Run one with `pglab run NAME`."""
     from pglab.commands import catalog
 
-    return catalog.scenarios()
+    return catalog.scenarios(name, details, as_json)
 
 
 # serverlog.FORMATS' names, written out: importing the parser would slow every command's

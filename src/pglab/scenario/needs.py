@@ -128,7 +128,7 @@ def unmet_problem(needs: tuple[Need, ...] | list[Need], where: str) -> str | Non
     packages = [n.name for n in unmet if n.name != ROOT]
     fixes = ([f"apt-get install {' '.join(packages)}"] if packages else []) + (
         ["run pglab as root"] if any(n.name == ROOT for n in unmet) else [])
-    return f"{where}: this machine lacks {'; '.join(pieces)}: {', then '.join(fixes)}"
+    return f"{where}: this machine lacks {'; '.join(pieces)}: {'; '.join(fixes)}"
 
 
 def check_needs(scenario: Scenario, where: str) -> None:
