@@ -89,7 +89,8 @@ PARTS: dict[str, Part] = {p.name: p for p in (
     Part("fuse3", ("fusermount3",), "emulated devices and zfs-fuse: unmounting FUSE mounts"),
     Part("pgbouncer", ("pgbouncer",), "topology.pooler = 'pgbouncer'", env="PGLAB_PGBOUNCER"),
     Part("sysbench", ("sysbench",), "workload.driver = 'sysbench'", env="PGLAB_SYSBENCH"),
-    Part("iproute2", ("ss",), "the os.tcp probe (sockets' queues and retransmits)"),
+    Part("iproute2", ("ss", "ip", "tc"), "the os.tcp probe (ss: sockets' queues and "
+         "retransmits); ip and tc to tell whether netem can delay a standby's network"),
     Part("zstd", ("zstd",), "reading zstd-compressed logs (pglab logs, observe --log)"),
     Part("prometheus-node-exporter", ("prometheus-node-exporter",),
          "pglab observe --node-exporter: the OS of the observed host (on that host)"),

@@ -57,7 +57,7 @@ from pglab.paths import ensure_dir, labs_dir
 from pglab.processes import kill_tree, shielded
 from pglab.scenario import Scenario
 from pglab.scenario.model import resolve_envelope
-from pglab.scenario.needs import check_needs, device_fault_nodes
+from pglab.scenario.needs import Need, device_fault_nodes, scenario_needs, unmet_problem
 from pglab.storage.volume import (
     LabStorage,
     check_storage,
@@ -96,9 +96,12 @@ def redact_dsn(dsn: str) -> str:
     return make_conninfo(**{k: str(v) for k, v in params.items()})
 
 
-def check_supported(scenario: Scenario, where: str) -> None:
+def check_supported(scenario: Scenario, where: str,
+                    needs: tuple[Need, ...] | None = None) -> None:
     """Refuse, before anything starts, what cannot work: one line naming the key. The
-    scenario's own mistakes first (exit 2), then what this machine lacks (exit 3)."""
+    scenario's own mistakes first (exit 2), then what this machine lacks (exit 3) of
+    `needs` (default: the scenario's own; a sweep's checks pass what all its runs need,
+    so that one line names all that is missing)."""
     _check_topology(scenario, where)
     check_faults(scenario, where)
     _check_storage(scenario, where)
@@ -120,7 +123,8 @@ def check_supported(scenario: Scenario, where: str) -> None:
                            "server.allow_writes = true")
     else:
         check_managed(scenario.server.settings, where)
-    check_needs(scenario, where)  # root and system parts, all missing ones in one line
+    if problem := unmet_problem(needs or scenario_needs(scenario), where):
+        raise EnvironmentProblem(problem)  # root and system parts, all in one line
     check_resources(scenario, where)  # the cgroups this machine offers, once root
 
 

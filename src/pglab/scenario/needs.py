@@ -4,8 +4,8 @@ sysbench).
 
 `scenario_needs` derives them from the validated model alone, so `pglab scenarios` can
 say them for every built-in, and `run`, `validate` and every Lab check them before
-anything starts (`check_needs`: one line naming all that is missing and the command that
-installs it). The lab decides the same things from the same functions (which volume gets
+anything starts (`unmet_problem`: one line naming all that is missing and the command
+that installs it). The lab decides the same things from the same functions (which volume gets
 the emulated device, which nodes a device fault acts on), so the two cannot disagree.
 """
 
@@ -15,7 +15,6 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from pglab.errors import EnvironmentProblem
 from pglab.scenario.model import Scenario, VolumeSpec
 from pglab.system_parts import EMULATED_DEVICE_PARTS, FILESYSTEM_PARTS, PARTS, is_root
 
@@ -130,8 +129,3 @@ def unmet_problem(needs: tuple[Need, ...] | list[Need], where: str) -> str | Non
         ["run pglab as root"] if any(n.name == ROOT for n in unmet) else [])
     return f"{where}: this machine lacks {'; '.join(pieces)}: {'; '.join(fixes)}"
 
-
-def check_needs(scenario: Scenario, where: str) -> None:
-    """Refuse, before anything starts, a scenario whose needs this machine lacks."""
-    if problem := unmet_problem(scenario_needs(scenario), where):
-        raise EnvironmentProblem(problem)
