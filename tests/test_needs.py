@@ -298,7 +298,7 @@ def test_scenarios_json_and_one_scenarios_story() -> None:
     assert unknown.returncode == 2 and len(unknown.stderr.strip().splitlines()) == 1
 
 
-def test_validate_prints_the_needs_it_checked(tmp_path: Path) -> None:
+def test_validate_and_run_check_the_needs(tmp_path: Path) -> None:
     scenario = write_scenario(tmp_path, '[topology]\npooler = "pgbouncer"\n')
     result = run_cli("validate", str(scenario), env={"PATH": str(tmp_path)})
     if PARTS["pgbouncer"].present():  # /usr/sbin/pgbouncer: found off PATH too
@@ -311,9 +311,13 @@ def test_validate_prints_the_needs_it_checked(tmp_path: Path) -> None:
                               'test = "oltp_read_only"\n', name="sb")
     refused = run_cli("validate", str(sysbench), env={"PATH": str(tmp_path)})
     assert refused.returncode == 3
-    assert refused.stderr.strip().splitlines() == [
-        f"pglab: {sysbench}: this machine lacks sysbench (sysbench not found) for "
-        "workload.driver = 'sysbench': apt-get install sysbench"]
+    line = (f"pglab: {sysbench}: this machine lacks sysbench (sysbench not found) for "
+            "workload.driver = 'sysbench': apt-get install sysbench")
+    assert refused.stderr.strip().splitlines() == [line]
+    run = run_cli("run", str(sysbench), "--results", str(tmp_path / "r"),
+                  env={"PATH": str(tmp_path)})
+    assert (run.returncode, run.stderr.strip().splitlines()) == (3, [line])
+    assert not (tmp_path / "r").exists()  # refused before anything started
 
 
 def test_doctor_lists_every_part_present_or_missing(tmp_path: Path) -> None:

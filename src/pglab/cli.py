@@ -77,7 +77,8 @@ def demo(duration: str | None, overrides: tuple[str, ...], results: Path,
 @click.argument("scenario")
 @set_option
 def validate(scenario: str, overrides: tuple[str, ...]) -> int:
-    """Check SCENARIO without starting anything; print the runs it makes."""
+    """Check SCENARIO without starting anything; print the runs it makes and what it
+    needs of this machine (exit 3, as run would, when this machine lacks it)."""
     from pglab.commands import runs
 
     return runs.validate(scenario, overrides)
