@@ -297,7 +297,7 @@ def check_variants(loaded: LoadedScenario) -> None:
     needs = runs_needs(v.scenario for v in loaded.variants)
     for variant in loaded.variants:
         DRIVERS[variant.scenario.workload.driver].check(variant.scenario, loaded.where)
-        check_supported(variant.scenario, loaded.where, needs)  # its mistakes, then ours
+        check_supported(variant.scenario, loaded.where, needs)  # mistakes, then needs
 
 
 def run_scenario(loaded: LoadedScenario, options: RunOptions, ui: RunUI,

@@ -47,7 +47,7 @@ def check_resources(scenario: Scenario, where: str) -> None:
             detect_cgroups().require("a throttle-disk fault")
         except EnvironmentProblem as exc:
             raise EnvironmentProblem(f"{where}: {exc}") from None
-    # [kernel] needs root, said by scenario/needs.py (check_needs) with all other needs
+    # [kernel] needs root: scenario/needs.py says so with every other need, before this
 
 
 class LabResources:

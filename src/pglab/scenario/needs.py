@@ -5,8 +5,9 @@ sysbench).
 `scenario_needs` derives them from the validated model alone, so `pglab scenarios` can
 say them for every built-in, and `run`, `validate` and every Lab check them before
 anything starts (`unmet_problem`: one line naming all that is missing and the command
-that installs it). The lab decides the same things from the same functions (which volume gets
-the emulated device, which nodes a device fault acts on), so the two cannot disagree.
+that installs it). The lab decides the same things with the same functions (which
+volume gets the emulated device, which nodes a device fault acts on), so the two cannot
+disagree.
 """
 
 from __future__ import annotations

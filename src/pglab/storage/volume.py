@@ -102,7 +102,7 @@ def check_storage(scenario: Scenario, where: str, device_faults: dict[str, str])
         for role, spec in volumes.items():
             _check_volume(spec, f"{where}: {storage_key(node)}" + (
                 ".wal" if role == "wal" else ""))
-    # root and the filesystems' and devices' tools: scenario/needs.py (check_needs)
+    # root and the filesystems' and devices' tools: scenario/needs.py, checked after this
 
 
 def _check_volume(spec: VolumeSpec, key: str) -> None:
