@@ -10,7 +10,7 @@ from rich.table import Table
 from pglab.commands.console import out
 from pglab.errors import ExitCode
 from pglab.scenario import LoadedScenario
-from pglab.scenario.needs import ROOT, Need, runs_needs
+from pglab.scenario.needs import ROOT, Need, fix_for, runs_needs
 
 
 def scenarios(name: str | None, details: bool, as_json: bool) -> int:
@@ -36,7 +36,7 @@ def scenarios(name: str | None, details: bool, as_json: bool) -> int:
     widths = [max(len(row[i]) for row in rows) for i in (0, 1)]
     for row in rows:
         _line(f"{row[0]:<{widths[0]}}  {row[1]:<{widths[1]}}  {row[2]}".rstrip())
-    if fix := _fix([x for found in needs.values() for x in found]):
+    if fix := fix_for(x for found in needs.values() for x in found):
         _line(f"to have what is missing: {fix}")
     _line("`pglab scenarios NAME` tells a scenario's story and what a run shows (--details: "
           "all of them); `pglab run NAME` runs it.")
@@ -52,17 +52,6 @@ def _line(text: str) -> None:
 def _here(needs: tuple[Need, ...]) -> str:
     missing = [n.name for n in needs if not n.met()]
     return f"missing: {', '.join(missing)}" if missing else "yes"
-
-
-def _fix(needs: list[Need]) -> str | None:
-    """The one command that installs every missing part (and root, when that is missing)."""
-    from pglab.system_parts import PARTS
-
-    unmet = list(dict.fromkeys(n.name for n in needs if not n.met()))
-    packages = [PARTS[n].name for n in unmet if n != ROOT]
-    fixes = ([f"apt-get install {' '.join(packages)}"] if packages else []) + (
-        ["run pglab as root"] if ROOT in unmet else [])
-    return "; ".join(fixes) or None
 
 
 def need_lines(needs: tuple[Need, ...]) -> list[str]:

@@ -125,8 +125,15 @@ def unmet_problem(needs: tuple[Need, ...] | list[Need], where: str) -> str | Non
         what = (f"root (pglab runs as uid {os.geteuid()})" if need.name == ROOT
                 else f"{need.name} ({PARTS[need.name].why_missing()})")
         pieces.append(f"{what} for {', '.join(need.why)}")
-    packages = [n.name for n in unmet if n.name != ROOT]
+    return f"{where}: this machine lacks {'; '.join(pieces)}: {fix_for(unmet)}"
+
+
+def fix_for(needs: Iterable[Need]) -> str | None:
+    """What gives this machine the unmet ones of `needs`: one apt-get command for every
+    missing part, then root; None when nothing is missing."""
+    unmet = list(dict.fromkeys(n.name for n in needs if not n.met()))
+    packages = [name for name in unmet if name != ROOT]
     fixes = ([f"apt-get install {' '.join(packages)}"] if packages else []) + (
-        ["run pglab as root"] if any(n.name == ROOT for n in unmet) else [])
-    return f"{where}: this machine lacks {'; '.join(pieces)}: {'; '.join(fixes)}"
+        ["run pglab as root"] if ROOT in unmet else [])
+    return "; ".join(fixes) or None
 
