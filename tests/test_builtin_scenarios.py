@@ -115,7 +115,7 @@ def test_catalogue_lists_story_and_expected_signal() -> None:
         scenario = load_builtin(name).scenario
         assert scenario.description, name
         assert scenario.expect or name == "demo", name
-    result = run_cli("scenarios")
+    result = run_cli("scenarios", "--details")
     assert result.returncode == 0
     assert "expect:" in result.stdout and "sync-standby-paused" in result.stdout
 

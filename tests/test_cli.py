@@ -156,7 +156,8 @@ def test_missing_pooler_binary_is_one_line(tmp_path: Path) -> None:
     result = run_cli("run", str(scenario), "--results", str(tmp_path / "r"),
                      env={"PGLAB_PGBOUNCER": str(tmp_path / "no-pgbouncer")})
     assert result.returncode == 3, result.stderr
-    assert result.stderr.strip().startswith("pglab: PGLAB_PGBOUNCER=")
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("pglab: ") and "lacks pgbouncer (PGLAB_PGBOUNCER=" in line
     assert not (tmp_path / "r").exists()  # refused before anything started
 
 

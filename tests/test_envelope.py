@@ -124,7 +124,7 @@ for what in ("envelope", "kernel"):
 def test_without_root_the_error_is_one_line_and_says_so() -> None:
     out = subprocess.run([sys.executable, "-c", _AS_NOBODY], capture_output=True, text=True,
                          timeout=60, check=True).stdout.splitlines()
-    assert out[0].startswith("EnvironmentProblem envelope: cgroup limits need root")
+    assert out[0].startswith("EnvironmentProblem envelope: a cgroup limit needs root")
     assert out[1].startswith("EnvironmentProblem kernel: setting vm.swappiness needs root")
 
 

@@ -590,8 +590,9 @@ def test_storage_needs_root(tmp_path: Path) -> None:
     result = subprocess.run(["unshare", "--user", sys.executable, "-m", "pglab", "validate",
                              str(scenario)], capture_output=True, text=True)
     assert result.returncode == 3, result.stderr
-    assert result.stderr.strip().endswith("[storage] volumes need root (losetup, mkfs, "
-                                          "mount); pglab runs as uid 65534")
+    assert result.stderr.strip().endswith(
+        "this machine lacks root (pglab runs as uid 65534) for storage (a volume: losetup, "
+        "mkfs, mount): run pglab as root")
     assert "Traceback" not in result.stderr
 
 

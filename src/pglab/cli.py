@@ -77,7 +77,8 @@ def demo(duration: str | None, overrides: tuple[str, ...], results: Path,
 @click.argument("scenario")
 @set_option
 def validate(scenario: str, overrides: tuple[str, ...]) -> int:
-    """Check SCENARIO without starting anything; print the runs it makes."""
+    """Check SCENARIO without starting anything; print the runs it makes and what it
+    needs of this machine (exit 3, as run would, when this machine lacks it)."""
     from pglab.commands import runs
 
     return runs.validate(scenario, overrides)
@@ -112,11 +113,15 @@ def list_runs(root: Path, as_json: bool, scenario_glob: str | None, statuses: tu
 
 
 @cli.command()
-def scenarios() -> int:
-    """List the built-in scenarios (run one with `pglab run NAME`)."""
+@click.argument("name", required=False)
+@click.option("--details", is_flag=True, help="Every built-in's story, expectation and needs.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def scenarios(name: str | None, details: bool, as_json: bool) -> int:
+    """List the built-in scenarios with what each needs of this machine (root, packages)
+    and whether it has it; NAME: that one's story. Run one with `pglab run NAME`."""
     from pglab.commands import catalog
 
-    return catalog.scenarios()
+    return catalog.scenarios(name, details, as_json)
 
 
 # serverlog.FORMATS' names, written out: importing the parser would slow every command's

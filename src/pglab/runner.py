@@ -36,6 +36,7 @@ from pglab.results.spool import event_record
 from pglab.results.study import StudyDocument, study_entry, study_path
 from pglab.results.study import write_study as write_study_file
 from pglab.scenario import LoadedScenario, Scenario, Variant, Workload
+from pglab.scenario.needs import runs_needs
 from pglab.telemetry import TelemetryRunner, monotonic_wall_clock
 from pglab.workload.drivers import DRIVERS, Load, LoadHooks
 from pglab.workload.pgbench_output import ProgressLine
@@ -293,9 +294,10 @@ def check_variants(loaded: LoadedScenario) -> None:
     """Refuse what this machine cannot run, for every point of a sweep before the first
     one starts (each Lab checks its own scenario again as it starts: a Lab can be used
     alone)."""
+    needs = runs_needs(v.scenario for v in loaded.variants)
     for variant in loaded.variants:
-        check_supported(variant.scenario, loaded.where)
         DRIVERS[variant.scenario.workload.driver].check(variant.scenario, loaded.where)
+        check_supported(variant.scenario, loaded.where, needs)  # mistakes, then needs
 
 
 def run_scenario(loaded: LoadedScenario, options: RunOptions, ui: RunUI,

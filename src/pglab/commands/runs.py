@@ -52,14 +52,22 @@ def demo(duration: str | None, overrides: tuple[str, ...], results: Path,
 
 
 def validate(scenario: str, overrides: tuple[str, ...]) -> int:
+    """Everything `run` checks before it starts: the scenario's mistakes (exit 2), then
+    what this machine lacks of its needs (exit 3: root, system parts), so that a scenario
+    that validates here also starts here."""
     loaded = load_scenario(scenario, overrides)
+    from pglab.commands.catalog import need_lines
     from pglab.runner import check_variants
+    from pglab.scenario.needs import runs_needs
 
     check_variants(loaded)
-    out.print(f"{loaded.where}: ok, {len(loaded.variants)} run(s)")
+    out.print(f"{loaded.where}: ok, {len(loaded.variants)} run(s)", markup=False,
+              highlight=False, soft_wrap=True)
     for variant in loaded.variants:
         if variant.overrides:
-            out.print(f"  {variant.label()}")
+            out.print(f"  {variant.label()}", markup=False, soft_wrap=True)
+    for line in need_lines(runs_needs(v.scenario for v in loaded.variants)):
+        out.print(f"needs: {line}", markup=False, highlight=False, soft_wrap=True)
     out.print("PostgreSQL parameters are checked by the server when the run starts.")
     return ExitCode.OK
 

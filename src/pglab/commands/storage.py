@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from rich.table import Table
 
@@ -88,7 +89,31 @@ def doctor(path: Path | None, fsync: bool, as_json: bool, pg_bin: str | None) ->
     if not facts["findings"]:
         out.print("no findings" + ("" if fsync else " (--fsync also times each "
                                                     "wal_sync_method)"))
+    _print_parts(facts)
     return ExitCode.OK
+
+
+def _print_parts(facts: dict[str, Any]) -> None:
+    """The optional system parts, one line each: found where, or the command that
+    installs it; never wrapped or cut (paths and commands are copied from it)."""
+    parts = facts["system_parts"]
+
+    def line(text: str) -> None:
+        out.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    line("")
+    line("system parts pglab can use (scenarios say which they need: pglab scenarios):")
+    width = max(len(p["name"]) for p in parts)
+    states = [p["path"] if p["present"] else f"MISSING: {p['install']}" for p in parts]
+    state_width = max(len(s) for s in states)
+    for part, state in zip(parts, states, strict=True):
+        line(f"  {part['name']:<{width}}  {state:<{state_width}}  {part['used_for']}")
+    root = "yes" if facts["root"] else "no: run pglab as root"
+    line(f"  {'root':<{width}}  {root:<{state_width}}  envelopes (cgroups), storage volumes, "
+         "kernel knobs, throttle-disk faults")
+    missing = [p["name"] for p in parts if not p["present"]]
+    if missing:
+        line(f"to install every missing part: apt-get install {' '.join(missing)}")
 
 
 def _existing(path: Path) -> Path:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import psutil
 
+from pglab import system_parts
 from pglab.errors import EnvironmentProblem
 
 V1_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "blkio")
@@ -71,9 +72,7 @@ def detect_cgroups() -> CgroupSupport:
     v1 = {opt: Path(mount) for kind, mount, opts in table if kind == "cgroup" for opt in opts
           if opt in V1_CONTROLLERS}
     v2 = [Path(mount) for kind, mount, _ in table if kind == "cgroup2"]
-    root_problem = "" if os.geteuid() == 0 else (
-        f"cgroup limits need root (pglab runs as uid {os.geteuid()}); run pglab as root "
-        "or remove the [envelope] limits")
+    root_problem = system_parts.root_problem("a cgroup limit") or ""
     if {"cpu", "memory", "blkio"} <= set(v1):
         missing = [c for c in V1_CONTROLLERS if c not in v1]
         problem = root_problem or (f"cgroup v1 controller(s) {', '.join(missing)} not mounted"

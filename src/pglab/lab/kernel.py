@@ -22,6 +22,7 @@ import psutil
 from pglab.errors import BadInput, EnvironmentProblem
 from pglab.paths import RUN_DIR, machine_lock, pglab_home
 from pglab.scenario.kernel_knobs import BY_NAME, KNOBS, Knob, KnobValue, check_knobs
+from pglab.system_parts import root_problem
 
 
 def _read(knob: Knob) -> KnobValue | None:
@@ -94,9 +95,8 @@ def kernel_knobs(wanted: Mapping[str, object], wait_s: float = KNOB_WAIT_S,
         values = check_knobs(wanted)  # parsed: '64MB' -> bytes (the scenario did it already)
     except ValueError as exc:
         raise BadInput(f"kernel: {exc}") from None
-    if os.geteuid() != 0:
-        raise EnvironmentProblem(f"kernel: setting {', '.join(wanted)} needs root (pglab runs "
-                                 f"as uid {os.geteuid()}); run as root or remove [kernel]")
+    if problem := root_problem(f"kernel: setting {', '.join(wanted)}"):
+        raise EnvironmentProblem(problem)
     state = KNOB_STATE_DIR / f"{os.getpid()}.json"
     deadline, told = time.monotonic() + wait_s, False
     while True:

@@ -25,7 +25,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pglab.errors import BadInput, EnvironmentProblem, PglabError
 from pglab.lab.binaries import PgBinaries, find_binaries, runnable_by
-from pglab.lab.fault_actions import DEVICE_FAULTS, FaultTarget
+from pglab.lab.fault_actions import FaultTarget
 from pglab.lab.faults import check_faults
 from pglab.lab.local import (
     BENCH_DB,
@@ -57,6 +57,7 @@ from pglab.paths import ensure_dir, labs_dir
 from pglab.processes import kill_tree, shielded
 from pglab.scenario import Scenario
 from pglab.scenario.model import resolve_envelope
+from pglab.scenario.needs import Need, device_fault_nodes, scenario_needs, unmet_problem
 from pglab.storage.volume import (
     LabStorage,
     check_storage,
@@ -95,11 +96,14 @@ def redact_dsn(dsn: str) -> str:
     return make_conninfo(**{k: str(v) for k, v in params.items()})
 
 
-def check_supported(scenario: Scenario, where: str) -> None:
-    """Refuse, before anything starts, what cannot work: one line naming the key."""
+def check_supported(scenario: Scenario, where: str,
+                    needs: tuple[Need, ...] | None = None) -> None:
+    """Refuse, before anything starts, what cannot work: one line naming the key. The
+    scenario's own mistakes first (exit 2), then what this machine lacks (exit 3) of
+    `needs` (default: the scenario's own; a sweep's checks pass what all its runs need,
+    so that one line names all that is missing)."""
     _check_topology(scenario, where)
     check_faults(scenario, where)
-    check_resources(scenario, where)
     _check_storage(scenario, where)
     if scenario.server.target == "dsn":
         if not scenario.server.dsn:
@@ -119,17 +123,9 @@ def check_supported(scenario: Scenario, where: str) -> None:
                            "server.allow_writes = true")
     else:
         check_managed(scenario.server.settings, where)
-
-
-def _device_faults(scenario: Scenario) -> dict[str, str]:
-    """Nodes with a fault that acts on their volumes' devices: node -> the action."""
-    found: dict[str, str] = {}
-    for fault in scenario.faults:
-        if fault.action in DEVICE_FAULTS or fault.action == "power-loss" or (
-                fault.action == "throttle-disk"
-                and scenario.node_storage(fault.node).volumes()):
-            found.setdefault(fault.node, fault.action)
-    return found
+    if problem := unmet_problem(needs or scenario_needs(scenario), where):
+        raise EnvironmentProblem(problem)  # root and system parts, all in one line
+    check_resources(scenario, where)  # the cgroups this machine offers, once root
 
 
 def _check_storage(scenario: Scenario, where: str) -> None:
@@ -140,7 +136,7 @@ def _check_storage(scenario: Scenario, where: str) -> None:
             raise BadInput(f"{where}: {key} has disk limits and {node} has a storage volume: "
                            f"put the limits on {storage_key(node)}.device (write_mbps, "
                            "read_mbps, iops, profile), where they hold for every byte")
-    check_storage(scenario, where, _device_faults(scenario))
+    check_storage(scenario, where, device_fault_nodes(scenario))
     for index, fault in enumerate(scenario.faults):
         if fault.action != "power-loss":
             continue
@@ -175,11 +171,10 @@ def _check_topology(scenario: Scenario, where: str) -> None:
         if topo.pooler != "none":
             raise BadInput(f"{where}: topology.pooler fronts the primary; it cannot be used "
                            "with workload.on = 'standbys'")
-    if topo.pooler == "pgbouncer":
-        if workload.protocol == "prepared" and workload.path == "pooler":
-            raise BadInput(f"{where}: workload.protocol = 'prepared' does not work through "
-                           "PgBouncer in transaction mode; use 'simple' or 'extended'")
-        find_pgbouncer()
+    if topo.pooler == "pgbouncer" and workload.protocol == "prepared" and (
+            workload.path == "pooler"):
+        raise BadInput(f"{where}: workload.protocol = 'prepared' does not work through "
+                       "PgBouncer in transaction mode; use 'simple' or 'extended'")
     names = scenario.node_names()
     for name, spec in scenario.nodes.items():
         if name == "primary":
@@ -213,7 +208,7 @@ class Lab:
         self.client_cgroup: list[Path] = []
         self.template: Template | None = None
         self.lab_dir = labs_dir() / run_id
-        self.storage = LabStorage(scenario, self.lab_dir, set(_device_faults(scenario)))
+        self.storage = LabStorage(scenario, self.lab_dir, set(device_fault_nodes(scenario)))
         self._dsn_env: dict[str, str] = {}
         # CLIENT_ROLE's password (workload.path = "tcp"): in memory and in the clients'
         # environment only, never in a file.

@@ -7,7 +7,6 @@ logins are trusted, so a TCP port would let any local user in as the superuser.
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import subprocess
@@ -18,28 +17,17 @@ from pathlib import Path
 
 import psycopg
 
-from pglab.errors import EnvironmentProblem, PglabError
+from pglab.errors import PglabError
 from pglab.lab.local import BENCH_DB, SOCKET_PARENT, SUPERUSER, LocalServer, free_port
 from pglab.lab.osuser import ServerUser
 from pglab.processes import spawn, stop_child
 from pglab.results.files import write_text
-
-INSTALL_HINT = "install it with `apt-get install pgbouncer` (Debian/Ubuntu)"
+from pglab.system_parts import PARTS
 
 
 def find_pgbouncer() -> Path:
-    explicit = os.environ.get("PGLAB_PGBOUNCER")
-    if explicit:
-        if not os.access(explicit, os.X_OK):
-            raise EnvironmentProblem(f"PGLAB_PGBOUNCER={explicit} is not an executable file")
-        return Path(explicit)
-    found = shutil.which("pgbouncer") or next(
-        (p for p in ("/usr/sbin/pgbouncer", "/usr/local/sbin/pgbouncer")
-         if Path(p).is_file()), None)
-    if found is None:
-        raise EnvironmentProblem(f"topology.pooler = 'pgbouncer' needs PgBouncer, which is not "
-                                 f"on PATH or in /usr/sbin: {INSTALL_HINT}")
-    return Path(found)
+    """PgBouncer (PGLAB_PGBOUNCER, else PATH, else sbin); EnvironmentProblem if missing."""
+    return PARTS["pgbouncer"].require("topology.pooler = 'pgbouncer'")
 
 
 def pgbouncer_version(binary: Path) -> str:

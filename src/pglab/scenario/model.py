@@ -181,6 +181,27 @@ class DeviceSpec(StrictModel):
     # volatile-ignores-flush: a cache that acknowledges flushes and keeps nothing.
     cache: Literal["honest", "volatile", "volatile-ignores-flush"] = "honest"
 
+    def figures(self) -> DiskFigures:
+        """The profile's figures with the explicit keys over them; ValueError naming a bad
+        profile."""
+        base = profile_figures(self.profile) if self.profile else DiskFigures()
+        iops = self.iops
+        return DiskFigures(
+            write_mbps=base.write_mbps if self.write_mbps is None else self.write_mbps,
+            read_mbps=base.read_mbps if self.read_mbps is None else self.read_mbps,
+            write_iops=(self.write_iops if self.write_iops is not None
+                        else iops if iops is not None else base.write_iops),
+            read_iops=(self.read_iops if self.read_iops is not None
+                       else iops if iops is not None else base.read_iops))
+
+    def is_plain(self) -> bool:
+        """No limit, latency or cache mode: what a plain loop device does."""
+        try:
+            figures = self.figures()
+        except ValueError:
+            return False  # a profile asks for limits (the unknown name is refused elsewhere)
+        return (figures == DiskFigures() and not self.latency and self.cache == "honest")
+
 
 class VolumeSpec(StrictModel):
     """One volume: its filesystem, size, options and device, or the user's own storage."""

@@ -35,11 +35,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pglab.errors import EnvironmentProblem, PglabError
+from pglab.errors import PglabError
 from pglab.scenario import DeviceSpec
-from pglab.scenario.disk_profiles import DiskFigures, profile_figures
 from pglab.storage.device_server import behaviour_from_limits, control
 from pglab.storage.filesystems import run_tool, unmount
+from pglab.system_parts import EMULATED_DEVICE_PARTS, PARTS
 
 LOOP_MAX_REQUEST_KB = 128
 SOCKET_DIR_PREFIX = "pglab-dev-"
@@ -96,15 +96,10 @@ class DeviceLimits:
 
 def resolve_device(spec: DeviceSpec) -> DeviceLimits:
     """A profile's figures with explicit keys over them; ValueError naming a bad profile."""
-    base = profile_figures(spec.profile) if spec.profile else DiskFigures()
-    iops = spec.iops
+    figures = spec.figures()
     return DeviceLimits(
-        write_mbps=spec.write_mbps if spec.write_mbps is not None else base.write_mbps,
-        read_mbps=spec.read_mbps if spec.read_mbps is not None else base.read_mbps,
-        write_iops=(spec.write_iops if spec.write_iops is not None
-                    else iops if iops is not None else base.write_iops),
-        read_iops=(spec.read_iops if spec.read_iops is not None
-                   else iops if iops is not None else base.read_iops),
+        write_mbps=figures.write_mbps, read_mbps=figures.read_mbps,
+        write_iops=figures.write_iops, read_iops=figures.read_iops,
         latency_ms=(spec.latency or 0) * 1000,
         cache=spec.cache,
         profile=spec.profile,
@@ -187,10 +182,8 @@ class EmulatedDevice:
         self.changing = threading.Lock()
 
     def start(self, behaviour: dict[str, Any]) -> Path:
-        for tool, package in (("nbdfuse", "libnbd-bin"), ("fusermount3", "fuse3")):
-            if shutil.which(tool) is None:
-                raise EnvironmentProblem(f"the emulated device needs {tool}: apt-get install "
-                                         f"{package}")
+        for part in EMULATED_DEVICE_PARTS:
+            PARTS[part].require("the emulated device")
         self.work_dir.mkdir(parents=True, exist_ok=True)
         config = self.work_dir / "device.json"
         config.write_text(json.dumps({

@@ -6,6 +6,9 @@ milliseconds, so every run records them in its manifest and the recommendation r
 can use them. `--fsync` adds the sync latency per wal_sync_method from pg_test_fsync of
 the binaries in use, which takes seconds and writes to the disk.
 
+It also lists the optional system parts pglab can use (system_parts.PARTS), present or
+missing here with the command that installs them, and whether pglab runs as root.
+
 A finding is a sentence a DBA acts on, e.g. that a write-back cache whose flush returns
 in microseconds is either protected against power loss or lying, and that only a power
 loss test can tell which.
@@ -22,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pglab.errors import BadInput, PglabError
+from pglab.system_parts import is_root, parts_report
 
 FAST_FLUSH_US = 100  # a flush this fast did not reach a platter or NAND without a cache
 NOT_DISKS = ("tmpfs", "ramfs", "overlay", "squashfs", "nfs", "nfs4", "cifs", "9p",
@@ -207,4 +211,7 @@ def doctor(path: Path, pg_test_fsync: Path | None) -> dict[str, Any]:
         facts["fsync_us"] = fsync_latency(path, pg_test_fsync)
         facts["fsync_tool"] = str(pg_test_fsync)
     facts["findings"] = findings(facts)
+    # what else pglab can use on this machine, and how to get what is missing
+    facts["root"] = is_root()
+    facts["system_parts"] = parts_report()
     return facts

@@ -16,7 +16,6 @@ holds the one list of all of them.
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from pglab.processes import run_to_end
+from pglab.system_parts import FILESYSTEM_PARTS, PARTS, Part
 
 MB = 1024 * 1024
 
@@ -67,8 +67,6 @@ def run_tool(argv: list[str], what: str, timeout: float = 120) -> str:
 class Filesystem(ABC):
     name: str
     help: str
-    package: str  # the Debian package with its tools
-    tool: str  # the command whose absence means the package is missing
     min_size: int
     options: tuple[FsOption, ...] = ()
     shutdown_ioctl: bool = False  # supports FS_IOC_SHUTDOWN (a power cut, durability)
@@ -85,11 +83,14 @@ class Filesystem(ABC):
         """Options that are each valid but do not work together, said in one line."""
         return None
 
-    def missing_tool(self) -> str | None:
-        if shutil.which(self.tool) or Path("/usr/sbin", self.tool).exists() or Path(
-                "/sbin", self.tool).exists():
-            return None
-        return f"{self.tool} is missing: apt-get install {self.package}"
+    @property
+    def part(self) -> Part:
+        """The system part with the tools that make and read back this filesystem."""
+        return PARTS[FILESYSTEM_PARTS[self.name]]
+
+    @property
+    def package(self) -> str:
+        return self.part.name
 
     @abstractmethod
     def create(self, device: Path, mountpoint: Path, options: dict[str, str],
@@ -211,8 +212,7 @@ def _size_bytes(text: str) -> int:
 class Ext4(_Mkfs):
     name = "ext4"
     help = "ext4 (e2fsprogs); mkfs zeroes its tables up front, so no lazy init runs later"
-    package = "e2fsprogs"
-    tool = mkfs_tool = "mkfs.ext4"
+    mkfs_tool = "mkfs.ext4"
     fstype = "ext4"
     min_size = 32 * MB
     shutdown_ioctl = True
@@ -261,8 +261,7 @@ def _dumpe2fs(device: Path) -> dict[str, str]:
 class Xfs(_Mkfs):
     name = "xfs"
     help = "XFS (xfsprogs); at least 300 MB"
-    package = "xfsprogs"
-    tool = mkfs_tool = "mkfs.xfs"
+    mkfs_tool = "mkfs.xfs"
     fstype = "xfs"
     min_size = 300 * MB  # mkfs.xfs refuses smaller
     shutdown_ioctl = True
@@ -296,8 +295,7 @@ class Xfs(_Mkfs):
 class Btrfs(_Mkfs):
     name = "btrfs"
     help = "btrfs (btrfs-progs); copy-on-write, at least 256 MB"
-    package = "btrfs-progs"
-    tool = mkfs_tool = "mkfs.btrfs"
+    mkfs_tool = "mkfs.btrfs"
     fstype = "btrfs"
     min_size = 256 * MB
     base_mkfs = ("-q", "-f", "-K")

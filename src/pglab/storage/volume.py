@@ -27,9 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pglab.errors import BadInput, EnvironmentProblem, PglabError
+from pglab.errors import BadInput, PglabError
 from pglab.processes import run_to_end
 from pglab.scenario import Scenario, StorageSpec, VolumeSpec
+from pglab.scenario.needs import volume_is_emulated
 from pglab.storage.devices import (
     DeviceLimits,
     EmulatedDevice,
@@ -77,12 +78,6 @@ def storage_key(node: str) -> str:
     return "storage" if node == "primary" else f"nodes.{node}.storage"
 
 
-def _needs_emulation(spec: VolumeSpec, limits: DeviceLimits, faulted: bool) -> bool:
-    if spec.device.kind != "auto":
-        return spec.device.kind == "emulated"
-    return faulted or not limits.is_plain()
-
-
 # --- checks before anything starts ----------------------------------------------------
 
 def check_storage(scenario: Scenario, where: str, device_faults: dict[str, str]) -> None:
@@ -107,9 +102,7 @@ def check_storage(scenario: Scenario, where: str, device_faults: dict[str, str])
         for role, spec in volumes.items():
             _check_volume(spec, f"{where}: {storage_key(node)}" + (
                 ".wal" if role == "wal" else ""))
-    if os.geteuid() != 0:
-        raise EnvironmentProblem(f"{where}: [storage] volumes need root (losetup, mkfs, "
-                                 f"mount); pglab runs as uid {os.geteuid()}")
+    # root and the filesystems' and devices' tools: scenario/needs.py, checked after this
 
 
 def _check_volume(spec: VolumeSpec, key: str) -> None:
@@ -161,8 +154,6 @@ def _check_volume(spec: VolumeSpec, key: str) -> None:
         raise BadInput(f"{key}.device.profile: {exc}") from None
     if spec.block_device:
         _check_block_device(spec, key)
-    if missing := fs.missing_tool():
-        raise EnvironmentProblem(f"{key}.filesystem = '{fs.name}': {missing}")
     if (spec.pool or spec.path) and (not limits.is_plain() or spec.device.kind == "emulated"):
         raise BadInput(f"{key}.device: a pool or path is the user's own storage; device "
                        "limits apply to volumes pglab makes")
@@ -396,8 +387,7 @@ class LabStorage:
         made: dict[str, Path] = {}
         for role, spec in storage.volumes().items():
             limits = resolve_device(spec.device)
-            emulated = not (spec.path or spec.pool or spec.block_device) and (
-                _needs_emulation(spec, limits, node in self.faulted))
+            emulated = volume_is_emulated(spec, node in self.faulted)
             volume = Volume(node, role, spec, node_dir, emulated, limits,
                             zfs_name(os.getpid(), node, role))
             self.volumes.append(volume)

@@ -29,6 +29,7 @@ import psutil
 from pglab.errors import EnvironmentProblem, PglabError
 from pglab.paths import RUN_DIR, machine_lock
 from pglab.storage.filesystems import MB, Filesystem, FsOption, mount_entry, run_tool
+from pglab.system_parts import PARTS
 
 _ON_OFF = ("on", "off")
 _FUSE_RECORDSIZES = tuple(f"{n}k" for n in (1, 2, 4, 8, 16, 32, 64, 128))
@@ -55,8 +56,6 @@ class Zfs(Filesystem):
     name = "zfs"
     help = ("ZFS: a pool of its own through zfs-fuse (userspace, pool version 23), or a "
             "dataset of storage.pool; A/B directions carry over, absolute numbers do not")
-    package = "zfs-fuse"
-    tool = "zpool"
     min_size = 128 * MB
     options = (
         FsOption("recordsize", "record size (zfs-fuse: 1k to 128k)", _FUSE_RECORDSIZES),
@@ -184,7 +183,8 @@ def _ensure_daemon() -> None:
         return
     binary = "/usr/sbin/zfs-fuse"
     if not Path(binary).exists():
-        raise EnvironmentProblem("ZFS needs zfs-fuse: apt-get install zfs-fuse")
+        raise EnvironmentProblem(f"ZFS without the kernel's OpenZFS needs zfs-fuse ({binary} "
+                                 f"not found): {PARTS['zfs-fuse'].install}")
     # Its own session and no parent-death signal: if pglab is killed, the pools stay
     # consistent until the next pglab destroys them and stops the daemon.
     proc = subprocess.Popen([binary, "--no-daemon"], stdin=subprocess.DEVNULL,

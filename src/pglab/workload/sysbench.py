@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import subprocess
 import threading
 import time
@@ -26,11 +25,11 @@ from pglab.lab.template import DataInit
 from pglab.processes import spawn, stop_child, wait_child
 from pglab.scenario import Scenario, Workload
 from pglab.scenario.sysbench_tests import PGLAB_TESTS, SYSBENCH_TESTS
+from pglab.system_parts import PARTS
 from pglab.workload.sysbench_output import IntervalLine, parse_interval_line
 
 # pglab's own Lua tests (sysbench_tests.PGLAB_TESTS), shipped in the package.
 LUA_DIR = Path(__file__).parent / "sysbench_lua"
-INSTALL_HINT = "install Debian's package `sysbench` (apt-get install sysbench)"
 # A load whose every event hits an error sysbench ignores (a deadlock, a unique violation)
 # never ends: sysbench re-runs the event without looking at --time. pglab stops it this
 # long after its time is up.
@@ -42,16 +41,7 @@ EXTRA_SECONDS = 1
 
 def find_sysbench() -> Path:
     """The sysbench binary (PGLAB_SYSBENCH, else PATH); EnvironmentProblem if missing."""
-    explicit = os.environ.get("PGLAB_SYSBENCH")
-    if explicit:
-        if not os.access(explicit, os.X_OK):
-            raise EnvironmentProblem(f"PGLAB_SYSBENCH={explicit} is not an executable file")
-        return Path(explicit)
-    found = shutil.which("sysbench")
-    if found is None:
-        raise EnvironmentProblem(f"workload.driver = 'sysbench' needs sysbench, which is not "
-                                 f"on PATH: {INSTALL_HINT}")
-    return Path(found)
+    return PARTS["sysbench"].require("workload.driver = 'sysbench'")
 
 
 def sysbench_version(binary: Path) -> str:
@@ -85,7 +75,6 @@ def check_scenario(scenario: Scenario, where: str) -> None:
     if workload.on != "primary":
         raise BadInput(f"{where}: workload.on = '{workload.on}' cannot be used with "
                        "workload.driver = 'sysbench' yet: sysbench connects to one host")
-    find_sysbench()
 
 
 def script_path(workload: Workload, scripts_base: Path) -> Path | None:
