@@ -73,9 +73,12 @@ def _describe(stat: ParseStats) -> str:
     if stat.format not in LINE_FORMATS:
         return text
     if stat.prefix is None:
-        return text + ", log_line_prefix not recognised: time and pid found heuristically"
+        found = "pid" if stat.time_source else "time and pid"
+        return (text + f", log_line_prefix not recognised: {found} found heuristically"
+                + (f", times from {stat.time_source}" if stat.time_source else ""))
     how = "guessed" if stat.prefix_guessed else "given"
-    return f"{text}, log_line_prefix {stat.prefix!r} ({how})"
+    text = f"{text}, log_line_prefix {stat.prefix!r} ({how})"
+    return text + (f", times from {stat.time_source}" if stat.time_source else "")
 
 
 # how many messages of a file without events are counted (read again, all of them)
