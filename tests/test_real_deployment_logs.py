@@ -168,6 +168,21 @@ def test_cloudnativepg_newest_first_reads_as_oldest_first(tmp_path: Path) -> Non
         assert abs(took - checkpoint.attrs["total_s"]) < 0.01
 
 
+def test_a_followed_jsonlog_gives_events_as_they_come() -> None:
+    """Telling the order waits for no more than a second line: a log followed during a
+    run (pglab's own jsonlog, written line by line) gives each event when its line
+    comes, not at the end."""
+    lines = (SAMPLES / "serverlog" / "pg18" / "postgresql.json").read_text().splitlines(True)
+    whole, _ = parse_log_file(SAMPLES / "serverlog" / "pg18" / "postgresql.json")
+    tail = LogTail()
+    before_close: list[Event] = []
+    for line in lines:
+        before_close += tail.feed(line)
+    assert tail.stats.format == "jsonlog"
+    assert key(before_close + tail.close()) == key(whole)
+    assert len(before_close) >= len(whole) - 3  # all but those still open at the end
+
+
 # --- Heroku through a log drain --------------------------------------------------------
 
 def test_heroku_lines_through_a_drain() -> None:

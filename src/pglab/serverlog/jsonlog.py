@@ -25,7 +25,8 @@ from pglab.serverlog.records import UTC, LogRecord, ParseStats, TimestampParser
 from pglab.serverlog.stderr_fast import ATTACHED
 from pglab.serverlog.triggers import KNOWN_SEVERITIES, is_candidate
 
-# The first lines whose times tell whether a file runs oldest or newest first.
+# At most this many of the first lines tell whether a file runs oldest or newest first
+# (those of the first text fed: a file's first chunk, a followed log's first write).
 _ORDER_LINES = 200
 
 
@@ -78,11 +79,11 @@ class JsonDecoder(RecordsToEvents):
                 return []
             return self._lines(lines)
         self._waiting += lines
-        if len(self._waiting) < _ORDER_LINES and not everything:
-            return []
+        if not everything and sum(1 for line in self._waiting if line.strip()) < 2:
+            return []  # one line tells no order (a followed log's first write)
         lines, self._waiting = self._waiting, []
         self._ordered = True
-        if _runs_backwards(lines):
+        if _runs_backwards(lines[:_ORDER_LINES]):
             self._newest_first = lines
             return []
         return self._lines(lines)
@@ -216,7 +217,9 @@ def _epoch(value: object) -> datetime | None:
 
 
 def _runs_backwards(lines: list[str]) -> bool:
-    """Do these lines' times go down more often than up (a newest-first export)?"""
+    """Do these lines' times go down, all but a few times (a newest-first export)? A
+    log written by the server may go down now and then (processes stamp a message
+    before they write it), never nearly always."""
     stamps = TimestampParser()
     times: list[datetime] = []
     for line in lines:
@@ -236,7 +239,7 @@ def _runs_backwards(lines: list[str]) -> bool:
             times.append(t)
     down = sum(a > b for a, b in pairwise(times))
     up = sum(a < b for a, b in pairwise(times))
-    return down > up
+    return down >= 2 and down >= 9 * up
 
 
 # CloudNativePG puts PostgreSQL's csvlog columns under `record`, every value a string
