@@ -95,17 +95,16 @@ def test_cloud_sql_payloads_without_a_time_take_the_entrys() -> None:
 
 def test_cloud_sql_as_gcloud_array_and_followed(tmp_path: Path) -> None:
     """The same entries as `gcloud logging read --format=json` prints them (a JSON array,
-    newest first), and followed in pieces, yield the same events."""
+    newest first), and followed an entry at a time, yield the same events."""
     plain, _ = parse_log_file(CLOUDSQL)
     array = tmp_path / "gcloud.json"
     array.write_text(json.dumps(list(reversed(cloudsql_entries()))))
     events, stats = parse_log_file(array)
     assert stats.format == "cloudlogging" and key(events) == key(plain)
-    text = "\n".join(lines_of(CLOUDSQL)) + "\n"
     tail = LogTail()
     followed: list[Event] = []
-    for start in range(0, len(text), 4000):
-        followed += tail.feed(text[start:start + 4000])
+    for line in lines_of(CLOUDSQL):  # an entry at a time, as `gcloud logging tail` would
+        followed += tail.feed(line + "\n")
     followed += tail.close()
     assert key(followed) == key(plain) and len(plain) > 50
 

@@ -39,8 +39,6 @@ from pglab.serverlog.prefix import (
 from pglab.serverlog.records import UTC, LogRecord, ParseStats, TimestampParser
 from pglab.serverlog.stderr import StderrDecoder
 
-# Message lines of the first payloads looked at to tell whether they carry a time.
-_DETECT_HEADS = 50
 _ENVELOPE_TIME = "the entries' timestamp"
 
 
@@ -143,9 +141,11 @@ class CloudLoggingDecoder(RecordsToEvents):
             payloads.append((payload, entry.get("timestamp")))
         if self._inner is None:
             self._pending += payloads
-            if not eager and _heads(self._pending) < _DETECT_HEADS:
+            if not eager and not _heads(self._pending):
+                # no message line yet to tell whether they carry a time; the first text
+                # with one decides (a file's first chunk: hundreds of entries)
                 self._sync()
-                return []  # more payloads first, to tell whether they carry a time
+                return []
             return self._flush_pending(eager)
         return self._feed_inner(payloads, eager)
 
