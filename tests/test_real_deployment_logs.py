@@ -103,7 +103,7 @@ def test_cloud_sql_as_gcloud_array_and_followed(tmp_path: Path) -> None:
     assert stats.format == "cloudlogging" and key(events) == key(plain)
     tail = LogTail()
     followed: list[Event] = []
-    for line in lines_of(CLOUDSQL):  # an entry at a time, as `gcloud logging tail` would
+    for line in lines_of(CLOUDSQL):  # an entry at a time, as a followed sink file grows
         followed += tail.feed(line + "\n")
     followed += tail.close()
     assert key(followed) == key(plain) and len(plain) > 50
