@@ -8,8 +8,8 @@ string; the lines PostgreSQL wrote to stderr before its logging collector starte
 logger (the instance manager, `wal-archive`, `pgaudit`...) and the lines without a
 logger are another program's.
 
-A file whose records run newest first (what log viewers such as Grafana/Loki export) is
-read whole and put oldest first: events pair a start with its end in log order.
+A file whose records run newest first (a log viewer's export) is read whole and put
+oldest first: events pair a start with its end in log order.
 """
 
 from __future__ import annotations
@@ -173,6 +173,8 @@ class JsonDecoder(RecordsToEvents):
             elif head[1] is not None and out and out[-1] is head[1]:
                 out[-1] = _attach(head[1], word, body)
                 self._line_head = (pid, out[-1])
+            elif head[1] is not None:
+                self.stats.skipped += 1  # its message went out already: not added to it
             return
         self._line_head = (pid, None)
         if word not in KNOWN_SEVERITIES:
