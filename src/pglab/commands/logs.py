@@ -50,7 +50,8 @@ def _event_line(attrs: dict[str, Any], kind: str) -> str:
 def line_prefix(text: str | None, option: str = "--prefix",
                 need_time: bool = True) -> LinePrefix | None:
     """The compiled --prefix, or a one-line BadInput error saying what is expected.
-    need_time=False for syslog files, whose lines carry a time of their own."""
+    need_time=False for the formats whose records carry a time of their own
+    (STAMPED_FORMATS: syslog, heroku, cloudlogging)."""
     if text is None:
         return None
     try:

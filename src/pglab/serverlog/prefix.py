@@ -153,7 +153,7 @@ def compile_prefix(text: str, need_time: bool = True) -> LinePrefix:
     if need_time and not prefix.has_time:
         raise ValueError(
             f"{text!r} has no time escape: pglab needs %m, %t or %n in the prefix "
-            "to place messages in time (syslog files excepted)"
+            "to place messages in time (syslog, Heroku and Cloud Logging files excepted)"
         )
     return prefix
 
