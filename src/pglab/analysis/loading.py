@@ -98,7 +98,7 @@ def _telemetry(folder: Path, missing: list[str]) -> tuple[pl.DataFrame, pl.DataF
 
 def _cap_to_duration(client: pl.DataFrame, manifest: Manifest) -> pl.DataFrame:
     """Measured seconds past the scenario's duration count as partial: pglab runs pgbench
-    a second longer than asked (see README, client.parquet), and the analysis measures
+    a second longer than asked (see docs/RESULTS.md, client.parquet), and the analysis measures
     the duration asked for, as pglab's own summary does."""
     duration = manifest.duration_s
     measured = ~pl.col("warmup") & ~pl.col("partial")

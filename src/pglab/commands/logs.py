@@ -16,7 +16,9 @@ from pglab.errors import ExitCode, PglabError
 from pglab.events import Event, attrs_summary
 from pglab.results.files import iso
 from pglab.serverlog import (
+    EVENT_KINDS,
     FORMATS,
+    DamagedLog,
     LinePrefix,
     ParseStats,
     compile_prefix,
@@ -48,7 +50,8 @@ def _event_line(attrs: dict[str, Any], kind: str) -> str:
 def line_prefix(text: str | None, option: str = "--prefix",
                 need_time: bool = True) -> LinePrefix | None:
     """The compiled --prefix, or a one-line BadInput error saying what is expected.
-    need_time=False for syslog files, whose lines carry a time of their own."""
+    need_time=False for the formats whose records carry a time of their own
+    (STAMPED_FORMATS: syslog, heroku, cloudlogging)."""
     if text is None:
         return None
     try:
@@ -65,6 +68,16 @@ def log_format(name: str | None, option: str = "--format") -> str | None:
     return name
 
 
+def event_kinds(kinds: tuple[str, ...]) -> tuple[str, ...]:
+    """--kind checked against the kinds the rules make: one line listing them when not
+    (a misspelt kind would otherwise print no event and look like a quiet log)."""
+    unknown = [kind for kind in kinds if kind not in EVENT_KINDS]
+    if unknown:
+        raise PglabError(f"--kind {unknown[0]!r}: not a kind of event pglab makes; one of "
+                         f"{', '.join(EVENT_KINDS)}", ExitCode.BAD_INPUT)
+    return kinds
+
+
 def _describe(stat: ParseStats) -> str:
     """The format and how it was chosen, and for stderr lines the log_line_prefix read
     with and how that was chosen."""
@@ -73,9 +86,12 @@ def _describe(stat: ParseStats) -> str:
     if stat.format not in LINE_FORMATS:
         return text
     if stat.prefix is None:
-        return text + ", log_line_prefix not recognised: time and pid found heuristically"
+        found = "pid" if stat.time_source else "time and pid"
+        return (text + f", log_line_prefix not recognised: {found} found heuristically"
+                + (f", times from {stat.time_source}" if stat.time_source else ""))
     how = "guessed" if stat.prefix_guessed else "given"
-    return f"{text}, log_line_prefix {stat.prefix!r} ({how})"
+    text = f"{text}, log_line_prefix {stat.prefix!r} ({how})"
+    return text + (f", times from {stat.time_source}" if stat.time_source else "")
 
 
 # how many messages of a file without events are counted (read again, all of them)
@@ -85,7 +101,9 @@ _RECOUNT_MESSAGES = 20_000
 def _warnings(path: Path, stat: ParseStats, events: int, prefix: LinePrefix | None) -> list[str]:
     """What a person must know about a file to trust its events: never silent."""
     out: list[str] = []
-    if stat.lines and not events:
+    if not stat.lines:
+        out.append(f"{path}: empty: no line to read events from")
+    elif not events:
         out.append(_no_events(path, stat, prefix))
     if stat.unknown_severities:
         words = ", ".join(f"{w} ({n:,})" for w, n in sorted(
@@ -110,6 +128,11 @@ def _no_events(path: Path, stat: ParseStats, prefix: LinePrefix | None) -> str:
                 "autovacuum, lock wait, slow statement, temp file or error (the server "
                 "logs them with log_checkpoints, log_autovacuum_min_duration, "
                 "log_lock_waits, log_min_duration_statement, log_temp_files)")
+    if stat.other_loggers and not stat.skipped:
+        return (f"{path}: {stat.lines:,} lines, but no PostgreSQL message: "
+                f"{stat.other_loggers:,} are other programs' or loggers' (another program in "
+                "a syslog file, CloudNativePG's instance manager, Cloud Logging entries "
+                "without a textPayload)")
     if stat.format in LINE_FORMATS and stat.prefix is not None and not stat.prefix_guessed:
         return (f"{path}: {stat.lines:,} lines, but none read with --prefix "
                 f"{stat.prefix!r}; check it against the server's log_line_prefix "
@@ -133,8 +156,14 @@ def _check_files(files: tuple[Path, ...], fmt: str | None,
     """Every file readable (zstd needs its program), and a --prefix without a time
     only for syslog files: each problem one line, before anything is printed."""
     for path in files:
-        if not path.is_file():
+        if path.is_dir():
+            raise PglabError(f"{path}: a directory, not a log file; give the log files in "
+                             f"it (e.g. {path / '*.log'})", ExitCode.BAD_INPUT)
+        if not path.exists():
             raise PglabError(f"{path}: no such log file", ExitCode.BAD_INPUT)
+        if not path.is_file():
+            raise PglabError(f"{path}: not a regular file (a device, socket or pipe); "
+                             "give a log file", ExitCode.BAD_INPUT)
         try:
             with path.open("rb") as handle:
                 packed = compression(handle.read(6))
@@ -146,12 +175,16 @@ def _check_files(files: tuple[Path, ...], fmt: str | None,
                              "installed (apt-get install zstd, or decompress it first)",
                              ExitCode.ENVIRONMENT)
         if prefix is not None and not prefix.has_time:
-            found = fmt or sniff_format(path)
+            try:
+                found = fmt or sniff_format(path)
+            except DamagedLog as exc:
+                raise PglabError(str(exc), ExitCode.BAD_INPUT) from None
             if found not in STAMPED_FORMATS:
                 raise PglabError(
                     f"--prefix: {prefix.text!r} has no time escape: pglab needs %m, %t or "
                     f"%n in the prefix to place {path}'s {found} messages in time (only "
-                    "syslog lines carry a time of their own)", ExitCode.BAD_INPUT)
+                    f"{', '.join(STAMPED_FORMATS)} records carry a time of their own)",
+                    ExitCode.BAD_INPUT)
 
 
 def _row(event: Event) -> str:
@@ -175,6 +208,7 @@ def logs(files: tuple[Path, ...], as_json: bool, kinds: tuple[str, ...],
     """Rows are written as events come (memory stays flat whatever the log's size); the
     summary follows on stderr: per file what was read, then events per kind."""
     fmt = log_format(fmt)
+    kinds = event_kinds(kinds)
     compiled = line_prefix(prefix, need_time=False)
     _check_files(files, fmt, compiled)
     stats: list[ParseStats] = []
@@ -186,19 +220,23 @@ def logs(files: tuple[Path, ...], as_json: bool, kinds: tuple[str, ...],
     write = sys.stdout.write
     if not as_json:
         write(f"{'start (UTC)':23}  {'duration':>10}  {'kind':<23} details\n")
-    for batch in iter_event_batches(list(files), fmt=fmt, stats=stats, prefix=compiled):
-        if not batch:
-            continue
-        per_file[max(len(stats) - 1, 0)] += len(batch)
-        per_kind.update(e.kind for e in batch)
-        shown = [e for e in batch if e.kind in kinds] if kinds else batch
-        if shown:
-            write("".join(map(row, shown)))
-            # a slow statement starts before the messages logged ahead of it
-            low = min(e.t_start for e in shown)
-            high = max(e.t_start for e in shown)
-            first = low if first is None else min(first, low)
-            last = high if last is None else max(last, high)
+    try:
+        for batch in iter_event_batches(list(files), fmt=fmt, stats=stats, prefix=compiled):
+            if not batch:
+                continue
+            per_file[max(len(stats) - 1, 0)] += len(batch)
+            per_kind.update(e.kind for e in batch)
+            shown = [e for e in batch if e.kind in kinds] if kinds else batch
+            if shown:
+                write("".join(map(row, shown)))
+                # a slow statement starts before the messages logged ahead of it
+                low = min(e.t_start for e in shown)
+                high = max(e.t_start for e in shown)
+                first = low if first is None else min(first, low)
+                last = high if last is None else max(last, high)
+    except DamagedLog as exc:
+        sys.stdout.flush()  # the events before the damage stay printed
+        raise PglabError(str(exc), ExitCode.BAD_INPUT) from None
     sys.stdout.flush()
     for path, stat, found in zip(files, stats, per_file, strict=True):
         others = (f", {stat.other_loggers:,} lines of other programs or loggers"

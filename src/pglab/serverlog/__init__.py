@@ -2,10 +2,11 @@
 formats of FORMATS (stderr, csvlog, jsonlog and CloudNativePG's JSON, syslog files, Google
 Cloud Logging exports).
 
-Pure, streaming and fast; it never raises on bad input (what it cannot read is counted
-in ParseStats.skipped). Event kinds: checkpoint, checkpoint-too-frequent, autovacuum,
-autoanalyze, lock-wait, deadlock, temp-file, slow-statement, connection-reset, crash,
-recovery, server-start, server-stop, error.
+Pure, streaming and fast; it never raises on bad text (what it cannot read is counted
+in ParseStats.skipped); a compressed file whose data does not decompress raises
+DamagedLog, one line naming the file. Event kinds (EVENT_KINDS): checkpoint,
+checkpoint-too-frequent, autovacuum, autoanalyze, lock-wait, deadlock, temp-file,
+slow-statement, connection-reset, crash, recovery, server-start, server-stop, error.
 
     events, stats = parse_log_file(Path("raw/postgresql.log"))       # one file
     events, per_file = parse_log_files([older, newer])                # rotated files
@@ -22,9 +23,10 @@ The prefix is detected (prefix.KNOWN_PREFIXES, then heuristics) or given:
 """
 
 from pglab.serverlog.decoders import FORMATS, detect_format
-from pglab.serverlog.extractor import EventExtractor
+from pglab.serverlog.extractor import EVENT_KINDS, EventExtractor
 from pglab.serverlog.prefix import KNOWN_PREFIXES, LinePrefix, compile_prefix
 from pglab.serverlog.reader import (
+    DamagedLog,
     extract_events,
     iter_event_batches,
     iter_events,
@@ -36,8 +38,10 @@ from pglab.serverlog.records import LogRecord, ParseStats
 from pglab.serverlog.tail import LogTail
 
 __all__ = [
+    "EVENT_KINDS",
     "FORMATS",
     "KNOWN_PREFIXES",
+    "DamagedLog",
     "EventExtractor",
     "LinePrefix",
     "LogRecord",

@@ -8,20 +8,38 @@ of `projects/P/logs/cloudsql.googleapis.com%2Fpostgres.log` (resource type
 (a log sink's files, `gcloud logging read --format=json | jq -c '.[]'`) or one JSON array
 (`gcloud logging read --format=json`, which lists the newest entry first). The
 textPayloads, oldest first, are read as a stderr log: with --prefix, or the prefix
-detected as for any stderr log (Cloud SQL's `%m [%p]: [%l-1] db=%d,user=%u ` is one of
-KNOWN_PREFIXES). Entries without a textPayload (audit logs, jsonPayload) are counted in
-ParseStats.other_loggers.
+detected as for any stderr log. Entries without a textPayload (audit logs, jsonPayload)
+are counted in ParseStats.other_loggers.
+
+A textPayload need not carry a time: Cloud SQL's own exports show
+`[24667]: [1-1] db=D,user=U LOG:  ...` (pgBadger's t/fixtures/cloudsql.log.gz), the time
+being the entry's `timestamp`. When the payloads' prefix has no time (a --prefix
+without a time escape, or none of KNOWN_PREFIXES and no time found in the first
+payloads), each payload line is read with the entry's timestamp in front
+(prefix.envelope_stamp) and the prefix given or found among TIMELESS_PREFIXES after it.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from datetime import datetime
 from typing import Any
 
 from pglab.serverlog.decoder_base import RecordsToEvents
-from pglab.serverlog.prefix import LinePrefix
-from pglab.serverlog.records import LogRecord, ParseStats, TimestampParser
+from pglab.serverlog.prefix import (
+    TIMELESS_PREFIXES,
+    LinePrefix,
+    detect_prefix,
+    envelope_stamp,
+    guess_fields,
+    severity_start,
+    stamped_prefix,
+)
+from pglab.serverlog.records import UTC, LogRecord, ParseStats, TimestampParser
 from pglab.serverlog.stderr import StderrDecoder
+
+_ENVELOPE_TIME = "the entries' timestamp"
 
 
 class CloudLoggingDecoder(RecordsToEvents):
@@ -39,7 +57,16 @@ class CloudLoggingDecoder(RecordsToEvents):
         self.stats = stats
         # the payload lines have stats of their own (lines of text, not of the file)
         self._lines = ParseStats(format="stderr")
-        self._inner = StderrDecoder(self._lines, timestamps, candidates_only, prefix)
+        self._timestamps = timestamps
+        self._candidates_only = candidates_only
+        self._inner: StderrDecoder | None = None
+        # payloads read with the entry's timestamp in front, and their own prefix
+        self._stamped = False
+        self._payload_prefix: str | None = None
+        self._pending: list[tuple[str, Any]] = []  # payloads before the choice is made
+        self._guessed = True
+        if prefix is not None:
+            self._start(prefix.text if not prefix.has_time else None, prefix, False)
         self._skipped = 0
         self._synced = (0, 0)  # records and skipped already added to stats
         self._partial = ""
@@ -72,7 +99,9 @@ class CloudLoggingDecoder(RecordsToEvents):
             self.stats.lines += 1
             out = self._payloads([self._entry(self._partial)], False)
         self._partial = ""
-        out += self._inner.finish()
+        out += self._flush_pending()
+        if self._inner is not None:
+            out += self._inner.finish()
         self._sync()
         return out
 
@@ -100,7 +129,7 @@ class CloudLoggingDecoder(RecordsToEvents):
         return [entries[i] for i in order]
 
     def _payloads(self, entries: list[Any], eager: bool) -> list[LogRecord]:
-        texts: list[str] = []
+        payloads: list[tuple[str, Any]] = []
         for entry in entries:
             if not isinstance(entry, dict):
                 self._skipped += 1
@@ -109,10 +138,56 @@ class CloudLoggingDecoder(RecordsToEvents):
             if not isinstance(payload, str):
                 self.stats.other_loggers += 1
                 continue
-            texts.append(payload if payload.endswith("\n") else payload + "\n")
+            payloads.append((payload, entry.get("timestamp")))
+        if self._inner is None:
+            self._pending += payloads
+            if not eager and not _heads(self._pending):
+                # no message line yet to tell whether they carry a time; the first text
+                # with one decides (a file's first chunk: hundreds of entries)
+                self._sync()
+                return []
+            return self._flush_pending(eager)
+        return self._feed_inner(payloads, eager)
+
+    def _flush_pending(self, eager: bool = False) -> list[LogRecord]:
+        if self._inner is None:
+            self._choose([text for text, _ in self._pending])
+        payloads, self._pending = self._pending, []
+        return self._feed_inner(payloads, eager) if payloads or eager else []
+
+    def _feed_inner(self, payloads: list[tuple[str, Any]], eager: bool) -> list[LogRecord]:
+        assert self._inner is not None
+        texts: list[str] = []
+        for payload, stamp in payloads:
+            text = _stamped(payload, stamp) if self._stamped else payload
+            texts.append(text if text.endswith("\n") else text + "\n")
         records = self._inner.feed("".join(texts), eager) if texts or eager else []
         self._sync()
         return records
+
+    def _choose(self, payloads: list[str]) -> None:
+        """Do the payloads carry a time of their own? If not, their prefix among
+        TIMELESS_PREFIXES (None: read heuristically after the entry's time)."""
+        lines = [line for payload in payloads for line in payload.split("\n")]
+        if not _heads([(line, None) for line in lines]) or detect_prefix(lines) is not None \
+                or _timed(lines):
+            self._start(None, None, True)  # the stderr decoder finds their prefix itself
+            return
+        found = detect_prefix(lines, TIMELESS_PREFIXES)
+        self._start(found.text if found is not None else "", None, True)
+
+    def _start(self, timeless: str | None, given: LinePrefix | None, guessed: bool) -> None:
+        """The stderr decoder of the payloads: stamped with the entry's time when
+        `timeless` is the payloads' prefix without a time ("": not recognised)."""
+        prefix = given
+        if timeless is not None:
+            self._stamped = True
+            self._payload_prefix = timeless or None
+            prefix = stamped_prefix(timeless) if timeless else None
+            self.stats.time_source = _ENVELOPE_TIME
+        self._guessed = guessed
+        self._inner = StderrDecoder(self._lines, self._timestamps, self._candidates_only,
+                                    prefix)
 
     def _sync(self) -> None:
         # added as differences: readers add to stats.skipped too (unparsed messages)
@@ -121,7 +196,62 @@ class CloudLoggingDecoder(RecordsToEvents):
         self.stats.records += records - self._synced[0]
         self.stats.skipped += skipped - self._synced[1]
         self._synced = (records, skipped)
-        self.stats.prefix, self.stats.prefix_guessed = inner.prefix, inner.prefix_guessed
+        if self._stamped:  # the payloads' own prefix, not the stamp in front of it
+            self.stats.prefix, self.stats.prefix_guessed = self._payload_prefix, self._guessed
+        else:
+            self.stats.prefix, self.stats.prefix_guessed = inner.prefix, inner.prefix_guessed
+
+
+def _heads(payloads: list[tuple[str, Any]]) -> int:
+    """How many message lines (not continuation lines) the payloads hold."""
+    return sum(":  " in text and not text.startswith("\t") for text, _ in payloads)
+
+
+def _timed(lines: list[str]) -> bool:
+    """Do most message lines carry a time in their prefix (one pglab does not know)?"""
+    timestamps = TimestampParser()
+    heads = timed = 0
+    for line in lines:
+        colon = line.find(":  ")
+        start = severity_start(line, 0, colon) if not line.startswith("\t") else None
+        if start is None:
+            continue
+        heads += 1
+        timed += guess_fields(line[:start], timestamps) is not None
+    return heads > 0 and timed * 2 > heads
+
+
+def _stamped(payload: str, stamp: Any) -> str:
+    """The payload's lines with the entry's time in front (tab lines go on the line
+    before them); unchanged without a readable timestamp (its lines are then skipped
+    as lines without a time)."""
+    t = _envelope_time(stamp)
+    if t is None:
+        return payload
+    front = envelope_stamp(t)
+    if "\n" not in payload:
+        return payload if payload.startswith("\t") else front + payload
+    return "\n".join(line if not line or line.startswith("\t") else front + line
+                     for line in payload.split("\n"))
+
+
+_RFC3339_RE = re.compile(
+    r"(\d{4}-\d\d-\d\d)[Tt ](\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|z|[+-]\d\d:\d\d)$")
+
+
+def _envelope_time(value: Any) -> datetime | None:
+    """An entry's RFC 3339 timestamp (`2020-05-02T13:00:20.382318Z`, up to nanoseconds)
+    in UTC; None if it has none."""
+    m = _RFC3339_RE.match(value) if isinstance(value, str) else None
+    if m is None:
+        return None
+    day, hms, fraction, zone = m.groups()
+    offset = "+00:00" if zone in ("Z", "z") else zone
+    try:
+        t = datetime.fromisoformat(f"{day}T{hms}.{(fraction or '')[:6].ljust(6, '0')}{offset}")
+    except ValueError:
+        return None
+    return t.astimezone(UTC)
 
 
 def _stamp(entry: Any) -> str:

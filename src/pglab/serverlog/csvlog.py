@@ -14,7 +14,8 @@ from pglab.serverlog.triggers import KNOWN_SEVERITIES, is_candidate
 # 18 context, 19 query, 23 backend_type (13+), then leader_pid and query_id (14+).
 _CSV_MIN_FIELDS = 22
 _CSV_MAX_RECORD = 1 << 20  # a quoted field this long is a broken quote, not a message
-_CSV_START_RE = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?(?: [^,\"\n]{1,8})?,")
+# a line that starts a record: its time, bare or quoted
+_CSV_START_RE = re.compile(r'"?\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?(?: [^,"\n]{1,8})?"?,')
 
 
 class CsvDecoder(RecordsToEvents):

@@ -44,7 +44,7 @@ class DecoderArgs:
 @dataclass(frozen=True)
 class LogFormat:
     name: str
-    description: str  # for --format's help, `pglab logs` and the README
+    description: str  # for --format's help, `pglab logs` and docs/LOGS.md
     decoder: Callable[[DecoderArgs], Decoder]
 
 
@@ -61,7 +61,7 @@ FORMATS: dict[str, LogFormat] = {f.name: f for f in (
               lambda a: SyslogDecoder(a.stats, a.timestamps, a.candidates_only, a.prefix,
                                       a.log_end)),
     LogFormat("heroku", "Heroku Postgres' logs as `heroku logs -p postgres` prints them "
-              "(logplex: app[postgres.PID]: [DATABASE] [SEQ-N] ...)",
+              "(logplex: app[postgres.PID]: [DATABASE] [SEQ-N] ...), or through a log drain",
               lambda a: SyslogDecoder(a.stats, a.timestamps, a.candidates_only, a.prefix,
                                       a.log_end)),
     LogFormat("cloudlogging", "Google Cloud Logging entries with the line in textPayload "
@@ -71,8 +71,9 @@ FORMATS: dict[str, LogFormat] = {f.name: f for f in (
 )}
 
 
-# formats whose lines carry a time of their own (a log_line_prefix needs none)
-STAMPED_FORMATS = ("syslog", "heroku")
+# formats whose records carry a time of their own (a log_line_prefix needs none): the
+# syslog line's, the Cloud Logging entry's timestamp
+STAMPED_FORMATS = ("syslog", "heroku", "cloudlogging")
 # formats whose messages are stderr lines with a log_line_prefix
 LINE_FORMATS = ("stderr", "syslog", "heroku", "cloudlogging")
 
@@ -100,14 +101,19 @@ def make_decoder(
 # --- format detection ------------------------------------------------------------------
 
 _STAMP = rb"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:\.\d+)?"
-_CSV_LINE_RE = re.compile(_STAMP + rb"(?: [^,\s]{1,8})?,")
+# csvlog's first column, the time: bare as PostgreSQL writes it, or quoted as tools that
+# rewrite a csvlog do (pgBadger's t/fixtures/csv_statement_without_duration.log)
+_CSV_LINE_RE = re.compile(rb'(?:"' + _STAMP + rb'(?: [^,\s"]{1,8})?"|' + _STAMP
+                          + rb'(?: [^,\s]{1,8})?),')
 _STDERR_LINE_RE = re.compile(rb"[^\n]{0,40}?(?:" + _STAMP + rb"|\d{9,11}\.\d{3})")
 # `Nov 23 20:19:05 host postgres[12]: ` or an RFC 3339 time before the host
 _SYSLOG_LINE_RE = re.compile(
     rb"(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?"
     rb"(?:Z|[+-]\d\d:?\d\d)) (?:[^ ]+ )?[^ \[:]+\[\d+\]: "
 )
-_HEROKU_LINE_RE = re.compile(rb"\d{4}-\d\d-\d\dT[^ ]+ app\[(?:postgres\.\d+|heroku-postgres)\]: ")
+# logplex's `TIME app[postgres.PID]: `; through a log drain `TIME d.UUID app[...] `
+_HEROKU_LINE_RE = re.compile(
+    rb"\d{4}-\d\d-\d\dT[^ ]+ (?:[^ ]+ )?app\[(?:postgres\.\d+|heroku-postgres)\]:? ")
 # a Cloud Logging entry: these keys are in every one
 _CLOUD_RE = re.compile(rb'"(?:textPayload|logName|insertId)"\s*:')
 

@@ -30,6 +30,24 @@ from pglab.serverlog.statement_rules import (
 from pglab.serverlog.triggers import ERROR_SEVERITIES
 from pglab.serverlog.vacuum_rules import autovacuum_event
 
+# Every kind of event the rules make (what `pglab logs --kind` accepts).
+EVENT_KINDS = (
+    "checkpoint",
+    "checkpoint-too-frequent",
+    "autovacuum",
+    "autoanalyze",
+    "lock-wait",
+    "deadlock",
+    "temp-file",
+    "slow-statement",
+    "connection-reset",
+    "crash",
+    "recovery",
+    "server-start",
+    "server-stop",
+    "error",
+)
+
 # At ERROR level only these connection messages (a LOG one may also be an EOF).
 _CONNECTION_LOST_ERRORS = tuple(p for p in CONNECTION_LOST if not p.startswith("unexpected"))
 

@@ -71,9 +71,19 @@ KNOWN_PREFIXES = (
 )
 
 
-# Prefixes without a time, as syslog users write them (syslog stamps each line): tried
-# after KNOWN_PREFIXES on a syslog file's messages.
-SYSLOG_PREFIXES = ("%q%u@%d ", "[%l-1] user=%u,db=%d ", "sql_error_code = %e ", "")
+# Prefixes without a time, for lines whose envelope stamps each one: tried after
+# KNOWN_PREFIXES on a syslog file's messages, and on Cloud Logging entries' textPayloads
+# that carry no time. As syslog users write them; Heroku Postgres' with and without the
+# leading space its drained lines show (pgBadger's t/fixtures/logplex.gz); Cloud SQL's
+# as its exports show it (pgBadger's t/fixtures/cloudsql.log.gz).
+TIMELESS_PREFIXES = (
+    "%q%u@%d ",
+    "[%l-1] user=%u,db=%d ",
+    "sql_error_code = %e ",
+    " sql_error_code = %e ",
+    "[%p]: [%l-1] db=%d,user=%u ",
+    "",
+)
 
 
 @dataclass(frozen=True)
@@ -89,13 +99,22 @@ class PrefixFields:
     client: str | None
 
 
+def envelope_stamp(t: datetime) -> str:
+    """The time a reader writes in front of a line whose envelope carries it (Cloud
+    Logging's `timestamp`), for a LinePrefix(text, stamped=True) to read back: as %m,
+    with microseconds."""
+    return f"{t:%Y-%m-%d %H:%M:%S.%f} UTC "
+
+
 class LinePrefix:
     """A compiled log_line_prefix. `match(text)` reads the prefix text of one line (the
-    line up to its severity word)."""
+    line up to its severity word). stamped: each line starts with an envelope_stamp,
+    which gives the time (a time escape of the prefix itself is then read as text)."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, stamped: bool = False) -> None:
         self.text = text
-        pattern, self.has_time = _translate(text)
+        self.stamped = stamped
+        pattern, self.has_time = _translate(text, stamped)
         self.regex = re.compile(pattern, re.S)
 
     def match(self, prefix: str, timestamps: TimestampParser) -> PrefixFields | None:
@@ -134,14 +153,14 @@ def compile_prefix(text: str, need_time: bool = True) -> LinePrefix:
     if need_time and not prefix.has_time:
         raise ValueError(
             f"{text!r} has no time escape: pglab needs %m, %t or %n in the prefix "
-            "to place messages in time (syslog files excepted)"
+            "to place messages in time (syslog, Heroku and Cloud Logging files excepted)"
         )
     return prefix
 
 
-def _translate(text: str) -> tuple[str, bool]:
-    parts: list[str] = []
-    seen: set[str] = set()
+def _translate(text: str, stamped: bool = False) -> tuple[str, bool]:
+    parts: list[str] = [rf"(?P<ts>{_STAMP}\.\d{{6}}) (?P<tz>UTC) "] if stamped else []
+    seen: set[str] = {"time"} if stamped else set()
     pos = 0
     optional_from: int | None = None
     for m in _ESCAPE_RE.finditer(text):
@@ -234,14 +253,19 @@ def guess_fields(prefix: str, timestamps: TimestampParser) -> PrefixFields | Non
     return PrefixFields(t, int(pm.group(1) or pm.group(2)), None, None, None)
 
 
-_compiled: dict[str, LinePrefix] = {}
+_compiled: dict[tuple[str, bool], LinePrefix] = {}
 
 
-def _known(text: str) -> LinePrefix:
-    prefix = _compiled.get(text)
+def _known(text: str, stamped: bool = False) -> LinePrefix:
+    prefix = _compiled.get((text, stamped))
     if prefix is None:
-        prefix = _compiled[text] = LinePrefix(text)
+        prefix = _compiled[text, stamped] = LinePrefix(text, stamped)
     return prefix
+
+
+def stamped_prefix(text: str) -> LinePrefix:
+    """The log_line_prefix `text` of lines that start with an envelope_stamp."""
+    return _known(text, True)
 
 
 SEVERITY_WORDS = frozenset(

@@ -8,12 +8,13 @@ import gzip
 import lzma
 import shutil
 import subprocess
+import zlib
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from itertools import chain
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 from pglab.events import Event
 from pglab.serverlog.decoder_base import Decoder
@@ -68,23 +69,72 @@ def compression(head: bytes) -> str | None:
     return None
 
 
-def _open(path: Path) -> BinaryIO:
+class DamagedLog(ValueError):
+    """A compressed log whose data cannot be decompressed (cut short, or corrupt): one
+    line naming the file. The only error a reader raises on bad input: text that does
+    not parse is counted, but bytes that do not decompress are not a log at all."""
+
+
+class _ByteStream(Protocol):
+    def read(self, size: int = -1, /) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
+class _Decompressed:
+    """A decompressing stream whose failures are DamagedLog naming the file: a gzip,
+    bzip2 or xz file cut short raises EOFError (which click would report as an
+    interruption), corrupt data OSError, zlib.error or LZMAError; zstd's program exits
+    non-zero after its last bytes."""
+
+    def __init__(self, stream: _ByteStream, path: Path, kind: str,
+                 proc: subprocess.Popen[bytes] | None = None) -> None:
+        self._stream = stream
+        self._path = path
+        self._kind = kind
+        self._proc = proc
+
+    def read(self, size: int = -1) -> bytes:
+        try:
+            data = self._stream.read(size)
+        except EOFError:
+            raise DamagedLog(f"{self._path}: its {self._kind} data is cut short (the file "
+                             "ends before the end of the compressed stream)") from None
+        except (OSError, zlib.error, lzma.LZMAError) as exc:
+            raise DamagedLog(f"{self._path}: its {self._kind} data is damaged ({exc})"
+                             ) from None
+        if not data and size and self._proc is not None and self._proc.wait() != 0:
+            raise DamagedLog(f"{self._path}: its {self._kind} data is cut short or damaged "
+                             f"(zstd -d exited with status {self._proc.returncode})")
+        return data
+
+    def __enter__(self) -> _Decompressed:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stream.close()
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait()
+
+
+def _open(path: Path) -> BinaryIO | _Decompressed:
     """The file's bytes, decompressed (rotated logs are often compressed). zstd has no
     module in the standard library: the `zstd` program decompresses it, and without it
     the file cannot be read (`pglab logs` says so before reading)."""
     with path.open("rb") as raw:
         kind = compression(raw.read(6))
     if kind == "gzip":
-        return gzip.open(path, "rb")  # type: ignore[return-value]
+        return _Decompressed(gzip.open(path, "rb"), path, kind)
     if kind == "bzip2":
-        return bz2.open(path, "rb")  # type: ignore[return-value]
+        return _Decompressed(bz2.open(path, "rb"), path, kind)
     if kind == "xz":
-        return lzma.open(path, "rb")  # type: ignore[return-value]
+        return _Decompressed(lzma.open(path, "rb"), path, kind)
     if kind == "zstd" and shutil.which("zstd"):
         proc = subprocess.Popen(["zstd", "-dcq", str(path)], stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL)
         assert proc.stdout is not None
-        return proc.stdout  # type: ignore[return-value]
+        return _Decompressed(proc.stdout, path, kind, proc)
     return path.open("rb")
 
 
@@ -103,7 +153,7 @@ def _modified(path: Path) -> datetime | None:
         return None
 
 
-def _text_chunks(stream: BinaryIO, first: bytes) -> Iterator[str]:
+def _text_chunks(stream: BinaryIO | _Decompressed, first: bytes) -> Iterator[str]:
     """The stream as text in large pieces cut after a newline, so no UTF-8 sequence
     is split. Undecodable bytes become U+FFFD."""
     carry = first

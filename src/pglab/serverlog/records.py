@@ -57,6 +57,9 @@ class ParseStats:
     # what the reader had to assume to place messages in time (syslog: the year), said
     # to the user; None when nothing was
     assumed: str | None = None
+    # where the times come from when the lines themselves carry none (Cloud Logging
+    # entries: their timestamp), said to the user; None when the lines have them
+    time_source: str | None = None
     # messages whose severity is none of PostgreSQL's English words (a server with
     # lc_messages other than C writes `FEHLER`, `ERREUR`...): word -> count
     unknown_severities: dict[str, int] = field(default_factory=dict)

@@ -37,7 +37,7 @@ from datetime import datetime
 from pglab.serverlog.decoder_base import RecordsToEvents
 from pglab.serverlog.prefix import (
     KNOWN_PREFIXES,
-    SYSLOG_PREFIXES,
+    TIMELESS_PREFIXES,
     LinePrefix,
     PrefixFields,
     detect_prefix,
@@ -54,7 +54,9 @@ _LINE_RE = re.compile(
     r"(?:(?P<mon>[A-Z][a-z]{2}) (?P<day>[ 0-9][0-9]) (?P<hms>[0-9]{2}:[0-9]{2}:[0-9]{2})"
     r"|(?P<iso>[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?)"
     r"(?P<offset>Z|[+-][0-9]{2}:?[0-9]{2}))"
-    r" (?:[^ ]+ )?(?P<ident>[^ \[:]+)\[(?P<proc>[^\]\s]+)\]: "
+    # a log drain's token (`d.UUID`) where a host would be, and no colon after
+    # `app[postgres.PID]` in Heroku's drained lines
+    r" (?:[^ ]+ )?(?P<ident>[^ \[:]+)\[(?P<proc>[^\]\s]+)\]:? "
     r"(?:\[(?P<tag>[A-Z][A-Z0-9_]*)\] )?"
     r"(?:\[(?P<seq>[0-9]+)(?:-(?P<chunk>[0-9]+))?\] )?(?P<text>.*)"
 )
@@ -83,7 +85,7 @@ class _Message:
 class SyslogDecoder(RecordsToEvents):
     """PostgreSQL's messages in a syslog file. prefix: the inner log_line_prefix (a
     prefix without a time escape is fine here); detected from KNOWN_PREFIXES and
-    SYSLOG_PREFIXES when None. log_end: when the log ended (the year of traditional
+    TIMELESS_PREFIXES when None. log_end: when the log ended (the year of traditional
     syslog times is taken from it); None: now."""
 
     def __init__(
@@ -147,7 +149,9 @@ class SyslogDecoder(RecordsToEvents):
         message = self._open.get(pid)
         if message is not None and not message.done:
             if chunk is not None and chunk != "1" and seq == message.seq:
-                if text.startswith(" "):  # a long line cut before a space
+                # a long line cut before a space; not a DETAIL/HINT/... line whose
+                # log_line_prefix begins with a space (Heroku's)
+                if text.startswith(" ") and not _attached(text):
                     message.lines[-1] += text
                 else:
                     message.lines.append(text)
@@ -191,7 +195,7 @@ class SyslogDecoder(RecordsToEvents):
     def _detect_prefix(self) -> None:
         self._prefix_known = True
         heads = [message.lines[0] for message in list(self._queue)[:_DETECT_MESSAGES]]
-        found = detect_prefix(heads, KNOWN_PREFIXES + SYSLOG_PREFIXES)
+        found = detect_prefix(heads, KNOWN_PREFIXES + TIMELESS_PREFIXES)
         if found is not None:
             self._prefix = found
             self.stats.prefix, self.stats.prefix_guessed = found.text, True
