@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import click
 
 from pglab.commands.console import err, load_scenario, out, print_run_analysis
 from pglab.errors import ExitCode
@@ -51,11 +54,16 @@ def demo(duration: str | None, overrides: tuple[str, ...], results: Path,
     return run_loaded(load_builtin("demo", extra), results, False, pg_bin)
 
 
-def validate(scenario: str, overrides: tuple[str, ...]) -> int:
+def validate(scenario: str, overrides: tuple[str, ...], as_json: bool = False) -> int:
     loaded = load_scenario(scenario, overrides)
     from pglab.runner import check_variants
 
     check_variants(loaded)
+    if as_json:
+        click.echo(json.dumps({"scenario": loaded.scenario.name, "where": loaded.where,
+                               "runs": [{"label": v.label(), "overrides": v.overrides}
+                                        for v in loaded.variants]}, indent=2, default=str))
+        return ExitCode.OK
     out.print(f"{loaded.where}: ok, {len(loaded.variants)} run(s)")
     for variant in loaded.variants:
         if variant.overrides:
@@ -65,7 +73,7 @@ def validate(scenario: str, overrides: tuple[str, ...]) -> int:
 
 
 def tune(scenario: str, overrides: tuple[str, ...], results: Path, pg_bin: str | None,
-         repeats: int, top: int, noise: float, steps: int = 1) -> int:
+         repeats: int, top: int, noise: float, steps: int = 1, as_json: bool = False) -> int:
     loaded = load_scenario(scenario, overrides)
     from pglab.runner import RunOptions, check_variants
     from pglab.terminal.run_display import TerminalUI, print_summary
@@ -75,7 +83,12 @@ def tune(scenario: str, overrides: tuple[str, ...], results: Path, pg_bin: str |
     check_variants(loaded)
     result = run_tune(lambda extra: load_scenario(scenario, tuple(extra)), list(overrides),
                       RunOptions(results, False, pg_bin), TerminalUI(err), repeats, top,
-                      noise / 100.0, on_run=lambda run: print_summary(out, run),
+                      noise / 100.0, on_run=lambda run: print_summary(err if as_json else out,
+                                                                      run),
                       steps=steps)
-    print_tune(out, result)
+    if as_json and result.path is not None:  # the tune file, written on every path
+        click.echo(json.dumps({"path": str(result.path),
+                               **json.loads(result.path.read_text())}, indent=2))
+    else:
+        print_tune(out, result)
     return ExitCode.OK if result.status == "completed" else ExitCode.RUN_FAILED
