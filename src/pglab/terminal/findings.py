@@ -37,10 +37,13 @@ def _stall_line(stall: dict[str, Any]) -> str:
 
 
 def _print_causes(console: Console, causes: list[dict[str, Any]], indent: str,
-                  details: bool) -> None:
+                  details: bool) -> bool:
     """With details, the first three causes and four evidence lines of each; else the
-    first SHORT_CAUSES causes, the first one with its strongest evidence line."""
-    for rank, cause in enumerate(causes[:3] if details else causes[:SHORT_CAUSES]):
+    first SHORT_CAUSES causes, the first one with its strongest evidence line. Whether
+    the short form left something out."""
+    shown = causes[:3] if details else causes[:SHORT_CAUSES]
+    left_out = len(causes) > len(shown)
+    for rank, cause in enumerate(shown):
         style = "dim" if cause["cause"] == "unknown" else "cyan"
         outside = ", outside the lab" if cause.get("outside_the_lab") else ""
         kind = f": {cause['sub_cause']}" if cause.get("sub_cause") else ""
@@ -48,19 +51,22 @@ def _print_causes(console: Console, causes: list[dict[str, Any]], indent: str,
         sure = ("" if cause["cause"] == "unknown"
                 else f" (confidence {cause['confidence']:.2f}{outside})")
         console.print(f"{indent}[{style}]{cause['cause']}{kind}[/{style}]{sure}")
-        for line in cause["evidence"][:4 if details else 1 if rank == 0 else 0]:
+        lines = cause["evidence"][:4 if details else 1 if rank == 0 else 0]
+        left_out = left_out or len(cause["evidence"]) > len(lines)
+        for line in lines:
             console.print(f"{indent}  - {escape(line)}", highlight=False)
+    return left_out and not details
 
 
 def _print_durability(console: Console, section: dict[str, Any], cuts: bool,
-                      details: bool) -> None:
+                      details: bool) -> bool:
     style = "bold red" if section.get("failed") else "bold"
     console.print(f"[{style}]durability[/{style}]: {escape(headline(section))}",
                   highlight=False)
     if cuts:
         for line in cut_lines(section):
             console.print(f"  {escape(line)}", highlight=False)
-    _print_causes(console, section.get("causes") or [], "  ", details)
+    return _print_causes(console, section.get("causes") or [], "  ", details)
 
 
 def _print_recommendation(console: Console, rec: dict[str, Any], details: bool) -> None:
@@ -85,8 +91,9 @@ def print_findings(console: Console, analysis: AnalysisDocument,
     (`pglab run` printed them already, first). Without `details`, the short form, ending
     with `more` (the command that prints the rest) when it left something out."""
     section = analysis.durability
+    left_out = False
     if section is not None and section.get("failed"):
-        _print_durability(console, section, durability_details, details)
+        left_out = _print_durability(console, section, durability_details, details)
     summary = analysis.summary
     console.print(
         f"[bold]analysis[/bold]: median {summary.get('tps_median', 0):,.0f} TPS, "
@@ -113,18 +120,19 @@ def print_findings(console: Console, analysis: AnalysisDocument,
     steady = analysis.steady_causes
     if steady:
         console.print("  [bold]held back over the whole run[/bold]")
-        _print_causes(console, steady, "    ", details)
+        left_out = _print_causes(console, steady, "    ", details) or left_out
     stalls = sorted(analysis.stalls, key=lambda s: deficit(s) or 0,
                     reverse=True)
     shown = MAX_STALLS if details else SHORT_STALLS
     for stall in stalls[:shown]:
         console.print(f"  [bold]{escape(_stall_line(stall))}[/bold]", highlight=False)
-        _print_causes(console, stall["causes"], "    ", details)
+        left_out = _print_causes(console, stall["causes"], "    ", details) or left_out
     if len(stalls) > shown:
+        left_out = True
         console.print(f"  ... {len(stalls) - shown} smaller stall(s)"
                       + (" in analysis.json" if details else ""))
     if section is not None and not section.get("failed"):
-        _print_durability(console, section, durability_details, details)
+        left_out = _print_durability(console, section, durability_details, details) or left_out
     recommendations = analysis.recommendations
     if recommendations:
         console.print("[bold]recommendations[/bold]")
@@ -132,6 +140,5 @@ def print_findings(console: Console, analysis: AnalysisDocument,
         _print_recommendation(console, rec, details)
     if not details and len(recommendations) > SHORT_RECOMMENDATIONS:
         console.print(f"  ... {len(recommendations) - SHORT_RECOMMENDATIONS} more")
-    if not details and more and (stalls or steady or recommendations or section):
-        console.print(f"[dim]evidence, effects and risks: {escape(more)}[/dim]",
-                      highlight=False)
+    if not details and more and (left_out or recommendations):  # their effects and risks
+        console.print(f"[dim]more: {escape(more)}[/dim]", highlight=False)
