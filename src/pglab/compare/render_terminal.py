@@ -21,7 +21,10 @@ def render(console: Console, comparison: Comparison) -> None:
             console.print(f"  [{style}]! {warning}[/{style}]", highlight=False)
         table = Table(header_style="bold", box=None, pad_edge=False)
         for index, header in enumerate(cells.HEADERS):
-            table.add_column(header, justify="right" if 0 < index < 5 else "left")
+            # the figures stay whole (an interval split at its comma reads as two); the
+            # metric's name and the verdict wrap in a narrow terminal
+            table.add_column(header, justify="right" if 0 < index < 5 else "left",
+                             no_wrap=0 < index < 5)
         for result in contender.metrics:
             row = cells.row(result, short_na=True)
             style = _STYLE.get(result.verdict, "")
