@@ -158,6 +158,18 @@ def test_compare_into_a_file_keeps_each_row_on_one_line(tmp_path: Path) -> None:
         assert line in (text.strip() for text in lines), line
 
 
+def test_compare_keeps_figures_whole(output: Callable[..., str]) -> None:
+    sides = (str(RUNS / "dirty-storm"), str(RUNS / "sync-paused"))
+    text = output("compare", *sides)
+    compared = json.loads(_piped("compare", *sides, "--json"))
+    intervals = [m["ci_pct"] for m in compared["contenders"][0]["metrics"] if m["ci_pct"]]
+    assert intervals
+    for low, high in intervals:
+        assert f"[{low:+.1f}%, {high:+.1f}%]" in text, (low, high)
+    for metric in compared["contenders"][0]["metrics"]:
+        assert _whole(metric["verdict"], text) or metric["verdict"] == "n/a"
+
+
 def test_analyze_is_short_by_default_and_whole_with_details(tmp_path: Path) -> None:
     """checkpoint-storm-ci: 5 stalls, 6 recommendations."""
     run = _analysed_copy(tmp_path, "checkpoint-storm-ci")
