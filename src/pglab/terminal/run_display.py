@@ -11,7 +11,6 @@ from typing import Any
 import polars as pl
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from pglab.results.folder import StoredRun
 from pglab.storage.describe import lines as storage_lines
@@ -130,16 +129,12 @@ def print_summary(console: Console, run: StoredRun) -> None:
     for line in storage_lines(manifest):
         console.print(f"  storage {line}", highlight=False)
     if measured:
-        table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-        for column in ("TPS", "avg ms", "p50 ms", "p95 ms", "p99 ms", "max ms", "failed"):
-            table.add_column(column, justify="right")
-        table.add_row(
-            f"{measured.get('tps', 0):,.1f}", _ms(measured.get("lat_avg_ms")),
-            _ms(measured.get("lat_p50_ms")), _ms(measured.get("lat_p95_ms")),
-            _ms(measured.get("lat_p99_ms")), _ms(measured.get("lat_max_ms")),
-            str(measured.get("failures", 0)),
-        )
-        console.print(table)
+        print_table(console, [Column(name, justify="right") for name in (
+            "TPS", "avg ms", "p50 ms", "p95 ms", "p99 ms", "max ms", "failed")], [(
+                f"{measured.get('tps', 0):,.1f}", _ms(measured.get("lat_avg_ms")),
+                _ms(measured.get("lat_p50_ms")), _ms(measured.get("lat_p95_ms")),
+                _ms(measured.get("lat_p99_ms")), _ms(measured.get("lat_max_ms")),
+                str(measured.get("failures", 0)))])
         console.print(f"  {measured.get('transactions', 0):,} transactions in "
                       f"{measured.get('seconds', 0)} s measured (warmup excluded)")
     series = measured_tps_series(run.client_series())
