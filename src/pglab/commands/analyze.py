@@ -14,7 +14,7 @@ from pglab.results import files
 from pglab.terminal.findings import print_findings
 
 
-def analyze(run_dir: Path, as_json: bool) -> int:
+def analyze(run_dir: Path, as_json: bool, details: bool = False) -> int:
     try:
         analysis = analyze_run(run_dir)
     except PglabError:
@@ -24,6 +24,7 @@ def analyze(run_dir: Path, as_json: bool) -> int:
     if as_json:
         click.echo(json.dumps(analysis.document.to_json(), indent=2, default=str))
     else:
-        print_findings(out, analysis.document)
+        print_findings(out, analysis.document, details=details,
+                       more=f"pglab analyze {run_dir} --details")
         err.print(f"wrote {run_dir / files.ANALYSIS}")
     return ExitCode.OK

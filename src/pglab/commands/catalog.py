@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rich.table import Table
+import click
 
 from pglab.commands.console import out
 from pglab.errors import ExitCode
 from pglab.scenario import LoadedScenario
 from pglab.scenario.needs import ROOT, Need, fix_for, runs_needs
+from pglab.terminal.tables import Column, print_table
 
 
 def scenarios(name: str | None, details: bool, as_json: bool) -> int:
@@ -102,28 +103,40 @@ def _scenario_record(name: str, loaded: LoadedScenario) -> dict[str, Any]:
     }
 
 
-def probes() -> int:
+def probes(as_json: bool = False) -> int:
     from pglab.probes import PROBES
 
-    table = Table(header_style="bold", box=None)
-    for column in ("probe", "cadence", "what it records"):
-        table.add_column(column)
+    if as_json:
+        click.echo(json.dumps([{"name": probe.name, "cadence": probe.cadence,
+                                "opt_in": probe.opt_in, "help": probe.help}
+                               for probe in PROBES], indent=2))
+        return ExitCode.OK
+    rows = []
     for probe in PROBES:
         cadence = "wait_sampling_hz" if probe.cadence == "fast" else "interval"
         opt_in = " (opt-in: telemetry.include)" if probe.opt_in else ""
-        table.add_row(probe.name, cadence, probe.help + opt_in)
-    out.print(table)
+        rows.append((probe.name, cadence, probe.help + opt_in))
+    print_table(out, (Column("probe"), Column("cadence"),
+                      Column("what it records", prose=True)), rows)
     return ExitCode.OK
 
 
-def faults() -> int:
+def faults(as_json: bool = False) -> int:
     from pglab.lab.fault_actions import ACTIONS
 
-    table = Table(header_style="bold", box=None)
-    for column in ("action", "nodes", "duration", "args (default)", "what it does"):
-        table.add_column(column)
+    if as_json:
+        click.echo(json.dumps([{"name": action.name, "nodes": action.nodes,
+                                "duration": action.duration,
+                                "args": {name: {"type": kind.__name__, "default": default}
+                                         for name, (kind, default) in action.args.items()},
+                                "help": action.help} for action in ACTIONS], indent=2))
+        return ExitCode.OK
+    rows = []
     for action in ACTIONS:
         args = ", ".join(f"{name}={default!r}" for name, (_t, default) in action.args.items())
-        table.add_row(action.name, action.nodes, action.duration, args or "-", action.help)
-    out.print(table)
+        rows.append((action.name, action.nodes, action.duration, args or "-", action.help))
+    # the arguments stay whole only while they are short: one line per argument otherwise
+    print_table(out, (Column("action"), Column("nodes"), Column("duration"),
+                      Column("args (default)", prose=True),
+                      Column("what it does", prose=True)), rows)
     return ExitCode.OK

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import click
-from rich.console import Console
 
 from pglab.commands.console import err, out
 from pglab.compare import comparison as cmp
@@ -16,8 +14,6 @@ from pglab.compare.metrics import BY_NAME
 from pglab.compare.render import render_text
 from pglab.errors import BadInput, ExitCode
 from pglab.results.files import write_text
-
-UNWRAPPED = 10_000  # columns: wider than any line a comparison prints
 
 
 def compare(base: str, contenders: tuple[str, ...], fail_if: tuple[str, ...], fmt: str,
@@ -36,10 +32,7 @@ def compare(base: str, contenders: tuple[str, ...], fail_if: tuple[str, ...], fm
                          noise / 100.0, metric_names=names)
     result.failed_conditions = cmp.failed_conditions(result, conditions)
     if fmt == "terminal" and output is None:
-        # Into a pipe or a file (a CI log), rich would wrap the table at 80 columns and
-        # split a verdict over three lines: whole lines there, unless COLUMNS says a width.
-        wide = not out.is_terminal and not os.environ.get("COLUMNS", "").isdigit()
-        render_terminal.render(Console(width=UNWRAPPED) if wide else out, result)
+        render_terminal.render(out, result)  # piped, `out` has no width: whole lines
     elif output is None:
         click.echo(render_text(result, fmt), nl=False)
     else:

@@ -16,7 +16,22 @@ if TYPE_CHECKING:
     from pglab.scenario import LoadedScenario
 
 
+# Columns of a console that is not a terminal: wider than any line pglab prints, so that
+# a pipe or a file gets whole lines and tables at their natural width.
+UNBOUNDED = 10_000
+
+
 class _Console(Console):
+    """A line is one line: print never breaks it (soft wrap; a terminal folds what is
+    wider than itself, and a copy of it is still one line), so that no id, path or
+    command is ever split. Not a terminal (a pipe, a file) and no COLUMNS: no width at
+    all, instead of rich's 80 columns."""
+
+    def __init__(self, stderr: bool = False) -> None:
+        super().__init__(stderr=stderr, soft_wrap=True)
+        if not self.is_terminal and not os.environ.get("COLUMNS", "").isdigit():
+            self.width = UNBOUNDED
+
     def on_broken_pipe(self) -> None:
         """Rich's own answer is SystemExit(1), which failed a run as an internal error and
         left its lab to a half cleanup: drop what else this console would write (its
@@ -60,4 +75,5 @@ def print_run_analysis(run: StoredRun) -> None:
         err.print(f"[yellow]analysis unreadable[/yellow]: {exc}", highlight=False)
         return
     if analysis is not None:  # the run's summary printed the cuts' lines first already
-        print_findings(out, analysis, durability_details=False)
+        print_findings(out, analysis, durability_details=False, details=False,
+                       more=f"pglab analyze {run.path} --details")

@@ -11,6 +11,7 @@ import click
 from pglab.commands.console import err, out
 from pglab.errors import ExitCode, PglabError
 from pglab.results.folder import RunFilter, StoredRun, find_runs, load_run
+from pglab.terminal.tables import Column, print_table
 
 
 def summary_json(run: StoredRun) -> dict[str, Any]:
@@ -62,8 +63,6 @@ def _source(run: StoredRun) -> str:
 
 def list_runs(root: Path, as_json: bool, scenario_glob: str | None, statuses: tuple[str, ...],
               since: str | None, until: str | None) -> int:
-    from rich.table import Table
-
     if not root.exists():
         raise PglabError(f"{root}: no such directory", ExitCode.BAD_INPUT)
     keep = RunFilter.parse(scenario_glob, statuses, since, until)
@@ -79,15 +78,11 @@ def list_runs(root: Path, as_json: bool, scenario_glob: str | None, statuses: tu
     if as_json:
         click.echo(json.dumps([summary_json(r) for r in runs], indent=2))
         return ExitCode.OK
-    table = Table(header_style="bold", box=None)
-    for column in ("run", "scenario", "status", "source", "clients", "TPS", "p99 ms",
-                   "started"):
-        table.add_column(column, justify="right" if column in ("clients", "TPS", "p99 ms")
-                         else "left")
+    rows = []
     for run in runs:
         info = summary_json(run)
         measured = info["measured"] or {}
-        table.add_row(
+        rows.append((
             str(run.path.relative_to(root) if run.path != root else run.path.name),
             str(info["scenario"]), run.status, _source(run),
             str(info["clients"] if not isinstance(info["clients"], list)
@@ -95,8 +90,12 @@ def list_runs(root: Path, as_json: bool, scenario_glob: str | None, statuses: tu
             f"{measured['tps']:,.1f}" if measured.get("tps") is not None else "-",
             f"{measured['lat_p99_ms']:.2f}" if measured.get("lat_p99_ms") is not None else "-",
             str(info["started_at"] or "-"),
-        )
-    out.print(table)
+        ))
+    if rows:
+        print_table(out, [Column(name, justify="right" if name in ("clients", "TPS", "p99 ms")
+                                 else "left")
+                          for name in ("run", "scenario", "status", "source", "clients", "TPS",
+                                       "p99 ms", "started")], rows)
     if not runs:
         err.print(f"no runs under {root}" + (" matching the filters" if keep.active else ""))
     return ExitCode.OK

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+
+import click
 
 from pglab.commands.console import err, out
 from pglab.errors import BadInput, ExitCode
@@ -13,7 +16,7 @@ from pglab.units import parse_duration
 
 
 def import_(summary: Path, logs: tuple[Path, ...], name: str, results: Path, warmup: str,
-            sampling_rate: float, this_host: bool) -> int:
+            sampling_rate: float, this_host: bool, as_json: bool = False) -> int:
     for path in (summary, *logs):
         if not path.is_file():
             raise BadInput(f"{path}: no such file")
@@ -22,7 +25,9 @@ def import_(summary: Path, logs: tuple[Path, ...], name: str, results: Path, war
     except ValueError as exc:
         raise BadInput(f"--warmup {warmup!r}: {exc}") from None
     run = import_run(summary, list(logs), results, name, warmup_s, sampling_rate, this_host)
-    print_summary(out, run)
+    if not as_json:
+        print_summary(out, run)
+    analysed = None
     if (run.path / files.CLIENT).is_file():  # a series: its stalls, as after `pglab run`
         from pglab.analysis.analyze import analyze_run
         from pglab.terminal.findings import print_findings
@@ -33,5 +38,13 @@ def import_(summary: Path, logs: tuple[Path, ...], name: str, results: Path, war
             err.print(f"[yellow]analysis failed[/yellow]: {type(exc).__name__}: {exc}",
                       highlight=False)
         else:
-            print_findings(out, analysis.document)
+            analysed = run.path / files.ANALYSIS
+            if not as_json:
+                print_findings(out, analysis.document, details=False,
+                               more=f"pglab analyze {run.path} --details")
+    if as_json:
+        from pglab.commands.folders import summary_json
+
+        click.echo(json.dumps({**summary_json(run), "analysis": analysed and str(analysed)},
+                              indent=2, default=str))
     return ExitCode.OK

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import click
 
 from pglab.commands.console import err, load_scenario, out, print_run_analysis
 from pglab.errors import ExitCode
@@ -51,7 +54,7 @@ def demo(duration: str | None, overrides: tuple[str, ...], results: Path,
     return run_loaded(load_builtin("demo", extra), results, False, pg_bin)
 
 
-def validate(scenario: str, overrides: tuple[str, ...]) -> int:
+def validate(scenario: str, overrides: tuple[str, ...], as_json: bool = False) -> int:
     """Everything `run` checks before it starts: the scenario's mistakes (exit 2), then
     what this machine lacks of its needs (exit 3: root, system parts), so that a scenario
     that validates here also starts here."""
@@ -61,19 +64,28 @@ def validate(scenario: str, overrides: tuple[str, ...]) -> int:
     from pglab.scenario.needs import runs_needs
 
     check_variants(loaded)
+    needs = runs_needs(v.scenario for v in loaded.variants)
+    if as_json:
+        click.echo(json.dumps({"scenario": loaded.scenario.name, "where": loaded.where,
+                               "runs": [{"label": v.label(), "overrides": v.overrides}
+                                        for v in loaded.variants],
+                               "needs": [{"name": n.name, "why": list(n.why),
+                                          "present": n.met()} for n in needs]},
+                              indent=2, default=str))
+        return ExitCode.OK
     out.print(f"{loaded.where}: ok, {len(loaded.variants)} run(s)", markup=False,
               highlight=False, soft_wrap=True)
     for variant in loaded.variants:
         if variant.overrides:
             out.print(f"  {variant.label()}", markup=False, soft_wrap=True)
-    for line in need_lines(runs_needs(v.scenario for v in loaded.variants)):
+    for line in need_lines(needs):
         out.print(f"needs: {line}", markup=False, highlight=False, soft_wrap=True)
     out.print("PostgreSQL parameters are checked by the server when the run starts.")
     return ExitCode.OK
 
 
 def tune(scenario: str, overrides: tuple[str, ...], results: Path, pg_bin: str | None,
-         repeats: int, top: int, noise: float, steps: int = 1) -> int:
+         repeats: int, top: int, noise: float, steps: int = 1, as_json: bool = False) -> int:
     loaded = load_scenario(scenario, overrides)
     from pglab.runner import RunOptions, check_variants
     from pglab.terminal.run_display import TerminalUI, print_summary
@@ -83,7 +95,12 @@ def tune(scenario: str, overrides: tuple[str, ...], results: Path, pg_bin: str |
     check_variants(loaded)
     result = run_tune(lambda extra: load_scenario(scenario, tuple(extra)), list(overrides),
                       RunOptions(results, False, pg_bin), TerminalUI(err), repeats, top,
-                      noise / 100.0, on_run=lambda run: print_summary(out, run),
+                      noise / 100.0, on_run=lambda run: print_summary(err if as_json else out,
+                                                                      run),
                       steps=steps)
-    print_tune(out, result)
+    if as_json and result.path is not None:  # the tune file, written on every path
+        click.echo(json.dumps({"path": str(result.path),
+                               **json.loads(result.path.read_text())}, indent=2))
+    else:
+        print_tune(out, result)
     return ExitCode.OK if result.status == "completed" else ExitCode.RUN_FAILED

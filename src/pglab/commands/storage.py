@@ -7,42 +7,48 @@ import json
 from pathlib import Path
 from typing import Any
 
+import click
 from rich.table import Table
 
 from pglab.commands.console import out
 from pglab.errors import ExitCode
+from pglab.terminal.tables import Column, print_table
 
 
-def storage() -> int:
+def storage(as_json: bool = False) -> int:
     from pglab.scenario.disk_profiles import DISK_PROFILES
     from pglab.storage.devices import DEVICE_BEHAVIOURS
     from pglab.storage.registry import FILESYSTEMS
 
-    table = Table(header_style="bold", box=None, title="filesystems (\\[storage] filesystem, "
-                  "options)", title_justify="left")
-    for column in ("filesystem", "option", "accepts", "what it is"):
-        table.add_column(column)
-    table.add_row("host", "", "", "the lab's own directory (no volume; the default)")
+    if as_json:
+        click.echo(json.dumps({
+            "filesystems": [
+                {"name": fs.name, "help": fs.help, "package": fs.package,
+                 "min_size_bytes": fs.min_size,
+                 "options": [{"name": o.name, "choices": list(o.choices),
+                              "expects": o.expects or None, "help": o.help,
+                              "refused": o.refused or None} for o in fs.options]}
+                for fs in FILESYSTEMS.entries.values()],
+            "device_behaviours": [{"name": b.name, "help": b.help}
+                                  for b in DEVICE_BEHAVIOURS],
+            "disk_profiles": [{"name": p.name, "sized": p.sized, "help": p.help}
+                              for p in DISK_PROFILES],
+        }, indent=2))
+        return ExitCode.OK
+    rows = [("host", "", "", "the lab's own directory (no volume; the default)")]
     for fs in FILESYSTEMS.entries.values():
-        table.add_row(fs.name, "", "", f"{fs.help} (Debian {fs.package}; at least "
-                      f"{fs.min_size // 2**20} MB)")
-        for o in fs.options:
-            table.add_row("", o.name, "|".join(o.choices) or o.expects, o.help)
-    out.print(table)
-    devices = Table(header_style="bold", box=None, title="device behaviours (\\[storage] "
-                    "device = { ... })", title_justify="left")
-    devices.add_column("key")
-    devices.add_column("what it does")
-    for behaviour in DEVICE_BEHAVIOURS:
-        devices.add_row(behaviour.name, behaviour.help)
-    out.print(devices)
-    profiles = Table(header_style="bold", box=None, title="disk profiles (device.profile)",
-                     title_justify="left")
-    profiles.add_column("profile")
-    profiles.add_column("figures")
-    for profile in DISK_PROFILES:
-        profiles.add_row(profile.name + (":SIZE" if profile.sized else ""), profile.help)
-    out.print(profiles)
+        rows.append((fs.name, "", "", f"{fs.help} (Debian {fs.package}; at least "
+                     f"{fs.min_size // 2**20} MB)"))
+        rows += [("", o.name, "|".join(o.choices) or o.expects, o.help) for o in fs.options]
+    print_table(out, (Column("filesystem"), Column("option"), Column("accepts"),
+                      Column("what it is", prose=True)), rows,
+                title="filesystems ([storage] filesystem, options)")
+    print_table(out, (Column("key"), Column("what it does", prose=True)),
+                [(b.name, b.help) for b in DEVICE_BEHAVIOURS],
+                title="device behaviours ([storage] device = { ... })")
+    print_table(out, (Column("profile"), Column("figures", prose=True)),
+                [(p.name + (":SIZE" if p.sized else ""), p.help) for p in DISK_PROFILES],
+                title="disk profiles (device.profile)")
     return ExitCode.OK
 
 

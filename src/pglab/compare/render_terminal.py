@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
 from pglab.compare import cells
 from pglab.compare.comparison import Comparison
 
+_ANY = 1_000_000  # columns: to measure the table's natural width
 _STYLE = {"better": "green", "worse": "red", "no significant difference": "dim"}
 
 
@@ -22,11 +24,21 @@ def render(console: Console, comparison: Comparison) -> None:
         table = Table(header_style="bold", box=None, pad_edge=False)
         for index, header in enumerate(cells.HEADERS):
             table.add_column(header, justify="right" if 0 < index < 5 else "left")
-        for result in contender.metrics:
-            row = cells.row(result, short_na=True)
+        rows = [cells.row(result, short_na=True) for result in contender.metrics]
+        for result, row in zip(contender.metrics, rows, strict=True):
             style = _STYLE.get(result.verdict, "")
             table.add_row(*row[:-1], f"[{style}]{row[-1]}[/{style}]" if style else row[-1])
-        console.print(table)
+        natural = Measurement.get(console, console.options.update(width=_ANY), table).maximum
+        if natural <= console.width:
+            console.print(table)
+        else:  # a narrow terminal would cut or split the figures: a line per metric
+            for result, (metric, base_value, value, delta, ci, verdict) in zip(
+                    contender.metrics, rows, strict=True):
+                style = _STYLE.get(result.verdict, "")
+                console.print(f"  [bold]{metric}[/bold]: {base_value} -> {value}, {delta}"
+                              + (f" {ci}" if ci else "") + ": "
+                              + (f"[{style}]{verdict}[/{style}]" if style else verdict),
+                              highlight=False)
         for note in cells.notes(contender.metrics):
             console.print(f"  {note}", style="dim", highlight=False)
         spreads = [f"{r.metric.title}: {cells.spread(r)}" for r in contender.metrics

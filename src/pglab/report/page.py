@@ -214,7 +214,7 @@ def _durability(model: ReportModel) -> str:
             " (allowed by synchronous_commit = off)" if lost and cut.get("loss_allowed")
             else "")
         rows.append([escape(f"{cut.get('kind')} of {cut.get('node')}"),
-                     escape(f"{float(cut.get('at_s') or 0):g} s ({_clock(cut.get('time'))})"),
+                     escape(f"{float(cut.get('at_s') or 0):g} s ({_clock(cut.get('time'))} UTC)"),
                      lost_text,
                      escape(f"last {window[1]:.1f} s before the cut") if window else "",
                      _num(cut.get("downtime_s")), _num(cut.get("recovery_s")),

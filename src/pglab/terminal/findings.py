@@ -1,4 +1,6 @@
-"""The findings of an analysis (analysis.json) for the terminal."""
+"""The findings of an analysis (analysis.json) for the terminal: short by default (the
+verdict, each worst stall's top causes, the first recommendations with the command that
+tests each), everything with `details`."""
 
 from __future__ import annotations
 
@@ -11,10 +13,15 @@ from pglab.analysis.durability import cut_lines, headline
 from pglab.results.analysis_doc import AnalysisDocument, deficit, verdict_basis
 
 MAX_STALLS = 8  # the worst ones; the rest are in analysis.json
+# what the short form keeps: the worst stalls, the causes of each, the recommendations
+SHORT_STALLS = 3
+SHORT_CAUSES = 2
+SHORT_RECOMMENDATIONS = 3
 
 
 def _time(iso: str | None) -> str:
-    return iso[11:19] if iso else "?"
+    # analysis.json's times are UTC (`...Z`), and every time pglab prints says so
+    return f"{iso[11:19]} UTC" if iso else "?"
 
 
 def _stall_line(stall: dict[str, Any]) -> str:
@@ -29,8 +36,14 @@ def _stall_line(stall: dict[str, Any]) -> str:
             "transactions)")
 
 
-def _print_causes(console: Console, causes: list[dict[str, Any]], indent: str) -> None:
-    for cause in causes[:3]:
+def _print_causes(console: Console, causes: list[dict[str, Any]], indent: str,
+                  details: bool) -> bool:
+    """With details, the first three causes and four evidence lines of each; else the
+    first SHORT_CAUSES causes, the first one with its strongest evidence line. Whether
+    the short form left something out."""
+    shown = causes[:3] if details else causes[:SHORT_CAUSES]
+    left_out = len(causes) > len(shown)
+    for rank, cause in enumerate(shown):
         style = "dim" if cause["cause"] == "unknown" else "cyan"
         outside = ", outside the lab" if cause.get("outside_the_lab") else ""
         kind = f": {cause['sub_cause']}" if cause.get("sub_cause") else ""
@@ -38,29 +51,49 @@ def _print_causes(console: Console, causes: list[dict[str, Any]], indent: str) -
         sure = ("" if cause["cause"] == "unknown"
                 else f" (confidence {cause['confidence']:.2f}{outside})")
         console.print(f"{indent}[{style}]{cause['cause']}{kind}[/{style}]{sure}")
-        for line in cause["evidence"][:4]:
+        lines = cause["evidence"][:4 if details else 1 if rank == 0 else 0]
+        left_out = left_out or len(cause["evidence"]) > len(lines)
+        for line in lines:
             console.print(f"{indent}  - {escape(line)}", highlight=False)
+    return left_out and not details
 
 
-def _print_durability(console: Console, section: dict[str, Any], details: bool) -> None:
+def _print_durability(console: Console, section: dict[str, Any], cuts: bool,
+                      details: bool) -> bool:
     style = "bold red" if section.get("failed") else "bold"
     console.print(f"[{style}]durability[/{style}]: {escape(headline(section))}",
                   highlight=False)
-    if details:
+    if cuts:
         for line in cut_lines(section):
             console.print(f"  {escape(line)}", highlight=False)
-    _print_causes(console, section.get("causes") or [], "  ")
+    return _print_causes(console, section.get("causes") or [], "  ", details)
+
+
+def _print_recommendation(console: Console, rec: dict[str, Any], details: bool) -> None:
+    console.print(f"  [green]{rec['rule']}[/green] ({', '.join(rec['because'])}): "
+                  f"{escape(rec['action'])}", highlight=False)
+    if details:
+        console.print(f"      effect: {escape(rec['effect'])}", highlight=False)
+        console.print(f"      risk: {escape(rec['risk'])}", highlight=False)
+        if rec.get("not_when"):
+            console.print(f"      not when: {escape(rec['not_when'])}", highlight=False)
+    why = f": {rec['not_testable_because']}" if rec.get("not_testable_because") else ""
+    # one line, whatever the width (the console soft-wraps): a command to copy
+    console.print(f"      test: {escape(rec['test'] + why)}", highlight=False)
 
 
 def print_findings(console: Console, analysis: AnalysisDocument,
-                   durability_details: bool = True) -> None:
+                   durability_details: bool = True, details: bool = True,
+                   more: str | None = None) -> None:
     """The durability verdict first when the run lost or damaged data, then the summary,
     the worst stalls with their ranked causes, the durability section of a run whose
     cuts lost nothing, and the recommendations. `durability_details`: the per-cut lines
-    (`pglab run` printed them already, first)."""
+    (`pglab run` printed them already, first). Without `details`, the short form, ending
+    with `more` (the command that prints the rest) when it left something out."""
     section = analysis.durability
+    left_out = False
     if section is not None and section.get("failed"):
-        _print_durability(console, section, durability_details)
+        left_out = _print_durability(console, section, durability_details, details)
     summary = analysis.summary
     console.print(
         f"[bold]analysis[/bold]: median {summary.get('tps_median', 0):,.0f} TPS, "
@@ -87,25 +120,25 @@ def print_findings(console: Console, analysis: AnalysisDocument,
     steady = analysis.steady_causes
     if steady:
         console.print("  [bold]held back over the whole run[/bold]")
-        _print_causes(console, steady, "    ")
+        left_out = _print_causes(console, steady, "    ", details) or left_out
     stalls = sorted(analysis.stalls, key=lambda s: deficit(s) or 0,
                     reverse=True)
-    for stall in stalls[:MAX_STALLS]:
-        console.print(f"  [bold]{escape(_stall_line(stall))}[/bold]")
-        _print_causes(console, stall["causes"], "    ")
-    if len(stalls) > MAX_STALLS:
-        console.print(f"  ... {len(stalls) - MAX_STALLS} smaller stall(s) in analysis.json")
+    shown = MAX_STALLS if details else SHORT_STALLS
+    for stall in stalls[:shown]:
+        console.print(f"  [bold]{escape(_stall_line(stall))}[/bold]", highlight=False)
+        left_out = _print_causes(console, stall["causes"], "    ", details) or left_out
+    if len(stalls) > shown:
+        left_out = True
+        console.print(f"  ... {len(stalls) - shown} smaller stall(s)"
+                      + (" in analysis.json" if details else ""))
     if section is not None and not section.get("failed"):
-        _print_durability(console, section, durability_details)
+        left_out = _print_durability(console, section, durability_details, details) or left_out
     recommendations = analysis.recommendations
     if recommendations:
         console.print("[bold]recommendations[/bold]")
-    for rec in recommendations:
-        console.print(f"  [green]{rec['rule']}[/green] ({', '.join(rec['because'])}): "
-                      f"{escape(rec['action'])}", highlight=False)
-        console.print(f"      effect: {escape(rec['effect'])}", highlight=False)
-        console.print(f"      risk: {escape(rec['risk'])}", highlight=False)
-        if rec.get("not_when"):
-            console.print(f"      not when: {escape(rec['not_when'])}", highlight=False)
-        why = f": {rec['not_testable_because']}" if rec.get("not_testable_because") else ""
-        console.print(f"      test: {escape(rec['test'] + why)}", highlight=False)
+    for rec in recommendations if details else recommendations[:SHORT_RECOMMENDATIONS]:
+        _print_recommendation(console, rec, details)
+    if not details and len(recommendations) > SHORT_RECOMMENDATIONS:
+        console.print(f"  ... {len(recommendations) - SHORT_RECOMMENDATIONS} more")
+    if not details and more and (left_out or recommendations):  # their effects and risks
+        console.print(f"[dim]more: {escape(more)}[/dim]", highlight=False)

@@ -11,11 +11,11 @@ from typing import Any
 import polars as pl
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from pglab.results.folder import StoredRun
 from pglab.storage.describe import lines as storage_lines
 from pglab.terminal.durability_summary import durability_lines
+from pglab.terminal.tables import Column, print_table
 from pglab.terminal.telemetry_summary import summarize, summary_lines
 from pglab.workload.pgbench_output import ProgressLine
 
@@ -129,16 +129,12 @@ def print_summary(console: Console, run: StoredRun) -> None:
     for line in storage_lines(manifest):
         console.print(f"  storage {line}", highlight=False)
     if measured:
-        table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-        for column in ("TPS", "avg ms", "p50 ms", "p95 ms", "p99 ms", "max ms", "failed"):
-            table.add_column(column, justify="right")
-        table.add_row(
-            f"{measured.get('tps', 0):,.1f}", _ms(measured.get("lat_avg_ms")),
-            _ms(measured.get("lat_p50_ms")), _ms(measured.get("lat_p95_ms")),
-            _ms(measured.get("lat_p99_ms")), _ms(measured.get("lat_max_ms")),
-            str(measured.get("failures", 0)),
-        )
-        console.print(table)
+        print_table(console, [Column(name, justify="right") for name in (
+            "TPS", "avg ms", "p50 ms", "p95 ms", "p99 ms", "max ms", "failed")], [(
+                f"{measured.get('tps', 0):,.1f}", _ms(measured.get("lat_avg_ms")),
+                _ms(measured.get("lat_p50_ms")), _ms(measured.get("lat_p95_ms")),
+                _ms(measured.get("lat_p99_ms")), _ms(measured.get("lat_max_ms")),
+                str(measured.get("failures", 0)))])
         console.print(f"  {measured.get('transactions', 0):,} transactions in "
                       f"{measured.get('seconds', 0)} s measured (warmup excluded)")
     series = measured_tps_series(run.client_series())
@@ -171,18 +167,16 @@ def print_sweep(console: Console, runs: list[StoredRun]) -> None:
     if len(runs) < 2:
         return
     axes = sorted({k for r in runs for k in r.manifest.variant})
-    table = Table(title="sweep", header_style="bold")
-    for axis in axes:
-        table.add_column(axis.rsplit(".", 1)[-1], justify="right")
-    for column in ("TPS", "avg ms", "p95 ms", "p99 ms", "status"):
-        table.add_column(column, justify="right")
+    rows = []
     for run in runs:
         variant = run.manifest.variant
         measured = run.manifest.measured
-        table.add_row(
+        rows.append((
             *[str(variant.get(a, "")) for a in axes],
             f"{measured.get('tps', 0):,.1f}" if measured else "-",
             _ms(measured.get("lat_avg_ms")), _ms(measured.get("lat_p95_ms")),
             _ms(measured.get("lat_p99_ms")), run.status,
-        )
-    console.print(table)
+        ))
+    print_table(console, [Column(name, justify="right") for name in (
+        *(axis.rsplit(".", 1)[-1] for axis in axes), "TPS", "avg ms", "p95 ms", "p99 ms",
+        "status")], rows, title="sweep")
