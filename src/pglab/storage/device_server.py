@@ -247,7 +247,7 @@ class Device:
         excess = len(self.dirty) * BLOCK - limit
         if excess <= 0:
             return
-        oldest = []
+        oldest: list[int] = []
         for block in self.dirty:
             if len(oldest) * BLOCK >= excess:
                 break
