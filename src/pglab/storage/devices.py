@@ -72,7 +72,7 @@ DEVICE_BEHAVIOURS: tuple[DeviceBehaviour, ...] = (
                     "when full, a write waits while its oldest blocks are written back"),
     DeviceBehaviour("destage", "how long a write waits in a volatile cache before it is "
                     f"written back, like '100ms' (default {DEFAULT_DESTAGE_S * 1000:g}ms): a "
-                    "power loss drops at most that much of the last writes"),
+                    "power loss drops at most the writes of its last 1.25 x that"),
     DeviceBehaviour("kind", "auto (emulated when any of the above is set or a device fault "
                     "needs it, else a plain loop device) | loop | emulated"),
 )
