@@ -219,6 +219,54 @@ def test_a_mount_without_barriers_loses_only_the_caches_destage_window(
     assert "flushes dropped (no-write-barriers)" in stdout
 
 
+# PostgreSQL's wal_sync_method values as Linux carries them out: a call after the write,
+# or a write flag (the open_* methods use no O_DIRECT unless debug_io_direct asks)
+SYNC_METHODS = {"fsync": (0, os.fsync), "fdatasync": (0, os.fdatasync),
+                "open_sync": (os.O_SYNC, None), "open_datasync": (os.O_DSYNC, None)}
+
+
+@pytest.mark.live
+@root
+def test_which_flushes_reach_the_device(storage_packages: None, tmp_path: Path) -> None:
+    """About 8 s. The ground the flush-dropping layers stand on (analysis/durability.py),
+    measured on the emulated device's flush counter: on ext4 with barriers every
+    wal_sync_method sends the device a flush, so none is a layer on Linux; mounted
+    without barriers none does, whichever method PostgreSQL uses."""
+    from pglab.scenario import VolumeSpec
+    from pglab.storage.devices import resolve_device
+    from pglab.storage.volume import Volume
+
+    for barrier in (True, False):
+        spec = VolumeSpec.model_validate({
+            "filesystem": "ext4", "size": "64MB", "options": {"barrier": barrier},
+            "device": {"cache": "volatile", "destage": "60s"}})
+        volume = Volume("primary", "data", spec, tmp_path / f"node-{barrier}", True,
+                        resolve_device(spec.device), f"pglab-test-{barrier}")
+        try:
+            mount = volume.create()
+            volume.apply_limits()
+            assert volume.emulator is not None
+            sent = {}
+            for method, (flag, call) in SYNC_METHODS.items():
+                before = volume.emulator.stats()["counters"]["flushes"]
+                fd = os.open(mount / method, os.O_RDWR | os.O_CREAT | flag, 0o600)
+                try:
+                    for block in range(4):  # a new block, then overwrites, as WAL pages
+                        os.pwrite(fd, os.urandom(4096), block * 4096 if block < 2 else 0)
+                        if call is not None:
+                            call(fd)
+                finally:
+                    os.close(fd)
+                sent[method] = volume.emulator.stats()["counters"]["flushes"] - before
+            print(f"barrier {'on' if barrier else 'off'}: device flushes per 4 syncs {sent}")
+            if barrier:
+                assert all(n >= 4 for n in sent.values()), sent  # one or more per sync
+            else:
+                assert all(n == 0 for n in sent.values()), sent
+        finally:
+            volume.remove()
+
+
 def _short_builtin(tmp_path: Path, name: str, *sets: str) -> tuple[Path, str]:
     args = [a for item in ("workload.scale=1", "workload.warmup=1s", *sets)
             for a in ("--set", item)]
