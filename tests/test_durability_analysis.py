@@ -32,6 +32,7 @@ from pglab.report.page import write_report
 from pglab.results.analysis_doc import AnalysisDocument, write_analysis
 from pglab.results.folder import StoredRun
 from pglab.results.manifest import Manifest, read_manifest
+from pglab.storage.describe import lines as storage_lines
 from pglab.terminal.findings import print_findings
 from pglab.terminal.tune_result import print_tune
 from pglab.tune import TUNE_METRICS, Candidate, CandidateResult, Step, TuneResult, _decide
@@ -378,3 +379,15 @@ def test_a_mount_without_barriers_on_an_honest_device_is_no_cause() -> None:
         "setting": "open_datasync", "unit": None, "source": "configuration file"}
     section = durability_section(manifest)
     assert section is not None and durability_causes(section, manifest) == []
+
+
+def test_a_runs_cache_is_described_with_its_size_and_destage() -> None:
+    """What `pglab show` and the report say of a volume's cache: its size and destage
+    delay as the run recorded them; an older run's cache, recorded without them, held
+    writes until a flush (volatile) or for a second (the lying one)."""
+    assert storage_lines(read_manifest(NOBARRIER)) == [
+        "primary data: ext4 4 GB (barrier=off) on an emulated device: cache volatile "
+        "(64 MB, written back within 100 ms)"]
+    assert storage_lines(read_manifest(LYING)) == [
+        "primary data: ext4 4 GB on an emulated device: cache volatile-ignores-flush "
+        "(unbounded, written back after 1 s)"]
