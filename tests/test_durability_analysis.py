@@ -391,3 +391,17 @@ def test_a_runs_cache_is_described_with_its_size_and_destage() -> None:
     assert storage_lines(read_manifest(LYING)) == [
         "primary data: ext4 4 GB on an emulated device: cache volatile-ignores-flush "
         "(unbounded, written back after 1 s)"]
+
+
+def test_no_wal_sync_method_advice_where_every_method_flushes() -> None:
+    """On Linux every wal_sync_method sends the device a flush (test_durability.py
+    measures it): a loss there is no reason to change the method, whichever was set,
+    and the advice is the layer's that dropped the flushes."""
+    manifest = read_manifest(NOBARRIER)
+    manifest.nodes["primary"]["settings"]["wal_sync_method"] = {
+        "setting": "open_datasync", "unit": None, "source": "configuration file"}
+    facts = Facts({"data-loss": 0.99, "no-write-barriers": 0.99}, manifest,
+                  fpi_surge=False, priority=("data-loss", "no-write-barriers"))
+    fired = recommend(facts)
+    assert fired[0]["rule"] == "barriers-on", fired
+    assert not [r for r in fired if "server.settings.wal_sync_method" in r["change"]], fired

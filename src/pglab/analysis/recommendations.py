@@ -347,18 +347,6 @@ RULES: tuple[Rule, ...] = (
          not_when="the transactions can afford losing their last ~0.6 s (logs, caches, "
                   "work that is redone): off is then a fair trade, set per transaction",
          sub=("synchronous-commit-off",)),
-    Rule("wal-sync-method", ("lying-write-cache", "data-loss"),
-         "use wal_sync_method = fdatasync (Linux's default), which makes ext4 and xfs "
-         "flush the device's write cache; check the method with pg_test_fsync: a flush "
-         "rate far above what the device can physically persist means a cache absorbs "
-         "the flushes",
-         lambda f: {"server.settings.wal_sync_method": "fdatasync"},
-         "every WAL flush asks the filesystem and the device to make it durable",
-         "open_datasync can be faster where the device honours FUA writes, and as safe; "
-         "fsync_writethrough exists only on macOS and Windows",
-         when=lambda f: f.text_of("wal_sync_method", "fdatasync") != "fdatasync",
-         not_when="the device ignores flushes (cache = \"volatile-ignores-flush\"): no "
-                  "wal_sync_method makes it durable, fix the cache"),
     Rule("shared-buffers-down", ("memory-reclaim",),
          "shrink shared_buffers to leave the kernel room",
          lambda f: {"server.settings.shared_buffers": _mb(max(f.memory // 4, 2**27))},
