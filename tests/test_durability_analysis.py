@@ -33,6 +33,7 @@ from pglab.results.analysis_doc import AnalysisDocument, write_analysis
 from pglab.results.folder import StoredRun
 from pglab.results.manifest import Manifest, read_manifest
 from pglab.storage.describe import lines as storage_lines
+from pglab.terminal.durability_summary import durability_lines
 from pglab.terminal.findings import print_findings
 from pglab.terminal.tune_result import print_tune
 from pglab.tune import TUNE_METRICS, Candidate, CandidateResult, Step, TuneResult, _decide
@@ -405,3 +406,14 @@ def test_no_wal_sync_method_advice_where_every_method_flushes() -> None:
     fired = recommend(facts)
     assert fired[0]["rule"] == "barriers-on", fired
     assert not [r for r in fired if "server.settings.wal_sync_method" in r["change"]], fired
+
+
+def test_the_terminal_names_the_layer_after_the_verdicts() -> None:
+    """`pglab run` and `pglab show`: the cuts' verdicts, then the layer that dropped the
+    flushes, named with what the run's stack did."""
+    lines = durability_lines(read_manifest(NOBARRIER))
+    assert lines[0] == "2 power losses: 126 acknowledged commits lost, integrity clean"
+    assert lines[-1].startswith("flushes dropped (no-write-barriers): primary's data volume "
+                                "(ext4) is mounted without write barriers"), lines
+    assert not any("flushes dropped" in line for line in durability_lines(
+        read_manifest(HONEST)))

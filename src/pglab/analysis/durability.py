@@ -154,15 +154,19 @@ def _loss_window_s(manifest: Manifest) -> float:
 
 
 def storage_caches(manifest: Manifest) -> list[dict[str, Any]]:
-    """Every volume's write cache as the run made it: node, role, filesystem, cache."""
+    """Every volume's write cache as the run made it: node, role, filesystem, cache (and
+    a volatile one's size and destage delay)."""
     out = []
     for node in manifest.nodes:
         for volume in manifest.node_storage(node):
             device = volume.get("device") or {}
+            emulated = device.get("kind") == "emulated"
             out.append({"node": node, "role": volume.get("role", "data"),
                         "filesystem": volume.get("filesystem"),
-                        "cache": device.get("cache", "honest") if device.get("kind")
-                        == "emulated" else "the host device's"})
+                        "cache": device.get("cache", "honest") if emulated
+                        else "the host device's",
+                        **{k: device[k] for k in ("cache_mb", "destage_ms")
+                           if emulated and device.get(k) is not None}})
     return out
 
 
