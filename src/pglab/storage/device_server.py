@@ -22,9 +22,9 @@ last clean, so a block rewritten all the time still goes out), oldest first when
 cache holds `cache_bytes` (the write that needs room waits for it). A power loss so
 drops at most the last `destage_s` of writes (plus one write-back tick) and never more
 than `cache_bytes`. Real drives' caches hold tens to hundreds of MB and write back
-continuously within milliseconds; DEFAULT_CACHE_MB and DEFAULT_DESTAGE_S are a modest
-drive's figures. A destage longer than the run and a cache as large as the volume give
-a cache that only a flush empties.
+continuously within milliseconds: DEFAULT_CACHE_MB is a modest drive's size and
+DEFAULT_DESTAGE_S a generous bound on its write-back delay. A destage longer than the
+run and a cache as large as the volume give a cache that only a flush empties.
 
 Durability is the image file's content: the host machine never loses power, so the
 image file (in the host's page cache or on its disk) is the medium, and only what this
@@ -54,7 +54,7 @@ from typing import Any
 BLOCK = 4096
 MIB = 1024 * 1024
 DEFAULT_CACHE_MB = 64  # a volatile cache's size: drives have tens to hundreds of MB
-DEFAULT_DESTAGE_S = 0.1  # a cached write is on the medium at most this long after
+DEFAULT_DESTAGE_S = 0.1  # how long a cached write waits before it is written back
 MAX_TICK_S = 0.25  # the write-back loop's longest sleep (a quarter of the destage or less)
 BUCKET_S = 0.02  # a bucket holds this many seconds of its rate: bursts stay within 2%
 
