@@ -69,8 +69,6 @@ BASE = 'name = "s"\n[workload]\nscale = 1\n'
      "has no recordsize = 1m"),
     ('filesystem = "btrfs"\noptions = { compress = "zstd", datacow = false }',
      "storage.options: compress and datacow = off: btrfs does not compress"),
-    ('filesystem = "ext4"\ndevice = { cache_mb = 32 }', "storage.device.cache_mb applies "
-                                                      "to a volatile cache: add cache = "),
     ('filesystem = "ext4"\ndevice = { profile = "cloud-sdd:100GB" }',
      "storage.device.profile: unknown disk profile 'cloud-sdd' (did you mean 'cloud-ssd'?)"),
     ('filesystem = "ext4"\nblock_device = "/dev/null"', "storage.block_device = '/dev/null' "

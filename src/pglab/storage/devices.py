@@ -69,7 +69,8 @@ DEVICE_BEHAVIOURS: tuple[DeviceBehaviour, ...] = (
     DeviceBehaviour("cache", "honest (durable when acknowledged) | volatile (a write cache "
                     "that honours flushes) | volatile-ignores-flush (a cache that lies)"),
     DeviceBehaviour("cache_mb", f"a volatile cache's size in MB (default {DEFAULT_CACHE_MB}); "
-                    "when full, a write waits while its oldest blocks are written back"),
+                    "when full, a write waits while its oldest blocks are written back "
+                    "(an honest cache ignores it, as it does destage)"),
     DeviceBehaviour("destage", "how long a write waits in a volatile cache before it is "
                     f"written back, like '100ms' (default {DEFAULT_DESTAGE_S * 1000:g}ms): a "
                     "power loss drops at most the writes of its last 1.25 x that"),

@@ -155,10 +155,6 @@ def _check_volume(spec: VolumeSpec, key: str) -> None:
     if not spec.pool and spec.size < fs.min_size:
         raise BadInput(f"{key}.size = {spec.size // 2**20}MB is too small for {fs.name}: "
                        f"at least {fs.min_size // 2**20}MB")
-    cache_keys = [k for k in ("cache_mb", "destage") if getattr(spec.device, k) is not None]
-    if cache_keys and spec.device.cache == "honest":
-        raise BadInput(f"{key}.device.{cache_keys[0]} applies to a volatile cache: add cache = "
-                       "\"volatile\" or \"volatile-ignores-flush\"")
     try:
         limits = resolve_device(spec.device)
     except ValueError as exc:
