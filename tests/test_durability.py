@@ -188,7 +188,8 @@ action = "power-loss"
 SCHEDULING_S = 0.1
 
 
-@pytest.mark.live
+# cpu_exclusive: the timing of an emulated device, whose write-back loop must wake on time
+@pytest.mark.cpu_exclusive
 @root
 def test_a_mount_without_barriers_loses_only_the_caches_destage_window(
         storage_packages: None, tmp_path: Path) -> None:

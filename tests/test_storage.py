@@ -381,7 +381,7 @@ def test_device_server_answers_real_nbd_clients(storage_packages: None,
         server.wait(timeout=10)
 
 
-@pytest.mark.live
+@pytest.mark.cpu_exclusive  # the device server's write-back loop must wake on time
 def test_a_volatile_cache_is_bounded_and_destages(storage_packages: None,
                                                   tmp_path: Path) -> None:
     """The server alone, under nbdcopy (about 2 s): a cache of 2 MB never holds more,
