@@ -35,7 +35,8 @@ RUNS = SAMPLES / "runs"
 DESIGN_CAUSES = ("checkpoint-io", "wal-segment-init", "wal-write", "lock-contention",
                  "sync-replication", "vacuum-io", "memory-reclaim", "cpu-saturation",
                  "too-many-connections", "client-bound", "server-crash", "storage-device",
-                 "network", "data-loss", "lying-write-cache", "unknown")
+                 "network", "data-loss", "lying-write-cache", "no-write-barriers",
+                 "fsync-off", "zfs-sync-disabled", "unflushed-wal-sync-method", "unknown")
 
 
 def _analysis(name: str) -> dict[str, Any]:

@@ -15,9 +15,15 @@ from rich.console import Console
 
 from conftest import SAMPLES
 from pglab.analysis.analyze import build_analysis
-from pglab.analysis.durability import amcheck_findings, durability_section
+from pglab.analysis.causes import durability_causes
+from pglab.analysis.durability import (
+    FLUSH_LAYERS,
+    amcheck_findings,
+    destage_bound_s,
+    durability_section,
+)
 from pglab.analysis.loading import load_run_frames
-from pglab.analysis.recommendations import RULES, Facts, recommend
+from pglab.analysis.recommendations import NOT_TESTABLE, RULES, Facts, recommend
 from pglab.compare.comparison import compare
 from pglab.compare.groups import Group
 from pglab.compare.rundata import RunData
@@ -26,12 +32,15 @@ from pglab.report.page import write_report
 from pglab.results.analysis_doc import AnalysisDocument, write_analysis
 from pglab.results.folder import StoredRun
 from pglab.results.manifest import Manifest, read_manifest
+from pglab.storage.describe import lines as storage_lines
+from pglab.terminal.durability_summary import durability_lines
 from pglab.terminal.findings import print_findings
 from pglab.terminal.tune_result import print_tune
 from pglab.tune import TUNE_METRICS, Candidate, CandidateResult, Step, TuneResult, _decide
 
 RUNS = SAMPLES / "runs"
 LYING, HONEST = RUNS / "power-loss-lying-cache", RUNS / "power-loss-honest"
+NOBARRIER = RUNS / "power-loss-nobarrier"
 
 
 def _analysis(folder: Path) -> AnalysisDocument:
@@ -263,3 +272,148 @@ def test_compare_and_tune_judge_a_durability_fix_by_the_commits_lost(tmp_path: P
     control = RunData(StoredRun(RUNS / "control", read_manifest(RUNS / "control")))
     plain = compare(Group("a", [control]), [Group("b", [control])])
     assert "lost_commits" not in [m.metric.name for m in plain.contenders[0].metrics]
+
+
+# --- the layers that drop flushes ----------------------------------------------------------
+
+
+def test_a_mount_without_barriers_is_named_with_its_advice() -> None:
+    """ext4 with barrier = off on a cache that honours flushes (a real run): every fsync
+    returned without a flush reaching the device, and the cuts took commits. The cause
+    is the mount, not the device, and the advice comes with the --set that tests it."""
+    document = _analysis(NOBARRIER)
+    section = document.durability
+    assert section is not None and section["verdict"] == "data-loss"
+    assert _causes(section) == ["data-loss", "no-write-barriers"]
+    cause = section["causes"][1]
+    assert cause["confidence"] >= 0.9
+    assert "mounted without write barriers (the kernel shows nobarrier, barrier = off)" \
+        in cause["evidence"][0]
+    assert 'cache = "volatile" (64 MB, written back within 100 ms)' in cause["evidence"][0]
+    assert any("the flushes stopped at the filesystem's mount" in line
+               for line in cause["evidence"])
+    first = document.recommendations[0]
+    assert first["rule"] == "barriers-on" and first["because"] == [
+        "no-write-barriers", "data-loss"]
+    assert first["change"] == {"storage.options.barrier": "on"}
+    assert first["test"].endswith("--set storage.options.barrier=on"), first["test"]
+    assert first["risk"] and first["not_when"]
+
+
+def test_each_cut_lost_no_more_than_the_cache_model_allows() -> None:
+    """The cache destages every write within 1.25 x its 100 ms delay: the commits each
+    cut lost (the ledger's count, from a real run) were acknowledged within that bound
+    before it, and the device dropped writes no older and no more than its 64 MB."""
+    manifest = read_manifest(NOBARRIER)
+    bound = destage_bound_s(manifest, "primary")
+    assert bound == 0.125
+    section = durability_section(manifest)
+    assert section is not None and len(section["cuts"]) == 2
+    for cut in section["cuts"]:
+        assert cut["destage_bound_s"] == bound
+        assert cut["lost_commits"] > 0 and cut["lost_window_s"][1] <= bound, cut
+        assert 0 < cut["held_s"] <= bound and 0 < cut["lost_bytes"] <= 64 * 2**20, cut
+
+
+def _layer_in(manifest: Manifest, cause: str) -> None:
+    """Put one flush-dropping layer into a real run's manifest (what a run with it
+    records: the kernel's mount options, the device, the settings, the host's OS)."""
+    node = manifest.nodes["primary"]
+    (volume,) = node["storage"]
+    if cause == "lying-write-cache":
+        volume["device"].update(cache="volatile-ignores-flush", cache_mb=64, destage_ms=100)
+    elif cause == "no-write-barriers":
+        volume["mount_options"] += ",nobarrier"
+        volume["device"].update(cache="volatile", cache_mb=64, destage_ms=100)
+    elif cause == "fsync-off":
+        node["settings"]["fsync"] = {"setting": "off", "unit": None,
+                                     "source": "configuration file"}
+    elif cause == "zfs-sync-disabled":
+        volume.update(filesystem="zfs", kind="pool", pool="tank",
+                      properties={"sync": "disabled", "recordsize": "8k"})
+    elif cause == "unflushed-wal-sync-method":
+        manifest.host["os"] = "macOS-14.5-arm64-arm-64bit"
+    else:
+        raise AssertionError(f"no case for the layer {cause}: add one")
+
+
+@pytest.mark.parametrize("layer", FLUSH_LAYERS, ids=lambda layer: layer.cause)
+def test_every_flush_dropping_layer_is_a_named_cause_with_advice(layer: Any) -> None:
+    """Each layer of the table, put into the honest sample's real run (two power cuts,
+    nothing lost), is a durability cause of its own naming where it holds, and its rule
+    comes with risk, when not, and a test: the --set that keeps the flushes, or why
+    the lab cannot run it. Given a loss, the cause and its advice come first."""
+    manifest = read_manifest(HONEST)
+    assert durability_causes(durability_section(manifest) or {}, manifest) == []
+    _layer_in(manifest, layer.cause)
+    section = durability_section(manifest)
+    assert section is not None
+    (finding,) = durability_causes(section, manifest)
+    assert finding.cause == layer.cause and finding.confidence == 0.4
+    assert "primary" in finding.evidence[0]
+    facts = Facts({finding.cause: finding.confidence}, manifest, fpi_surge=False,
+                  priority=(finding.cause,))
+    (advice,) = [r for r in recommend(facts) if r["rule"] == layer.rule]
+    assert advice["risk"] and advice["not_when"] and advice["effect"]
+    if advice["test"] == NOT_TESTABLE:
+        assert advice["not_testable_because"], advice
+    else:
+        assert advice["change"] and all(f"--set {k}=" in advice["test"]
+                                        for k in advice["change"]), advice
+    assert manifest.durability is not None  # a loss: the layer is the reason given
+    manifest.durability["cuts"][-1]["commits"].update(lost=40, newly_lost=40,
+                                                      newly_lost_window_s=[0.0, 0.1])
+    manifest.durability["final"]["commits"].update(lost=40)
+    lost = durability_section(manifest)
+    assert lost is not None and lost["verdict"] == "data-loss"
+    causes = [f.cause for f in durability_causes(lost, manifest)]
+    assert causes == ["data-loss", layer.cause], causes
+
+
+def test_a_mount_without_barriers_on_an_honest_device_is_no_cause() -> None:
+    """Without a volatile cache below it, a filesystem's missing flushes lose nothing
+    (the honest sample's device keeps what it acknowledges), and a Linux host's
+    wal_sync_method reaches the device whichever it is."""
+    manifest = read_manifest(HONEST)
+    manifest.nodes["primary"]["storage"][0]["mount_options"] += ",nobarrier"
+    manifest.nodes["primary"]["settings"]["wal_sync_method"] = {
+        "setting": "open_datasync", "unit": None, "source": "configuration file"}
+    section = durability_section(manifest)
+    assert section is not None and durability_causes(section, manifest) == []
+
+
+def test_a_runs_cache_is_described_with_its_size_and_destage() -> None:
+    """What `pglab show` and the report say of a volume's cache: its size and destage
+    delay as the run recorded them; an older run's cache, recorded without them, held
+    writes until a flush (volatile) or for a second (the lying one)."""
+    assert storage_lines(read_manifest(NOBARRIER)) == [
+        "primary data: ext4 4 GB (barrier=off) on an emulated device: cache volatile "
+        "(64 MB, written back within 100 ms)"]
+    assert storage_lines(read_manifest(LYING)) == [
+        "primary data: ext4 4 GB on an emulated device: cache volatile-ignores-flush "
+        "(unbounded, written back after 1 s)"]
+
+
+def test_no_wal_sync_method_advice_where_every_method_flushes() -> None:
+    """On Linux every wal_sync_method sends the device a flush (test_durability.py
+    measures it): a loss there is no reason to change the method, whichever was set,
+    and the advice is the layer's that dropped the flushes."""
+    manifest = read_manifest(NOBARRIER)
+    manifest.nodes["primary"]["settings"]["wal_sync_method"] = {
+        "setting": "open_datasync", "unit": None, "source": "configuration file"}
+    facts = Facts({"data-loss": 0.99, "no-write-barriers": 0.99}, manifest,
+                  fpi_surge=False, priority=("data-loss", "no-write-barriers"))
+    fired = recommend(facts)
+    assert fired[0]["rule"] == "barriers-on", fired
+    assert not [r for r in fired if "server.settings.wal_sync_method" in r["change"]], fired
+
+
+def test_the_terminal_names_the_layer_after_the_verdicts() -> None:
+    """`pglab run` and `pglab show`: the cuts' verdicts, then the layer that dropped the
+    flushes, named with what the run's stack did."""
+    lines = durability_lines(read_manifest(NOBARRIER))
+    assert lines[0] == "2 power losses: 126 acknowledged commits lost, integrity clean"
+    assert lines[-1].startswith("flushes dropped (no-write-barriers): primary's data volume "
+                                "(ext4) is mounted without write barriers"), lines
+    assert not any("flushes dropped" in line for line in durability_lines(
+        read_manifest(HONEST)))

@@ -232,8 +232,8 @@ class CutVerdicts:
         event = self.timeline.last_cut()
         verdict["action"] = str(event.attrs["action"]) if event is not None else "cut"
         if event is not None:
-            for key in ("recovery_s", "downtime_s", "lost_bytes", "lost_blocks", "mount_s",
-                        "recovery_log", "start_error"):
+            for key in ("recovery_s", "downtime_s", "lost_bytes", "lost_blocks", "held_s",
+                        "mount_s", "recovery_log", "start_error"):
                 if key in event.attrs:
                     verdict[key] = event.attrs[key]
         self.record["cuts"].append(verdict)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pglab.analysis import steady as steady_state
-from pglab.analysis.durability import LYING_CACHE
+from pglab.analysis.durability import FLUSH_LAYERS, flush_scorer
 from pglab.analysis.evidence import EventView, WindowEvidence
 from pglab.analysis.kernel import receiver_line
 from pglab.analysis.names import busiest_queue
@@ -808,31 +808,6 @@ def data_loss(section: dict[str, Any], manifest: Manifest) -> Finding | None:
     return s.finding()
 
 
-def lying_write_cache(section: dict[str, Any], manifest: Manifest) -> Finding | None:
-    """A storage stack that acknowledges flushes it does not keep: PostgreSQL's fsync
-    returns, the commit is acknowledged, and a power loss takes the data anyway."""
-    lying = [v for v in section["storage"] if v.get("cache") == LYING_CACHE]
-    if not lying:
-        return None
-    s = Score("lying-write-cache")
-    names = ", ".join(f"{v['node']} {v['role']} ({v['filesystem']})" for v in lying)
-    lost = bool(section["lost_commits"] or section["corruption"]
-                or section["invariant_violations"])
-    s.add(0.6 if lost else 0.4,
-          f"the device under {names} has cache = \"{LYING_CACHE}\": it acknowledges "
-          "flushes without making the data durable")
-    dropped = [c for c in section["cuts"] if c.get("lost_bytes")]
-    for cut in dropped[:2]:
-        s.add(0.2, f"its cache dropped {int(cut['lost_bytes']) // 1024:,} KiB of acknowledged "
-                   f"writes at {_where(cut)}")
-    if lost and section.get("synchronous_commit") != "off" \
-            and not _setting_off(manifest, "fsync"):
-        s.add(0.2, "PostgreSQL flushed every commit (fsync on, synchronous_commit "
-                   f"{section.get('synchronous_commit') or 'on'}) and still lost them: the "
-                   "flushes were acknowledged, not kept")
-    return s.finding()
-
-
 CAUSES: tuple[Cause, ...] = (
     Cause("checkpoint-io", "checkpoint flush IO saturation", checkpoint_io),
     Cause("wal-segment-init", "WAL segment creation (zero-fill and fsync)", wal_segment_init,
@@ -853,8 +828,9 @@ CAUSES: tuple[Cause, ...] = (
     Cause("network", "network latency", network),
     Cause("data-loss", "acknowledged commits lost or data damaged by a crash or power loss",
           None, durability=data_loss),
-    Cause("lying-write-cache", "a storage stack that acknowledges flushes it does not keep",
-          None, durability=lying_write_cache),
+    # one per layer that can drop a flush PostgreSQL asked for (durability.FLUSH_LAYERS)
+    *(Cause(layer.cause, layer.title, None, durability=flush_scorer(layer))
+      for layer in FLUSH_LAYERS),
 )
 UNKNOWN = Cause("unknown", "unknown: the evidence is weak", lambda ev: None)
 CAUSE_IDS = (*(c.id for c in CAUSES), UNKNOWN.id)

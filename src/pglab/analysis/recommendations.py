@@ -17,6 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pglab.analysis.durability import (
+    FLUSH_LAYERS,
+    FlushLayer,
+    flush_change,
+    flush_places,
+)
 from pglab.results import files
 from pglab.results.manifest import Manifest
 from pglab.scenario.builtin import builtin_names
@@ -151,6 +157,23 @@ def _zfs_dataset(f: Facts) -> dict[str, Any]:
     wanted = {"recordsize": "16k", "logbias": "throughput",
               "compression": "lz4" if volume.get("kind") == "pool" else "on"}
     return {f"storage.options.{k}": v for k, v in wanted.items() if have.get(k) != v}
+
+
+def _flush_rules() -> list[Rule]:
+    """The advice of each layer that can drop a flush (durability.FLUSH_LAYERS): given
+    for the layer's cause, or for any loss of data while the layer is in the run."""
+    def rule(layer: FlushLayer) -> Rule:
+        def change(f: Facts) -> dict[str, Any]:
+            return flush_change(layer, f.manifest)
+
+        def holds(f: Facts) -> bool:
+            return bool(flush_places(layer, f.manifest))
+
+        return Rule(layer.rule, (layer.cause, "data-loss"), layer.action, change,
+                    layer.effect, layer.risk, when=holds, not_when=layer.not_when,
+                    why_untestable=layer.why_untestable)
+
+    return [rule(layer) for layer in FLUSH_LAYERS]
 
 
 def _mb(n: int) -> str:
@@ -303,28 +326,7 @@ RULES: tuple[Rule, ...] = (
                   "orders): keep those synchronous and set it per transaction for the rest; "
                   "a run that lost acknowledged commits",
          gives_up_durability=True),
-    Rule("device-cache-honest", ("lying-write-cache",),
-         "make the storage keep what it acknowledges: a write cache that honours flushes "
-         "(in the lab, the emulated device's cache = \"honest\"; on real drives, "
-         "disable a volatile write cache with hdparm -W0 / sdparm --clear WCE, or use "
-         "drives with power-loss protection)",
-         lambda f: {"storage.device.cache": "honest"},
-         "PostgreSQL's flushes reach stable media before commits are acknowledged: a "
-         "power loss no longer takes acknowledged commits or tears pages",
-         "commits and checkpoints wait for the device's real flush latency: throughput "
-         "can fall sharply on a device whose cache was hiding it",
-         not_when="the cache is battery- or capacitor-backed (power-loss protection): it "
-                  "is durable though volatile; check with pg_test_fsync and a pull-the-plug "
-                  "test (diskchecker.pl) rather than trusting the label"),
-    Rule("fsync-on", ("data-loss",),
-         "turn fsync back on",
-         lambda f: {"server.settings.fsync": "on"},
-         "WAL and data files are flushed before PostgreSQL relies on them: a crash or "
-         "power loss loses no acknowledged commit and leaves no torn state behind",
-         "writes, commits and checkpoints wait for flushes: slower on slow devices",
-         when=lambda f: f.text_of("fsync", "on") == "off",
-         not_when="a disposable cluster that is rebuilt from scratch after any crash (a "
-                  "bulk load re-done from its source): there fsync = off is a fair trade"),
+    *_flush_rules(),
     Rule("full-page-writes-on", ("data-loss",),
          "turn full_page_writes back on",
          lambda f: {"server.settings.full_page_writes": "on"},
@@ -345,18 +347,6 @@ RULES: tuple[Rule, ...] = (
          not_when="the transactions can afford losing their last ~0.6 s (logs, caches, "
                   "work that is redone): off is then a fair trade, set per transaction",
          sub=("synchronous-commit-off",)),
-    Rule("wal-sync-method", ("lying-write-cache", "data-loss"),
-         "use wal_sync_method = fdatasync (Linux's default), which makes ext4 and xfs "
-         "flush the device's write cache; check the method with pg_test_fsync: a flush "
-         "rate far above what the device can physically persist means a cache absorbs "
-         "the flushes",
-         lambda f: {"server.settings.wal_sync_method": "fdatasync"},
-         "every WAL flush asks the filesystem and the device to make it durable",
-         "open_datasync can be faster where the device honours FUA writes, and as safe; "
-         "fsync_writethrough exists only on macOS and Windows",
-         when=lambda f: f.text_of("wal_sync_method", "fdatasync") != "fdatasync",
-         not_when="the device ignores flushes (cache = \"volatile-ignores-flush\"): no "
-                  "wal_sync_method makes it durable, fix the cache"),
     Rule("shared-buffers-down", ("memory-reclaim",),
          "shrink shared_buffers to leave the kernel room",
          lambda f: {"server.settings.shared_buffers": _mb(max(f.memory // 4, 2**27))},

@@ -362,7 +362,10 @@ class PowerLoss(FaultAction):
         dropped = target.power_cut()
         return {**kill_node(target.server), "dropped": dropped,
                 "lost_bytes": sum(int(d.get("lost_bytes", 0)) for d in dropped.values()),
-                "lost_blocks": sum(int(d.get("lost_blocks", 0)) for d in dropped.values())}
+                "lost_blocks": sum(int(d.get("lost_blocks", 0)) for d in dropped.values()),
+                # how long the oldest write a cache dropped had waited in it
+                "held_s": max((float(d.get("held_s", 0)) for d in dropped.values()),
+                              default=0.0)}
 
     def end(self, target: FaultTarget) -> dict[str, Any]:
         if self._cut_at is None or target.power_restore is None:

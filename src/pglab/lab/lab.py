@@ -531,7 +531,8 @@ def set_device_limits(devices: list[Any], overrides: dict[str, float]) -> dict[s
             behaviour = behaviour_from_limits(
                 overrides.get("write_mbps", 0.0), overrides.get("read_mbps", 0.0),
                 overrides.get("write_iops", 0), overrides.get("read_iops", 0),
-                volume.limits.latency_ms, volume.limits.cache)
+                volume.limits.latency_ms, volume.limits.cache, volume.limits.cache_mb,
+                volume.limits.destage_ms)
         else:
             behaviour = volume.limits.behaviour()
         volume.set_behaviour(behaviour)

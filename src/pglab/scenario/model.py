@@ -180,6 +180,10 @@ class DeviceSpec(StrictModel):
     # honest: durable when acknowledged; volatile: a cache that honours flushes;
     # volatile-ignores-flush: a cache that acknowledges flushes and keeps nothing.
     cache: Literal["honest", "volatile", "volatile-ignores-flush"] = "honest"
+    # a volatile cache's size and how long a write waits in it before it is written
+    # back (storage/device_server.py has the defaults: a modest drive's)
+    cache_mb: int | None = Field(None, ge=1)
+    destage: Duration | None = Field(None, gt=0)
 
     def figures(self) -> DiskFigures:
         """The profile's figures with the explicit keys over them; ValueError naming a bad

@@ -31,13 +31,25 @@ def describe(volume: dict[str, Any]) -> str:
             ("write_mbps", "write", " MB/s"), ("read_mbps", "read", " MB/s"),
             ("write_iops", "write", " IOPS"), ("read_iops", "read", " IOPS"),
             ("latency_ms", "latency", " ms")) if device.get(key)]
-        text += " on an emulated device: " + ", ".join(
-            [*limits, f"cache {device.get('cache', 'honest')}"])
+        text += " on an emulated device: " + ", ".join([*limits, cache_words(device)])
         if device.get("profile"):
             text += f" (profile {device['profile']})"
     elif device.get("kind") == "loop":
         text += " on a loop device"
     return text
+
+
+def cache_words(device: dict[str, Any]) -> str:
+    """'cache volatile (64 MB, written back within 100 ms)'; a volatile cache recorded
+    without its size (before caches had one) held writes until a flush."""
+    cache = str(device.get("cache", "honest"))
+    if cache == "honest":
+        return "cache honest"
+    if device.get("cache_mb") is None:
+        return f"cache {cache} (unbounded, held until a flush)" if cache == "volatile" \
+            else f"cache {cache} (unbounded, written back after 1 s)"
+    return (f"cache {cache} ({device['cache_mb']:g} MB, written back within "
+            f"{float(device.get('destage_ms') or 0):g} ms)")
 
 
 def lines(manifest: Manifest) -> list[str]:

@@ -15,8 +15,16 @@ latency too (a disk's cache flush is a request like the others). The write cache
 - volatile: writes wait in memory until a flush or FUA write (a drive's cache that
   honours flushes); a power loss drops them.
 - volatile-ignores-flush: flushes are acknowledged at once and do nothing (the lying
-  cache); what waits is written back in block order once it is older than
-  WRITEBACK_DELAY_S, and a power loss drops the rest.
+  cache); a power loss drops what waits.
+Both volatile caches are bounded and destage as a drive's does: a cached block is
+written back once it has been dirty for `destage_s` (from its first write since it was
+last clean, so a block rewritten all the time still goes out), oldest first when the
+cache holds `cache_bytes` (the write that needs room waits for it). A power loss so
+drops at most the last `destage_s` of writes (plus one write-back tick) and never more
+than `cache_bytes`. Real drives' caches hold tens to hundreds of MB and write back
+continuously within milliseconds: DEFAULT_CACHE_MB is a modest drive's size and
+DEFAULT_DESTAGE_S a generous bound on its write-back delay. A destage longer than the
+run and a cache as large as the volume give a cache that only a flush empties.
 
 Durability is the image file's content: the host machine never loses power, so the
 image file (in the host's page cache or on its disk) is the medium, and only what this
@@ -44,7 +52,10 @@ from pathlib import Path
 from typing import Any
 
 BLOCK = 4096
-WRITEBACK_DELAY_S = 1.0  # how long a lying cache sits on a write before writing it back
+MIB = 1024 * 1024
+DEFAULT_CACHE_MB = 64  # a volatile cache's size: drives have tens to hundreds of MB
+DEFAULT_DESTAGE_S = 0.1  # how long a cached write waits before it is written back
+MAX_TICK_S = 0.25  # the write-back loop's longest sleep (a quarter of the destage or less)
 BUCKET_S = 0.02  # a bucket holds this many seconds of its rate: bursts stay within 2%
 
 # NBD protocol numbers (the NBD project's doc/proto.md)
@@ -78,6 +89,8 @@ class Behaviour:
     read_iops: float = 0
     latency_s: float = 0  # added to every read, write and flush
     cache: str = "honest"
+    cache_bytes: int = DEFAULT_CACHE_MB * MIB  # what a volatile cache holds at most
+    destage_s: float = DEFAULT_DESTAGE_S  # how long a dirty block waits to be written back
     paused: bool = False
     failing: bool = False  # every read and write fails with EIO
     powered: bool = True
@@ -149,7 +162,8 @@ class Device:
                                                "read_iops")}
         self.unpaused = asyncio.Event()
         self.unpaused.set()
-        # block number -> (data, monotonic time written); dict order is write order
+        # block number -> (data, monotonic time it became dirty); dict order is that
+        # time's order (a rewrite keeps the block's place), so the oldest come first
         self.dirty: dict[int, tuple[bytes, float]] = {}
         self.apply()
 
@@ -219,10 +233,26 @@ class Device:
                 whole = bytearray(self.read(start, BLOCK))
                 whole[lo - start:hi - start] = data[lo - offset:hi - offset]
                 piece = bytes(whole)
-            if block not in self.dirty:
+            held = self.dirty.get(block)
+            if held is None:
                 self.counters.cached_bytes += BLOCK
-            self.dirty.pop(block, None)
-            self.dirty[block] = (piece, now)
+            self.dirty[block] = (piece, now if held is None else held[1])
+        self.make_room()
+
+    def make_room(self) -> None:
+        """A full cache writes its oldest blocks back before it takes more: the write
+        that overfilled it waits for that (a drive whose cache is full runs at the
+        medium's pace)."""
+        limit = max(BLOCK, int(self.behaviour.cache_bytes))
+        excess = len(self.dirty) * BLOCK - limit
+        if excess <= 0:
+            return
+        oldest: list[int] = []
+        for block in self.dirty:
+            if len(oldest) * BLOCK >= excess:
+                break
+            oldest.append(block)
+        self._write_blocks(sorted(oldest))
 
     def _write_through(self, offset: int, data: bytes | memoryview) -> None:
         # A write-through must not be undone by an older cached copy of its blocks.
@@ -233,13 +263,22 @@ class Device:
         os.pwrite(self.fd, data, offset)
 
     def write_back(self, older_than: float | None = None) -> int:
-        """Write cached blocks to the image in block order; the bytes written."""
+        """Write cached blocks to the image in block order (those dirty since
+        `older_than` or before, else all); the bytes written."""
         if not self.dirty:
             return 0
         if older_than is None:
             blocks = sorted(self.dirty)
-        else:
-            blocks = sorted(b for b, (_, t) in self.dirty.items() if t <= older_than)
+        else:  # the oldest come first: a prefix of the dict
+            blocks = []
+            for block, (_, since) in self.dirty.items():
+                if since > older_than:
+                    break
+                blocks.append(block)
+            blocks.sort()
+        return self._write_blocks(blocks)
+
+    def _write_blocks(self, blocks: list[int]) -> int:
         for block in blocks:
             data, _ = self.dirty.pop(block)
             os.pwrite(self.fd, data, block * BLOCK)
@@ -251,8 +290,14 @@ class Device:
             return
         self.write_back()
 
-    def power_loss(self) -> dict[str, int]:
-        lost = {"lost_blocks": len(self.dirty), "lost_bytes": len(self.dirty) * BLOCK}
+    def power_loss(self) -> dict[str, Any]:
+        """The cache is dropped: what it held, and for how long its oldest block had
+        been waiting (the loss window as the device saw it: held_s)."""
+        oldest = next(iter(self.dirty.values()))[1] if self.dirty else None
+        lost: dict[str, Any] = {"lost_blocks": len(self.dirty),
+                                "lost_bytes": len(self.dirty) * BLOCK,
+                                "held_s": round(time.monotonic() - oldest, 3)
+                                if oldest is not None else 0.0}
         self.counters.lost_blocks += lost["lost_blocks"]
         self.counters.lost_bytes += lost["lost_bytes"]
         self.counters.power_losses += 1
@@ -262,12 +307,14 @@ class Device:
         return lost
 
     async def lazy_writeback(self) -> None:
+        """The destage: blocks dirty for `destage_s` go to the medium, checked every
+        quarter of it (so a block waits at most 1.25 x destage_s)."""
         while True:
-            await asyncio.sleep(WRITEBACK_DELAY_S / 4)
-            if self.dirty and self.behaviour.cache == "volatile-ignores-flush" and (
-                    self.behaviour.powered):
+            delay = max(0.001, float(self.behaviour.destage_s))
+            await asyncio.sleep(min(MAX_TICK_S, delay / 4))
+            if self.dirty and self.behaviour.powered:
                 with self.lock:
-                    self.write_back(older_than=time.monotonic() - WRITEBACK_DELAY_S)
+                    self.write_back(older_than=time.monotonic() - delay)
 
 
 # --- NBD --------------------------------------------------------------------------------
@@ -603,7 +650,7 @@ def _answer_now(device: Device, kind: int, flags: int, handle: int, offset: int,
 # --- control ----------------------------------------------------------------------------
 
 BEHAVIOUR_KEYS = ("write_bps", "read_bps", "write_iops", "read_iops", "latency_s", "cache",
-                  "paused", "failing", "powered")
+                  "cache_bytes", "destage_s", "paused", "failing", "powered")
 
 
 def _control(device: Device, request: dict[str, Any]) -> dict[str, Any]:
@@ -618,6 +665,7 @@ def _control(device: Device, request: dict[str, Any]) -> dict[str, Any]:
             setattr(device.behaviour, key, value)
         if changes.get("cache") == "honest" or changes.get("powered") is False:
             device.write_back()
+        device.make_room()  # a smaller cache than it holds
         device.apply()
         return {"behaviour": asdict(device.behaviour)}
     if op == "power-loss":
@@ -667,12 +715,13 @@ def control(path: Path, request: dict[str, Any], timeout: float = 10.0) -> dict[
 
 def behaviour_from_limits(write_mbps: float = 0, read_mbps: float = 0, write_iops: float = 0,
                           read_iops: float = 0, latency_ms: float = 0,
-                          cache: str = "honest") -> dict[str, Any]:
+                          cache: str = "honest", cache_mb: int = DEFAULT_CACHE_MB,
+                          destage_ms: float = DEFAULT_DESTAGE_S * 1000) -> dict[str, Any]:
     """Scenario units (MB/s with 1 MB = 2^20 bytes, ms) -> the server's behaviour keys."""
-    mb = 1024 * 1024
-    return {"write_bps": write_mbps * mb, "read_bps": read_mbps * mb,
+    return {"write_bps": write_mbps * MIB, "read_bps": read_mbps * MIB,
             "write_iops": write_iops, "read_iops": read_iops,
-            "latency_s": latency_ms / 1000, "cache": cache}
+            "latency_s": latency_ms / 1000, "cache": cache,
+            "cache_bytes": int(cache_mb * MIB), "destage_s": destage_ms / 1000}
 
 
 async def _accept(device: Device, listener: socket.socket) -> None:

@@ -37,7 +37,12 @@ from typing import Any
 
 from pglab.errors import PglabError
 from pglab.scenario import DeviceSpec
-from pglab.storage.device_server import behaviour_from_limits, control
+from pglab.storage.device_server import (
+    DEFAULT_CACHE_MB,
+    DEFAULT_DESTAGE_S,
+    behaviour_from_limits,
+    control,
+)
 from pglab.storage.filesystems import run_tool, unmount
 from pglab.system_parts import EMULATED_DEVICE_PARTS, PARTS
 
@@ -63,6 +68,12 @@ DEVICE_BEHAVIOURS: tuple[DeviceBehaviour, ...] = (
     DeviceBehaviour("latency", "time added to every read, write and flush, like '1ms'"),
     DeviceBehaviour("cache", "honest (durable when acknowledged) | volatile (a write cache "
                     "that honours flushes) | volatile-ignores-flush (a cache that lies)"),
+    DeviceBehaviour("cache_mb", f"a volatile cache's size in MB (default {DEFAULT_CACHE_MB}); "
+                    "when full, a write waits while its oldest blocks are written back "
+                    "(an honest cache ignores it, as it does destage)"),
+    DeviceBehaviour("destage", "how long a write waits in a volatile cache before it is "
+                    f"written back, like '100ms' (default {DEFAULT_DESTAGE_S * 1000:g}ms): a "
+                    "power loss drops at most the writes of its last 1.25 x that"),
     DeviceBehaviour("kind", "auto (emulated when any of the above is set or a device fault "
                     "needs it, else a plain loop device) | loop | emulated"),
 )
@@ -79,6 +90,8 @@ class DeviceLimits:
     latency_ms: float = 0
     cache: str = "honest"
     profile: str | None = None
+    cache_mb: int = DEFAULT_CACHE_MB  # a volatile cache's size and destage delay
+    destage_ms: float = DEFAULT_DESTAGE_S * 1000
 
     def is_plain(self) -> bool:
         return not (self.write_mbps or self.read_mbps or self.write_iops or self.read_iops
@@ -86,12 +99,16 @@ class DeviceLimits:
 
     def behaviour(self) -> dict[str, Any]:
         return behaviour_from_limits(self.write_mbps, self.read_mbps, self.write_iops,
-                                     self.read_iops, self.latency_ms, self.cache)
+                                     self.read_iops, self.latency_ms, self.cache,
+                                     self.cache_mb, self.destage_ms)
 
     def to_manifest(self) -> dict[str, Any]:
+        volatile = ({"cache_mb": self.cache_mb, "destage_ms": self.destage_ms}
+                    if self.cache != "honest" else {})
         return {"write_mbps": self.write_mbps, "read_mbps": self.read_mbps,
                 "write_iops": self.write_iops, "read_iops": self.read_iops,
-                "latency_ms": self.latency_ms, "cache": self.cache, "profile": self.profile}
+                "latency_ms": self.latency_ms, "cache": self.cache, **volatile,
+                "profile": self.profile}
 
 
 def resolve_device(spec: DeviceSpec) -> DeviceLimits:
@@ -103,6 +120,9 @@ def resolve_device(spec: DeviceSpec) -> DeviceLimits:
         latency_ms=(spec.latency or 0) * 1000,
         cache=spec.cache,
         profile=spec.profile,
+        cache_mb=spec.cache_mb if spec.cache_mb is not None else DEFAULT_CACHE_MB,
+        destage_ms=(spec.destage * 1000 if spec.destage is not None
+                    else DEFAULT_DESTAGE_S * 1000),
     )
 
 

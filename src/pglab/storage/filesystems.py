@@ -308,6 +308,8 @@ class Btrfs(_Mkfs):
                  expects="whole seconds from 1", mount=lambda v: f"commit={v}"),
         FsOption("atime", "update access times", _ON_OFF,
                  mount=lambda v: "" if v == "on" else "noatime"),
+        FsOption("barrier", "cache flushes at transaction commits and fsync", _ON_OFF,
+                 mount=lambda v: "" if v == "on" else "nobarrier"),
     )
 
     def conflict(self, options: dict[str, str]) -> str | None:
@@ -322,6 +324,8 @@ class Btrfs(_Mkfs):
             return shown.split("=", 1)[1].split(":")[0] if shown else "no"
         if name == "datacow":
             return "off" if "nodatasum" in mounted or "nodatacow" in mounted else "on"
+        if name == "barrier":
+            return "off" if "nobarrier" in mounted else "on"
         if name == "commit" and not any(o.startswith("commit=") for o in mounted):
             return "30"
         return super().applied(name, value, mounted, device)

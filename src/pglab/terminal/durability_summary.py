@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pglab.analysis.durability import FLUSH_LAYERS, flush_places
 from pglab.results.manifest import Manifest
 
 
@@ -50,6 +51,13 @@ def _clean(verdict: dict[str, Any]) -> bool:
                 and verdict.get("tpcb", {}).get("holds", True) and "error" not in verdict)
 
 
+def _flush_layer_lines(manifest: Manifest) -> list[str]:
+    """The layers of the run's stack that drop flushes PostgreSQL asks for, each with
+    what it does there: read before the losses they explain."""
+    return [f"flushes dropped ({layer.cause}): {place.line}"
+            for layer in FLUSH_LAYERS for place in flush_places(layer, manifest)]
+
+
 def durability_lines(manifest: Manifest) -> list[str]:
     """What a run with crashes or power losses found, for the terminal: the whole run
     first, then each cut. Empty for a run without cuts."""
@@ -92,7 +100,9 @@ def durability_lines(manifest: Manifest) -> list[str]:
         line = summary_line(what, cut, own_cut=True)
         if cut.get("lost_bytes"):
             line += f"; the device's cache dropped {cut['lost_bytes'] // 1024:,} KiB"
+            if isinstance(cut.get("held_s"), (int, float)):
+                line += f" written in its last {cut['held_s']:.2f} s"
         lines.append(line)
     if final:
         lines.append(summary_line("end of run", final))
-    return lines
+    return lines + _flush_layer_lines(manifest)
