@@ -109,3 +109,7 @@ def print_findings(console: Console, analysis: AnalysisDocument,
             console.print(f"      not when: {escape(rec['not_when'])}", highlight=False)
         why = f": {rec['not_testable_because']}" if rec.get("not_testable_because") else ""
         console.print(f"      test: {escape(rec['test'] + why)}", highlight=False)
+    for held in analysis.withheld:
+        console.print(f"  withheld [dim]{held.get('rule')}[/dim] "
+                      f"({', '.join(held.get('because') or [])}): {escape(str(held.get('why')))}",
+                      highlight=False)
