@@ -800,7 +800,8 @@ def test_no_advice_that_the_runs_own_series_rule_out(name: str) -> None:
         assert full.is_empty() or float(full.max() or 0) > 0  # type: ignore[arg-type]
     elif not full.is_empty() and float(full.max() or 0) == 0:  # type: ignore[arg-type]
         assert "wal-buffers" not in given
-    fpi, wal = of("db.wal", "wal_fpi", "primary").sum(), of("db.wal", "wal_bytes", "primary").sum()
+    fpi = float(of("db.wal", "wal_fpi", "primary").sum())
+    wal = float(of("db.wal", "wal_bytes", "primary").sum())
     if "wal-compression" in given and wal:
         assert fpi * 8192 >= 0.1 * wal
     dirty = of("os.memory", "dirty_mb", "host")

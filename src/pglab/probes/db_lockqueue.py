@@ -91,6 +91,9 @@ def _roots(pid: int, blocked_by: dict[int, set[int]]) -> set[int]:
     return roots
 
 
+UNNAMED = "relation "  # how unnamed_relation's text begins (a regclass name is quoted)
+
+
 def unnamed_relation(relation_oid: Any, datname: str | None, database_oid: Any,
                      here: str | None) -> str:
     """A relation this connection cannot name: its OID, its database by name, and why."""
@@ -104,8 +107,8 @@ def _object(locktype: str, relation: str | None, page: Any, tuple_: Any,
             xid: str | None) -> str:
     if relation and tuple_ is not None:
         return f"row ({page},{tuple_}) of {relation}"
-    if relation:
-        return f"relation {relation}"
+    if relation:  # unnamed_relation's text says `relation` already
+        return relation if relation.startswith(UNNAMED) else f"relation {relation}"
     if xid:
         return f"transaction {xid}"
     return str(locktype)
