@@ -905,3 +905,44 @@ def test_lock_evidence_names_relations_and_databases() -> None:
     (steady,) = [c for c in crash["steady_state"]["causes"] if c["cause"] == "lock-contention"]
     assert any(line.startswith("waiters queued on the same rows of pgbench_branches ")
                for line in steady["evidence"]), steady["evidence"]
+
+
+def test_each_checkable_not_when_is_read_from_the_run() -> None:
+    """The checks no committed run trips on (this machine's page cache is always dirtier
+    than 64 MB; its WAL is mostly full-page images), on a real run's series as they would
+    be: dirty memory capped at 40 MB, full-page images a twentieth, the WAL buffers full
+    3 times/s; and on real manifests: the lying-cache run with another wal_sync_method,
+    the churn run's pgbench threads."""
+    data = load_run_frames(RUNS / "dirty-storm")
+    causes = {"memory-reclaim": 0.9, "wal-write": 0.9, "checkpoint-io": 0.9}
+    metric = pl.col("metric")
+    edited = data.timeseries.with_columns(
+        pl.when(metric == "dirty_mb").then(pl.col("value").clip(upper_bound=40.0))
+        .when(metric == "wal_fpi").then(pl.col("value") / 20)
+        .when((metric == "wal_buffers_full") & (pl.col("node") == "primary")).then(pl.lit(3.0))
+        .otherwise(pl.col("value")).alias("value"))
+    for frames, given, held in (
+            (data, {"dirty-background-bytes", "wal-compression"}, {"wal-buffers"}),
+            (replace(data, timeseries=edited), {"wal-buffers"},
+             {"dirty-background-bytes", "wal-compression"})):
+        advice = advise(Facts(causes, data.manifest, False, frames=frames))
+        rules = {r["rule"] for r in advice.given}
+        withheld = {w["rule"]: w["why"] for w in advice.withheld}
+        assert given <= rules and held <= set(withheld) and not held & rules, (rules, withheld)
+    assert withheld["dirty-background-bytes"] == (
+        "not when: dirty page cache peaked at 40 MB over the whole run, under the 64 MB this "
+        "sets: writeback would start no sooner")
+    assert withheld["wal-compression"].startswith("not when: full-page images were at most 5% "
+                                                  "of the WAL the primary wrote")
+
+    lying = json.loads((RUNS / "power-loss-lying-cache" / "manifest.json").read_text())
+    lying["nodes"]["primary"].setdefault("settings", {})["wal_sync_method"] = {
+        "setting": "open_datasync"}
+    advice = advise(Facts({"lying-write-cache": 0.9}, Manifest.from_json(lying), False))
+    assert [w["why"] for w in advice.withheld if w["rule"] == "wal-sync-method"] == [
+        'not when: the device under primary data has cache = "volatile-ignores-flush"']
+
+    churn = load_run_frames(RUNS / "churn")
+    advice = advise(Facts({"client-bound": 0.9}, churn.manifest, False))
+    assert [w["why"] for w in advice.withheld if w["rule"] == "pgbench-jobs"] == [
+        "not when: pgbench ran 2 threads for 50 clients on 2 cores"]
