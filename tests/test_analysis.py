@@ -946,3 +946,33 @@ def test_each_checkable_not_when_is_read_from_the_run() -> None:
     advice = advise(Facts({"client-bound": 0.9}, churn.manifest, False))
     assert [w["why"] for w in advice.withheld if w["rule"] == "pgbench-jobs"] == [
         "not when: pgbench ran 2 threads for 50 clients on 2 cores"]
+
+
+def test_the_long_holders_advice_is_tested_in_the_lab() -> None:
+    """idle-holder: the idle-in-transaction fault holds branch 1's row for 8 s under
+    TPC-B; its analysis advises idle_in_transaction_session_timeout with a test line;
+    idle-holder-timeout is that test line's run: the server ended the idle session, and
+    the stall behind it went with it."""
+    held = _analysis("idle-holder")
+    worst = _worst(held)
+    assert (worst["causes"][0]["cause"], worst["causes"][0].get("sub_cause")) == (
+        "lock-contention", "long-holder"), worst["causes"][0]
+    rules = {r["rule"]: r for r in held["recommendations"]}
+    assert list(rules)[:2] == ["long-holder", "idle-in-transaction-timeout"], list(rules)
+    test = shlex.split(rules["idle-in-transaction-timeout"]["test"])
+    assert test[-2:] == ["--set", "server.settings.idle_in_transaction_session_timeout=1s"]
+    # the log's lock waits name the tuple's relation and database, from the probe's names
+    assert any("tuple (" in line and "of relation pgbench_branches of database pglab" in line
+               for c in held["steady_state"]["causes"] for line in c["evidence"])
+
+    fixed_manifest = json.loads((RUNS / "idle-holder-timeout" / "manifest.json").read_text())
+    assert fixed_manifest["overrides"] == {
+        "server.settings.idle_in_transaction_session_timeout": "1s"}
+    (fault,) = [f for f in fixed_manifest["faults"] if f["kind"] == "fault"]
+    assert json.loads(fault["attrs"])["ended_by_server"] == (
+        "terminating connection due to idle-in-transaction timeout")
+    fixed = _analysis("idle-holder-timeout")
+    assert all(c.get("sub_cause") != "long-holder" for s in fixed["stalls"]
+               for c in s["causes"]), fixed["stalls"]
+    lost, lost_fixed = (a["summary"]["deficit_transactions"] for a in (held, fixed))
+    assert lost_fixed < lost / 4, (lost, lost_fixed)
