@@ -834,6 +834,12 @@ def test_a_one_second_dip_at_half_confidence_gives_no_advice_of_its_own() -> Non
     assert set(weak) == {"wal-segment-size", "wal-compression", "synchronous-commit-off"}
     assert weak["wal-compression"] == ("weak evidence: wal-write from one 1-s dip at "
                                        "confidence 0.50 only")
+    assert all("weak_evidence" not in r for r in analysis["recommendations"])
+    # writeback: the run's top cause is itself one 1-s spike at 0.50; its advice is all
+    # the run has, given and said to be weak
+    (rec,) = _analysis("writeback")["recommendations"]
+    assert rec["weak_evidence"] == ("weak evidence: memory-reclaim from one 1-s "
+                                    "latency-spike at confidence 0.50 only"), rec
 
 
 @pytest.mark.parametrize("name", _samples())

@@ -199,8 +199,8 @@ def _counts(rank: int, cause: dict[str, Any]) -> bool:
 
 def _weak_causes(stalls: list[dict[str, Any]], strong: set[str]) -> dict[str, str]:
     """Causes found only in stalls of SHORT_STALL_S or less, each under WEAK_ADVICE_BELOW
-    (and not in `strong`: the verdict, the whole run's and the durability causes): cause
-    -> the stalls in words, e.g. "one 1-s dip at confidence 0.50"."""
+    (and not in `strong`: the whole run's and the durability causes): cause -> the stalls
+    in words, e.g. "one 1-s dip at confidence 0.50"."""
     seen: dict[str, list[tuple[dict[str, Any], float]]] = {}
     for stall in stalls:
         for rank, cause in enumerate(stall["causes"]):
@@ -318,14 +318,15 @@ def build_analysis(data: RunFrames) -> AnalysisDocument:
         summary["verdict"] = _durability_verdict(durability)
     if data_causes:
         priority = (*(c["cause"] for c in data_causes), *priority)
-    strong = {c["cause"] for c in [*steady, *data_causes]} | {
-        v["cause"] for v in (summary["verdict"], summary.get("performance_verdict")) if v}
+    strong = {c["cause"] for c in [*steady, *data_causes]}
+    top = frozenset(v["cause"] for v in (summary["verdict"], summary.get("performance_verdict"))
+                    if v)
     facts = Facts(found, data.manifest, _fpi_surge(evidence),
                   data.run.path, _checkpoint_flags(evidence),
                   data.events.filter(pl.col("kind") == "checkpoint-too-frequent").height > 0,
                   priority=priority,
                   direct_reclaim=_direct_reclaim(evidence),
-                  sub_causes=subs, weak=_weak_causes(stalls, strong), frames=data)
+                  sub_causes=subs, weak=_weak_causes(stalls, strong), top=top, frames=data)
     advice = advise(facts)
     return AnalysisDocument(
         run_id=data.manifest.run_id,

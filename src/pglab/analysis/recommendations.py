@@ -65,6 +65,7 @@ class Facts:
     sub_causes: dict[str, frozenset[str]] = field(default_factory=dict)
     # cause -> why its findings are weak (only short stalls at low confidence)
     weak: dict[str, str] = field(default_factory=dict)
+    top: frozenset[str] = frozenset()  # the verdict's cause (and the performance verdict's)
     frames: RunFrames | None = None  # the run's series and events, for `ruled_out`
 
     def series(self, source: str, metric: str) -> pl.DataFrame:
@@ -764,7 +765,8 @@ def _answered(rule: Rule, facts: Facts) -> list[str]:
 def advise(facts: Facts) -> Advice:
     """The rules that fire, those addressing the costliest cause first (facts.priority),
     then by the confidence of their cause; the rules the run's own data rules out (their
-    `ruled_out`), or that only weak, short stalls would fire, are withheld, with why."""
+    `ruled_out`), or that only weak, short stalls would fire, are withheld, with why (the
+    verdict's own are given, marked `weak_evidence`: they are all the run has)."""
     fired = []
     withheld = []
     for rule in RULES:
@@ -775,9 +777,10 @@ def advise(facts: Facts) -> Advice:
         if why is not None:
             withheld.append({"rule": rule.id, "because": because, "why": f"not when: {why}"})
             continue
-        if all(c in facts.weak for c in because):
-            withheld.append({"rule": rule.id, "because": because, "why": "weak evidence: " +
-                             "; ".join(f"{c} from {facts.weak[c]} only" for c in because)})
+        weak = ("weak evidence: " + "; ".join(f"{c} from {facts.weak[c]} only" for c in because)
+                if all(c in facts.weak for c in because) else None)
+        if weak and not facts.top & set(because):
+            withheld.append({"rule": rule.id, "because": because, "why": weak})
             continue
         change = rule.change(facts)
         test = _test_line(facts, rule, change)
@@ -787,6 +790,8 @@ def advise(facts: Facts) -> Advice:
             "rule": rule.id, "action": rule.action, "change": change, "because": because,
             "effect": rule.effect, "risk": rule.risk, "test": test,
             "not_when": rule.not_when,
+            # the run's top cause itself rests on a short, weak stall: given, but said so
+            **({"weak_evidence": weak} if weak else {}),
             **({"sub_causes": list(rule.sub)} if rule.sub else {}),
             **({"not_testable_because": rule.why_untestable}
                if rule.why_untestable and test == NOT_TESTABLE else {}),

@@ -107,6 +107,9 @@ def print_findings(console: Console, analysis: AnalysisDocument,
         console.print(f"      risk: {escape(rec['risk'])}", highlight=False)
         if rec.get("not_when"):
             console.print(f"      not when: {escape(rec['not_when'])}", highlight=False)
+        if rec.get("weak_evidence"):
+            console.print(f"      [yellow]{escape(rec['weak_evidence'])}[/yellow]",
+                          highlight=False)
         why = f": {rec['not_testable_because']}" if rec.get("not_testable_because") else ""
         console.print(f"      test: {escape(rec['test'] + why)}", highlight=False)
     for held in analysis.withheld:
