@@ -22,8 +22,9 @@ import pytest
 from conftest import ROOT, SAMPLES, run_cli
 from pglab.analysis.analyze import analyze_run, build_analysis
 from pglab.analysis.causes import CAUSE_IDS, CAUSES
+from pglab.analysis.evidence import object_names
 from pglab.analysis.loading import load_run_frames
-from pglab.analysis.recommendations import RULES, Facts, recommend
+from pglab.analysis.recommendations import RULES, Facts, advise, recommend
 from pglab.analysis.stalls import detect_stalls
 from pglab.events import Event
 from pglab.probes.base import ProbeOutput, Sample
@@ -695,11 +696,18 @@ def test_connection_churn_gets_a_pooler_and_persistent_connections() -> None:
 
 
 def test_a_checkpoint_started_by_wal_volume_gets_max_wal_size() -> None:
-    analysis = _analysis("checkpoint-storm")
-    checkpoint = [c for s in analysis["stalls"] for c in s["causes"][:1]
-                  if c["cause"] == "checkpoint-io"]
-    assert checkpoint and all(c["sub_cause"] == "wal-volume" for c in checkpoint), checkpoint
-    assert "max-wal-size" in [r["rule"] for r in analysis["recommendations"]]
+    # checkpoint-storm-ci: five stalls behind checkpoints started by WAL volume, the worst
+    # a 5-s drop at 0.76; checkpoint-storm: one 1-s dip at 0.56 beside a 2-s drop that
+    # memory-reclaim explains, too weak to advise on alone (the rule is withheld, saying so)
+    for name, given in (("checkpoint-storm-ci", True), ("checkpoint-storm", False)):
+        analysis = _analysis(name)
+        checkpoint = [c for s in analysis["stalls"] for c in s["causes"][:1]
+                      if c["cause"] == "checkpoint-io"]
+        assert checkpoint and all(c["sub_cause"] == "wal-volume" for c in checkpoint), name
+        assert ("max-wal-size" in [r["rule"] for r in analysis["recommendations"]]) is given
+        withheld = {w["rule"]: w["why"] for w in analysis["withheld"]}
+        assert given or withheld["max-wal-size"] == (
+            "weak evidence: checkpoint-io from one 1-s dip at confidence 0.56 only"), withheld
 
 
 def test_a_checkpoints_own_fsyncs_are_not_other_page_cache() -> None:
@@ -767,3 +775,203 @@ def test_a_standby_silent_for_whole_seconds_is_unresponsive() -> None:
     assert any(re.search(r"none at all in [2-9] of the window's \d+ s", line)
                for line in top["evidence"]), top["evidence"]
     assert analysis["recommendations"][0]["rule"] == "quorum-commit"
+
+
+def _samples() -> list[str]:
+    return sorted(p.name for p in RUNS.iterdir() if (p / "manifest.json").is_file())
+
+
+@pytest.mark.parametrize("name", _samples())
+def test_no_advice_that_the_runs_own_series_rule_out(name: str) -> None:
+    """Read from the series, not from the rules: wal-buffers is given only where the WAL
+    buffers filled, wal-compression only where full-page images are a tenth of the WAL or
+    more, dirty-background-bytes only where dirty memory reached the 64 MB it sets. The
+    committed sync-paused and dirty-storm samples got wal-buffers with wal_buffers_full 0
+    on every node (issue 29)."""
+    analysis = _analysis(name)
+    given = {r["rule"] for r in analysis["recommendations"]}
+    ts = pl.read_parquet(RUNS / name / "timeseries.parquet")
+
+    def of(source: str, metric: str, node: str | None = None) -> pl.Series:
+        rows = ts.filter((pl.col("source") == source) & (pl.col("metric") == metric))
+        return rows.filter(pl.col("node") == node)["value"] if node else rows["value"]
+
+    full = of("db.wal", "wal_buffers_full")
+    if "wal-buffers" in given:
+        assert full.is_empty() or float(full.max() or 0) > 0  # type: ignore[arg-type]
+    elif not full.is_empty() and float(full.max() or 0) == 0:  # type: ignore[arg-type]
+        assert "wal-buffers" not in given
+    fpi = float(of("db.wal", "wal_fpi", "primary").sum())
+    wal = float(of("db.wal", "wal_bytes", "primary").sum())
+    if "wal-compression" in given and wal:
+        assert fpi * 8192 >= 0.1 * wal
+    dirty = of("os.memory", "dirty_mb", "host")
+    if "dirty-background-bytes" in given and not dirty.is_empty():
+        assert float(dirty.max() or 0) >= 64  # type: ignore[arg-type]
+    for held in analysis.get("withheld", []):
+        assert held["rule"] not in given and held["why"], held
+
+
+def test_wal_buffers_are_not_advised_when_they_never_filled() -> None:
+    for name in ("sync-paused", "dirty-storm"):
+        analysis = _analysis(name)
+        assert "wal-buffers" not in [r["rule"] for r in analysis["recommendations"]], name
+        (held,) = [w for w in analysis["withheld"] if w["rule"] == "wal-buffers"]
+        assert held["why"].startswith("not when: wal_buffers_full was 0 on every node "
+                                      "over the whole run (primary"), held
+
+
+def test_a_one_second_dip_at_half_confidence_gives_no_advice_of_its_own() -> None:
+    # sync-paused: the paused standby's 6-s drop (sync-replication 0.99) and a 1-s dip
+    # after it that wal-write explains at 0.50; the dip's four WAL rules came after the
+    # standby advice, as if they were as well founded
+    analysis = _analysis("sync-paused")
+    dips = [s for s in analysis["stalls"] if s["seconds"] == 1 and s["causes"]
+            and s["causes"][0]["cause"] == "wal-write"]
+    assert dips and dips[0]["causes"][0]["confidence"] < 0.6, analysis["stalls"]
+    rules = [r["rule"] for r in analysis["recommendations"]]
+    assert rules == ["quorum-commit", "synchronous-commit-local", "ha-synchronous-role"]
+    weak = {w["rule"]: w["why"] for w in analysis["withheld"] if w["why"].startswith("weak")}
+    assert set(weak) == {"wal-segment-size", "wal-compression", "synchronous-commit-off"}
+    assert weak["wal-compression"] == ("weak evidence: wal-write from one 1-s dip at "
+                                       "confidence 0.50 only")
+    assert all("weak_evidence" not in r for r in analysis["recommendations"])
+    # writeback: the run's top cause is itself one 1-s spike at 0.50; its advice is all
+    # the run has, given and said to be weak
+    (rec,) = _analysis("writeback")["recommendations"]
+    assert rec["weak_evidence"] == ("weak evidence: memory-reclaim from one 1-s "
+                                    "latency-spike at confidence 0.50 only"), rec
+
+
+@pytest.mark.parametrize("name", _samples())
+def test_the_top_causes_advice_comes_first(name: str) -> None:
+    """When some rule answers the verdict's cause, the first recommendation is one; every
+    rule's `because` holds for each cause on its own (checkpoint: wal-compression is
+    wal-write's advice there, with no surge of full-page images, and ranks with it)."""
+    analysis = _analysis(name)
+    verdict = analysis["summary"]["verdict"]
+    recs = analysis["recommendations"]
+    if verdict and any(verdict["cause"] in r["because"] for r in recs):
+        assert verdict["cause"] in recs[0]["because"], (verdict, recs[0])
+    if name == "checkpoint":
+        (compression,) = [r for r in recs if r["rule"] == "wal-compression"]
+        assert compression["because"] == ["wal-write"]
+        order = [r["rule"] for r in recs]
+        assert order.index("wal-compression") > order.index("dirty-background-bytes")
+
+
+def test_one_long_holder_is_not_a_hot_row() -> None:
+    # long-holder: a psql session updated branch 1's row and sat idle in its transaction
+    # for 8 s under TPC-B; 8 sessions queued behind it. It was called hot-row, with the
+    # advice to split counter rows, "not testable".
+    analysis = _analysis("long-holder")
+    worst = _worst(analysis)
+    lock = worst["causes"][0]
+    assert (lock["cause"], lock.get("sub_cause")) == ("lock-contention", "long-holder"), lock
+    assert any("8 session(s) queued on row (1,153) of pgbench_branches behind pid" in line
+               and "(psql, postgres), idle in transaction, its transaction open 7.8 s" in line
+               for line in lock["evidence"]), lock["evidence"]
+    assert any("a long holder" in line for line in lock["evidence"]), lock["evidence"]
+    rules = {r["rule"]: r for r in analysis["recommendations"]}
+    assert "hot-row" not in rules and "lock-timeout" not in rules, list(rules)
+    assert list(rules)[:2] == ["long-holder", "idle-in-transaction-timeout"]
+    timeout = rules["idle-in-transaction-timeout"]
+    assert timeout["change"] == {"server.settings.idle_in_transaction_session_timeout": "1s"}
+    assert "--set server.settings.idle_in_transaction_session_timeout=1s" in timeout["test"]
+    assert timeout["test"].startswith("pglab run ")
+    # lock contention of no told-apart kind, on a run whose queues' holders were pgbench's
+    # own transactions of milliseconds (crash-on-paused-disk's): the long-holder rules'
+    # `not when` holds in its lock-queue events
+    frames = load_run_frames(RUNS / "crash-on-paused-disk")
+    advice = advise(Facts({"lock-contention": 0.9}, frames.manifest, False, frames=frames))
+    withheld = {w["rule"]: w["why"] for w in advice.withheld}
+    for rule in ("long-holder", "idle-in-transaction-timeout"):
+        assert withheld[rule].startswith("not when: no session held a lock queue with its "
+                                         "transaction open 2 s or more"), withheld
+    assert "hot-row" in [r["rule"] for r in advice.given]
+
+
+def test_lock_evidence_names_relations_and_databases() -> None:
+    # long-holder's probe recorded the OIDs it named (object-names); the log's lock waits
+    # give tuple (1,153) of relation 16396 of database 16384
+    frames = load_run_frames(RUNS / "long-holder")
+    names = object_names(frames)
+    logged = _events("long-holder", "lock-wait")["attrs"].to_list()
+    tuple_waits = [json.loads(a)["lock_object"] for a in logged if "of relation" in a]
+    assert tuple_waits and all(names.name(t, "primary") == "tuple (1,153) of relation "
+                               "pgbench_branches of database pglab" for t in tuple_waits)
+    # a relation the probe did not see, in its own database and in another one
+    assert names.name("relation 99999 of database 16384", "primary") == (
+        "relation 99999 of database pglab (unnamed: not seen by db.lockqueue)")
+    # lock, recorded before the probe named anything: says so rather than guess
+    lock = _worst(_analysis("lock"))["causes"][0]
+    assert any("on relation 16392 of database 16384 (unnamed: no names recorded in this "
+               "run)" in line for line in lock["evidence"]), lock["evidence"]
+    # the hot-row line names the table whose rows the queues were on
+    crash = _analysis("crash-on-paused-disk")
+    (steady,) = [c for c in crash["steady_state"]["causes"] if c["cause"] == "lock-contention"]
+    assert any(line.startswith("waiters queued on the same rows of pgbench_branches ")
+               for line in steady["evidence"]), steady["evidence"]
+
+
+def test_each_checkable_not_when_is_read_from_the_run() -> None:
+    """The checks no committed run trips on (this machine's page cache is always dirtier
+    than 64 MB; its WAL is mostly full-page images), on a real run's series as they would
+    be: dirty memory capped at 40 MB, full-page images a twentieth, the WAL buffers full
+    3 times/s; and on a real manifest: the churn run's pgbench threads."""
+    data = load_run_frames(RUNS / "dirty-storm")
+    causes = {"memory-reclaim": 0.9, "wal-write": 0.9, "checkpoint-io": 0.9}
+    metric = pl.col("metric")
+    edited = data.timeseries.with_columns(
+        pl.when(metric == "dirty_mb").then(pl.col("value").clip(upper_bound=40.0))
+        .when(metric == "wal_fpi").then(pl.col("value") / 20)
+        .when((metric == "wal_buffers_full") & (pl.col("node") == "primary")).then(pl.lit(3.0))
+        .otherwise(pl.col("value")).alias("value"))
+    for frames, given, held in (
+            (data, {"dirty-background-bytes", "wal-compression"}, {"wal-buffers"}),
+            (replace(data, timeseries=edited), {"wal-buffers"},
+             {"dirty-background-bytes", "wal-compression"})):
+        advice = advise(Facts(causes, data.manifest, False, frames=frames))
+        rules = {r["rule"] for r in advice.given}
+        withheld = {w["rule"]: w["why"] for w in advice.withheld}
+        assert given <= rules and held <= set(withheld) and not held & rules, (rules, withheld)
+    assert withheld["dirty-background-bytes"] == (
+        "not when: dirty page cache peaked at 40 MB over the whole run, under the 64 MB this "
+        "sets: writeback would start no sooner")
+    assert withheld["wal-compression"].startswith("not when: full-page images were at most 5% "
+                                                  "of the WAL the primary wrote")
+
+    churn = load_run_frames(RUNS / "churn")
+    advice = advise(Facts({"client-bound": 0.9}, churn.manifest, False))
+    assert [w["why"] for w in advice.withheld if w["rule"] == "pgbench-jobs"] == [
+        "not when: pgbench ran 2 threads for 50 clients on 2 cores"]
+
+
+def test_the_long_holders_advice_is_tested_in_the_lab() -> None:
+    """idle-holder: the idle-in-transaction fault holds branch 1's row for 8 s under
+    TPC-B; its analysis advises idle_in_transaction_session_timeout with a test line;
+    idle-holder-timeout is that test line's run: the server ended the idle session, and
+    the stall behind it went with it."""
+    held = _analysis("idle-holder")
+    worst = _worst(held)
+    assert (worst["causes"][0]["cause"], worst["causes"][0].get("sub_cause")) == (
+        "lock-contention", "long-holder"), worst["causes"][0]
+    rules = {r["rule"]: r for r in held["recommendations"]}
+    assert list(rules)[:2] == ["long-holder", "idle-in-transaction-timeout"], list(rules)
+    test = shlex.split(rules["idle-in-transaction-timeout"]["test"])
+    assert test[-2:] == ["--set", "server.settings.idle_in_transaction_session_timeout=1s"]
+    # the log's lock waits name the tuple's relation and database, from the probe's names
+    assert any("tuple (" in line and "of relation pgbench_branches of database pglab" in line
+               for c in held["steady_state"]["causes"] for line in c["evidence"])
+
+    fixed_manifest = json.loads((RUNS / "idle-holder-timeout" / "manifest.json").read_text())
+    assert fixed_manifest["overrides"] == {
+        "server.settings.idle_in_transaction_session_timeout": "1s"}
+    (fault,) = [f for f in fixed_manifest["faults"] if f["kind"] == "fault"]
+    assert json.loads(fault["attrs"])["ended_by_server"] == (
+        "terminating connection due to idle-in-transaction timeout")
+    fixed = _analysis("idle-holder-timeout")
+    assert all(c.get("sub_cause") != "long-holder" for s in fixed["stalls"]
+               for c in s["causes"]), fixed["stalls"]
+    lost, lost_fixed = (a["summary"]["deficit_transactions"] for a in (held, fixed))
+    assert lost_fixed < lost / 4, (lost, lost_fixed)

@@ -79,6 +79,14 @@ def _foreign_writeback(conn: psycopg.Connection[Any], lab: Path) -> None:
         ballast.unlink(missing_ok=True)
 
 
+def _idle_holder(conn: psycopg.Connection[Any], lab: Path) -> None:
+    # A session outside the load (a DBA's psql, a forgotten one) updates a branch row and
+    # then sits idle in its transaction: every pgbench transaction that picks that branch
+    # queues behind it until it ends.
+    conn.execute("SET application_name = 'psql'")
+    with conn.transaction():
+        conn.execute("UPDATE pgbench_branches SET bbalance = bbalance WHERE bid = 1")
+        time.sleep(8)
 
 
 PATHOLOGIES = {
@@ -147,6 +155,18 @@ jobs = 2
 duration = "10s"
 warmup = "2s"
 """, "lock-contention"),
+        Pathology("long-holder", """
+[server.settings]
+deadlock_timeout = "200ms"
+[workload]
+# 5 branches: the clients spread over them until one is held by the idle session
+scale = 5
+mix = ["tpcb-like"]
+clients = 8
+jobs = 2
+duration = "16s"
+warmup = "2s"
+""", "lock-contention", _idle_holder, 6.0),
         Pathology("churn", """
 [server.settings]
 max_connections = 120

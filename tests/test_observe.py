@@ -194,6 +194,11 @@ def test_a_row_lock_held_outside_is_named_by_the_analysis(observed: Observed,
     assert "of pgbench_branches behind pid" in named[0] and "(nightly-batch" in named[0]
     assert "idle in transaction" in named[0]
     assert "UPDATE pgbench_branches SET bbalance = bbalance WHERE bid = ?" in named[0]
+    # one session idle in its transaction for seconds: a long holder, whose fix the lab
+    # can test, not a hot row (issue 29)
+    assert lock.get("sub_cause") == "long-holder", lock
+    rules = [r["rule"] for r in analysis["recommendations"]]
+    assert "idle-in-transaction-timeout" in rules and "hot-row" not in rules, rules
     events = pl.read_parquet(folder / "events.parquet")
     assert events.filter(pl.col("kind") == "lock-wait").height >= 1  # from the log file
     assert "lock-contention" in stdout

@@ -19,7 +19,13 @@ from pglab.analysis.durability import durability_section
 from pglab.analysis.evidence import WindowEvidence, run_evidence
 from pglab.analysis.kernel import dominant_wait_line
 from pglab.analysis.loading import RunFrames, load_run_frames
-from pglab.analysis.recommendations import CAUSE_FLOOR, Facts, recommend
+from pglab.analysis.recommendations import (
+    CAUSE_FLOOR,
+    SHORT_STALL_S,
+    WEAK_ADVICE_BELOW,
+    Facts,
+    advise,
+)
 from pglab.analysis.signals import Finding
 from pglab.analysis.stalls import DIP_FRACTION, PERIOD_TOLERANCE, StallReport, detect_stalls
 from pglab.errors import EnvironmentProblem
@@ -178,13 +184,41 @@ def _causes_found(stalls: list[dict[str, Any]],
     found: dict[str, float] = {cause["cause"]: cause["confidence"] for cause in steady}
     for stall in stalls:
         for rank, cause in enumerate(stall["causes"]):
-            if cause["cause"] == "unknown" or cause.get("outside_the_lab"):
-                continue  # nothing to change in the server for those
-            if (rank == 0 and cause["confidence"] >= WEAK_BELOW) \
-                    or cause["confidence"] >= CAUSE_FLOOR:
+            # unknown and outside the lab: nothing to change in the server for those
+            if _counts(rank, cause):
                 found[cause["cause"]] = max(found.get(cause["cause"], 0.0),
                                             cause["confidence"])
     return found
+
+
+def _counts(rank: int, cause: dict[str, Any]) -> bool:
+    """Whether a stall's finding counts as found (see _causes_found)."""
+    return not (cause["cause"] == "unknown" or cause.get("outside_the_lab")) and (
+        (rank == 0 and cause["confidence"] >= WEAK_BELOW) or cause["confidence"] >= CAUSE_FLOOR)
+
+
+def _weak_causes(stalls: list[dict[str, Any]], strong: set[str]) -> dict[str, str]:
+    """Causes found only in stalls of SHORT_STALL_S or less, each under WEAK_ADVICE_BELOW
+    (and not in `strong`: the whole run's and the durability causes): cause -> the stalls
+    in words, e.g. "one 1-s dip at confidence 0.50"."""
+    seen: dict[str, list[tuple[dict[str, Any], float]]] = {}
+    for stall in stalls:
+        for rank, cause in enumerate(stall["causes"]):
+            if _counts(rank, cause):
+                seen.setdefault(cause["cause"], []).append((stall, cause["confidence"]))
+    weak = {}
+    for cause, found in seen.items():
+        if cause in strong or any(stall["seconds"] > SHORT_STALL_S or conf >= WEAK_ADVICE_BELOW
+                                  for stall, conf in found):
+            continue
+        best = max(conf for _, conf in found)
+        if len(found) == 1:
+            stall = found[0][0]
+            weak[cause] = f"one {stall['seconds']}-s {stall['kind']} at confidence {best:.2f}"
+        else:
+            weak[cause] = (f"{len(found)} stalls of {SHORT_STALL_S} s or less at confidence "
+                           f"{best:.2f} or less")
+    return weak
 
 
 def _sub_causes(stalls: list[dict[str, Any]], steady: list[dict[str, Any]],
@@ -284,12 +318,16 @@ def build_analysis(data: RunFrames) -> AnalysisDocument:
         summary["verdict"] = _durability_verdict(durability)
     if data_causes:
         priority = (*(c["cause"] for c in data_causes), *priority)
+    strong = {c["cause"] for c in [*steady, *data_causes]}
+    top = frozenset(v["cause"] for v in (summary["verdict"], summary.get("performance_verdict"))
+                    if v)
     facts = Facts(found, data.manifest, _fpi_surge(evidence),
                   data.run.path, _checkpoint_flags(evidence),
                   data.events.filter(pl.col("kind") == "checkpoint-too-frequent").height > 0,
                   priority=priority,
                   direct_reclaim=_direct_reclaim(evidence),
-                  sub_causes=subs)
+                  sub_causes=subs, weak=_weak_causes(stalls, strong), top=top, frames=data)
+    advice = advise(facts)
     return AnalysisDocument(
         run_id=data.manifest.run_id,
         status=data.run.status,
@@ -298,7 +336,8 @@ def build_analysis(data: RunFrames) -> AnalysisDocument:
         summary=summary,
         stalls=stalls,
         steady_state={"causes": steady},
-        recommendations=recommend(facts),
+        recommendations=advice.given,
+        withheld=advice.withheld,
         durability=durability,
     )
 

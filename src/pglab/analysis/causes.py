@@ -22,6 +22,7 @@ from pglab.analysis.evidence import EventView, WindowEvidence
 from pglab.analysis.kernel import receiver_line
 from pglab.analysis.names import busiest_queue
 from pglab.analysis.signals import (
+    HEAD_HELD_UP,
     Finding,
     Score,
     at,
@@ -153,7 +154,8 @@ def lock_contention(ev: WindowEvidence) -> Finding | None:
         row = f" (a row of {e.attrs['relation']})" if e.attrs.get("relation") else ""
         s.add(0.2, f"{len(waits)} lock wait(s) logged: e.g. pid {e.attrs.get('pid')} waited "
                    f"{float(e.attrs.get('waited_ms') or 0) / 1000:.1f} s for "
-                   f"{e.attrs.get('lock_mode')} on {e.attrs.get('lock_object')}{row}"
+                   f"{e.attrs.get('lock_mode')} on "
+                   f"{ev.names.name(str(e.attrs.get('lock_object')), e.node)}{row}"
                    # the holders are in the wait's first message, which a followed log
                    # may have begun after
                    + (f" held by pid {holders}" if holders else ""))
@@ -191,10 +193,6 @@ def _lock_kind_shift(ev: WindowEvidence) -> tuple[str, float, float, float] | No
         return None  # the rise of all Lock:* waits says as much (0.5 is worth the most)
     return top, inside[top], healthy.get(top, 0.0), all_healthy
 
-
-# What a queue's head can wait on that is not the lock: its commit's WAL flush, a data
-# file, the synchronous standby's confirmation.
-HEAD_HELD_UP = ("IO:", "LWLock:WAL", "IPC:SyncRep")
 
 
 def _head_held_up(s: Score, ev: WindowEvidence) -> None:

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 import polars as pl
 
 from pglab.analysis.loading import RunFrames
+from pglab.analysis.names import ObjectNames
 from pglab.analysis.stalls import StallReport, StallWindow
 from pglab.results.manifest import Manifest
 
@@ -155,6 +156,7 @@ class WindowEvidence:
     nodes: list[str]  # database nodes, primary first
     manifest: Manifest
     missing: list[str]
+    names: ObjectNames = field(default_factory=ObjectNames)  # the whole run's OIDs named
 
     @property
     def cores(self) -> int:
@@ -316,7 +318,14 @@ def _whole_run(data: RunFrames, report: StallReport, healthy: Segment,
                          steady.p99_median_ms, None)
     return WindowEvidence(window, healthy, Segment(0),
                           overlapping_events(data, [(first, end)])[0], nodes,
-                          data.manifest, data.missing)
+                          data.manifest, data.missing, object_names(data))
+
+
+def object_names(data: RunFrames) -> ObjectNames:
+    """The OIDs db.lockqueue named during the run (its `object-names` events)."""
+    rows = data.events.filter(pl.col("kind") == "object-names")
+    return ObjectNames.from_events([(view.node, view.attrs) for view in
+                                    map(_event_view, rows.iter_rows(named=True))])
 
 
 def run_evidence(data: RunFrames, report: StallReport) -> tuple[list[WindowEvidence],
@@ -328,9 +337,10 @@ def run_evidence(data: RunFrames, report: StallReport) -> tuple[list[WindowEvide
     nodes = _nodes(data)
     by_window = overlapping_events(data, [(w.start, w.end) for w in report.windows])
     count = len(report.windows)
+    names = object_names(data)
     windows = [
         WindowEvidence(window, segments[index], healthy, by_window[index], nodes,
-                       data.manifest, data.missing)
+                       data.manifest, data.missing, names)
         for (index, window), healthy in zip(enumerate(report.windows),
                                             baselines(segments, count), strict=True)
     ]

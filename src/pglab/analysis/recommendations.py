@@ -5,17 +5,24 @@ confidence of at least CAUSE_FLOOR) and its condition holds on the run's facts (
 filesystem, memory, cores). Each rule says the change as scenario keys (what `pglab run
 --set` or a [matrix] takes to test it), the expected effect, the risks and when it is
 unsafe. Changes with no scenario key (filesystem options, hardware) say so in `test`.
-docs/ANALYSIS.md lists the rules; a test checks that the two agree.
+A rule whose `not_when` the run's own data can check (`ruled_out`: the WAL buffers never
+filled, dirty memory never reached the threshold) is withheld when the data shows it,
+with that data as the reason; so is a rule whose causes were found only in short, weak
+stalls (SHORT_STALL_S, WEAK_ADVICE_BELOW). docs/ANALYSIS.md lists the rules; a test
+checks that the two agree.
 """
 
 from __future__ import annotations
 
+import json
 import shlex
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+import polars as pl
 
 from pglab.analysis.durability import (
     FLUSH_LAYERS,
@@ -23,6 +30,8 @@ from pglab.analysis.durability import (
     flush_change,
     flush_places,
 )
+from pglab.analysis.loading import RunFrames
+from pglab.analysis.signals import LONG_HOLDER_S, long_holder
 from pglab.results import files
 from pglab.results.manifest import Manifest
 from pglab.scenario.builtin import builtin_names
@@ -34,6 +43,12 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 CAUSE_FLOOR = 0.5
+# A cause found only in stalls this short (seconds) and under this confidence is weak
+# evidence: one second of a per-second series dips on a shared machine for reasons the
+# telemetry cannot see, and a cause at 0.5 in it is a guess. Its rules are withheld
+# (listed with the reason), unless another, stronger finding fires them too.
+SHORT_STALL_S = 2
+WEAK_ADVICE_BELOW = 0.6
 NOT_TESTABLE = "not testable by pglab on this machine"
 COPY_ON_WRITE = ("zfs", "btrfs", "bcachefs")
 UNITS = {"B": 1, "kB": 1024, "8kB": 8192, "MB": 2**20, "16MB": 16 * 2**20, "GB": 2**30}
@@ -53,6 +68,33 @@ class Facts:
     direct_reclaim: bool = False  # processes stalled reclaiming memory in a stall window
     # cause -> the sub-causes its findings named (Finding.sub), for the rules' `sub`
     sub_causes: dict[str, frozenset[str]] = field(default_factory=dict)
+    # cause -> why its findings are weak (only short stalls at low confidence)
+    weak: dict[str, str] = field(default_factory=dict)
+    top: frozenset[str] = frozenset()  # the verdict's cause (and the performance verdict's)
+    frames: RunFrames | None = None  # the run's series and events, for `ruled_out`
+
+    def series(self, source: str, metric: str) -> pl.DataFrame:
+        """The run's samples of one metric (node, label, value); empty without frames."""
+        if self.frames is None:
+            return pl.DataFrame(schema={"node": pl.String, "label": pl.String,
+                                        "value": pl.Float64})
+        ts = self.frames.timeseries
+        return ts.filter((pl.col("source") == source) & (pl.col("metric") == metric)
+                         ).select("node", "label", "value")
+
+    def events_of(self, kind: str) -> list[dict[str, Any]]:
+        """The attrs of the run's events of one kind."""
+        if self.frames is None:
+            return []
+        found = []
+        for text in self.frames.events.filter(pl.col("kind") == kind)["attrs"].to_list():
+            try:
+                attrs = json.loads(text) if text else {}
+            except json.JSONDecodeError:
+                continue
+            if isinstance(attrs, dict):
+                found.append(attrs)
+        return found
 
     def setting(self, name: str) -> dict[str, Any] | None:
         value = self.manifest.node_settings().get(name)
@@ -135,6 +177,77 @@ class Rule:
     # It trades durability for speed: never advised for a run that lost acknowledged
     # commits (whatever else slowed it, that loss comes first and this would add to it).
     gives_up_durability: bool = False
+    # `not_when` checked on the run's own data: the data that shows it holds, in words,
+    # or None (it does not, or the data cannot tell). The rule is then withheld.
+    ruled_out: Callable[[Facts], str | None] | None = None
+
+
+# The checks of `not_when` on the run's data (Rule.ruled_out): each names what it read.
+
+def _wal_buffers_never_full(f: Facts) -> str | None:
+    full = f.series("db.wal", "wal_buffers_full")
+    if full.is_empty() or float(full["value"].max() or 0) > 0:  # type: ignore[arg-type]
+        return None
+    nodes = ", ".join(sorted(set(full["node"].to_list())))
+    return f"wal_buffers_full was 0 on every node over the whole run ({nodes})"
+
+
+FPI_BYTES = 8192  # a full-page image is at most a page (BLCKSZ, 8 kB unless rebuilt)
+FEW_FPI_SHARE = 0.1  # compressing at most this share of the WAL cannot change much
+
+
+def _few_full_page_images(f: Facts) -> str | None:
+    fpi = float(f.series("db.wal", "wal_fpi").filter(pl.col("node") == "primary")["value"].sum())
+    wal = float(f.series("db.wal", "wal_bytes").filter(pl.col("node") == "primary")["value"].sum())
+    if not wal or fpi * FPI_BYTES >= FEW_FPI_SHARE * wal:
+        return None
+    return (f"full-page images were at most {fpi * FPI_BYTES / wal:.0%} of the WAL the "
+            f"primary wrote over the whole run ({fpi * FPI_BYTES / 2**20:.0f} of "
+            f"{wal / 2**20:.0f} MB): all that compression could shrink")
+
+
+DIRTY_BACKGROUND_MB = 64  # what dirty-background-bytes proposes
+
+
+def _dirty_never_reached(f: Facts) -> str | None:
+    dirty = f.series("os.memory", "dirty_mb").filter(pl.col("node") == "host")
+    if dirty.is_empty():
+        return None
+    peak = float(dirty["value"].max() or 0)  # type: ignore[arg-type]
+    if peak >= DIRTY_BACKGROUND_MB:
+        return None
+    return (f"dirty page cache peaked at {peak:.0f} MB over the whole run, under the "
+            f"{DIRTY_BACKGROUND_MB} MB this sets: writeback would start no sooner")
+
+
+def _no_long_holder(f: Facts) -> str | None:
+    """The run's lock queues (db.lockqueue) had no holder open LONG_HOLDER_S or more."""
+    queues = f.events_of("lock-queue")
+    if not queues or any(long_holder(q) is not None for q in queues):
+        return None
+    longest = max(float((q.get("holder") or {}).get("xact_s") or 0) for q in queues)
+    return (f"no session held a lock queue with its transaction open {LONG_HOLDER_S:g} s or "
+            f"more (the longest {longest:.1f} s)")
+
+
+def _no_idle_holder(f: Facts) -> str | None:
+    """The long holders of the run's lock queues, none idle in its transaction."""
+    holders = [h for q in f.events_of("lock-queue") if (h := long_holder(q)) is not None]
+    if not holders:
+        return _no_long_holder(f)
+    if any(str(h.get("state", "")).startswith("idle in transaction") for h in holders):
+        return None
+    states = ", ".join(sorted({str(h.get("state") or "?") for h in holders}))
+    return (f"the sessions that held the queues for seconds were never idle in their "
+            f"transaction ({states})")
+
+
+def _jobs_already(f: Facts) -> str | None:
+    jobs = f.manifest.variant.get("workload.jobs", f.manifest.scenario_workload.get("jobs"))
+    wanted = max(2, min(_clients(f), f.cores))
+    if not isinstance(jobs, int) or jobs < wanted:
+        return None
+    return f"pgbench ran {jobs} threads for {_clients(f)} clients on {f.cores} cores"
 
 
 def _wal_compression(f: Facts) -> str:
@@ -294,7 +407,8 @@ RULES: tuple[Rule, ...] = (
          when=lambda f: f.text_of("wal_compression", "off") == "off"
          and (f.fpi_surge or f.found("wal-write")),
          not_when="the CPU is saturated (compression costs CPU per full-page image), or few "
-                  "full-page images are written",
+                  "full-page images are written (under 10% of the WAL)",
+         ruled_out=_few_full_page_images,
          sub=("wal-volume", "full-page-images")),
     Rule("full-page-writes-off", ("checkpoint-io", "wal-write"),
          "turn off full_page_writes (only on storage that never tears an 8 kB page)",
@@ -314,7 +428,8 @@ RULES: tuple[Rule, ...] = (
          "a little shared memory; needs a restart",
          when=lambda f: f.bytes_of("wal_buffers", 16 * 2**20) < 64 * 2**20,
          not_when="the WAL buffers never filled (wal_buffers_full 0): the flush is slow, not the "
-                  "buffer small"),
+                  "buffer small",
+         ruled_out=_wal_buffers_never_full),
     Rule("synchronous-commit-off", ("wal-write",),
          "commit without waiting for the WAL flush (for the transactions that can afford it)",
          lambda f: {"server.settings.synchronous_commit": "off"},
@@ -371,7 +486,8 @@ RULES: tuple[Rule, ...] = (
          "flushing gigabytes at once",
          "machine-wide: other workloads that rewrite files soon write more",
          not_when="dirty memory never reached the threshold (writeback was not the stall), or "
-                  "other workloads on the machine rewrite files (the knob is machine-wide)"),
+                  "other workloads on the machine rewrite files (the knob is machine-wide)",
+         ruled_out=_dirty_never_reached),
     Rule("huge-pages", ("memory-reclaim", "cpu-saturation"),
          "back shared memory with huge pages",
          lambda f: {"server.settings.huge_pages": "on",
@@ -425,6 +541,35 @@ RULES: tuple[Rule, ...] = (
          sub=('table-lock', 'row-locks'),
          not_when="one hot row every transaction updates (a timeout only turns the queue into "
                   "errors; see hot-row), or the application cannot retry a failed statement"),
+    Rule("long-holder", ("lock-contention",),
+         "end the session that holds the lock (the evidence names its pid, application and "
+         "state: pg_terminate_backend(pid)) and find why its transaction stays open: keep "
+         "transactions short (no user think time, batches committed in slices); bound the "
+         "role's waits and statements with lock_timeout and statement_timeout (ALTER ROLE "
+         "... SET)",
+         lambda f: {},
+         "the queue lasts as long as one short transaction, not as long as the holder "
+         "stays open",
+         "a terminated session's transaction is rolled back; timeouts make statements fail "
+         "with an error the application must retry",
+         testable=False,
+         not_when="the holder was itself waiting (on a disk, a standby): its wait is the cause",
+         sub=("long-holder",),
+         ruled_out=_no_long_holder,
+         why_untestable="what keeps the transaction open (a person at a psql prompt, a batch, "
+                        "an application's code) is outside the scenario's keys"),
+    Rule("idle-in-transaction-timeout", ("lock-contention",),
+         "end sessions left idle in a transaction: idle_in_transaction_session_timeout for "
+         "the role (ALTER ROLE ... SET), or server-wide",
+         lambda f: {"server.settings.idle_in_transaction_session_timeout": "1s"},
+         "a session that stops inside its transaction is terminated after the timeout and "
+         "its row locks released: the queue behind it lasts that long at most",
+         "the terminated session's work is rolled back and its connection closed; a client "
+         "that pauses within its transactions (think time) must reconnect and retry",
+         not_when="the holder was running a statement, not idle in its transaction (a slow "
+                  "batch: statement_timeout for its role bounds that instead)",
+         sub=("long-holder",),
+         ruled_out=_no_idle_holder),
     Rule("hot-row", ("lock-contention",),
          "spread or shorten the updates of the hot rows: split a counter row into N rows "
          "summed on read, update the hot row last and commit at once, or batch its updates",
@@ -513,7 +658,8 @@ RULES: tuple[Rule, ...] = (
          "the measurement reflects the server again",
          "pgbench threads compete with the server for the same cores on one machine",
          when=lambda f: not _is_sysbench(f),  # sysbench has a thread per client already
-         not_when="pgbench has a thread per core or per client already"),
+         not_when="pgbench has a thread per core or per client already",
+         ruled_out=_jobs_already),
     Rule("fewer-clients", ("cpu-saturation",),
          "measure with fewer clients (about 2 per core) or more CPUs",
          lambda f: {"workload.threads" if _is_sysbench(f) else "workload.clients":
@@ -582,14 +728,39 @@ def _answers(rule: Rule, facts: Facts, cause: str) -> bool:
     return not rule.sub or not found or bool(found & set(rule.sub))
 
 
-def recommend(facts: Facts) -> list[dict[str, Any]]:
-    """The rules that fire: those addressing the costliest cause first (facts.priority),
-    then by the confidence of their cause."""
+@dataclass(frozen=True)
+class Advice:
+    given: list[dict[str, Any]]  # analysis.json's `recommendations`
+    withheld: list[dict[str, Any]]  # rules that fired but the run's data rules out, and why
+
+
+def _answered(rule: Rule, facts: Facts) -> list[str]:
+    """The causes found that the rule answers: its sub-cause fits, and its condition holds
+    on that cause alone (wal-compression holds for checkpoint-io only with a surge of
+    full-page images: without one it is wal-write's advice, and ranks with wal-write)."""
+    return [c for c in rule.because if c in facts.causes and _answers(rule, facts, c)
+            and rule.when(replace(facts, causes={c: facts.causes[c]}))]
+
+
+def advise(facts: Facts) -> Advice:
+    """The rules that fire, those addressing the costliest cause first (facts.priority),
+    then by the confidence of their cause; the rules the run's own data rules out (their
+    `ruled_out`), or that only weak, short stalls would fire, are withheld, with why (the
+    verdict's own are given, marked `weak_evidence`: they are all the run has)."""
     fired = []
+    withheld = []
     for rule in RULES:
-        because = [c for c in rule.because if c in facts.causes and _answers(rule, facts, c)]
-        if not because or not rule.when(facts) or (rule.gives_up_durability
-                                                    and "data-loss" in facts.causes):
+        because = _answered(rule, facts)
+        if not because or (rule.gives_up_durability and "data-loss" in facts.causes):
+            continue
+        why = rule.ruled_out(facts) if rule.ruled_out is not None else None
+        if why is not None:
+            withheld.append({"rule": rule.id, "because": because, "why": f"not when: {why}"})
+            continue
+        weak = ("weak evidence: " + "; ".join(f"{c} from {facts.weak[c]} only" for c in because)
+                if all(c in facts.weak for c in because) else None)
+        if weak and not facts.top & set(because):
+            withheld.append({"rule": rule.id, "because": because, "why": weak})
             continue
         change = rule.change(facts)
         test = _test_line(facts, rule, change)
@@ -599,9 +770,16 @@ def recommend(facts: Facts) -> list[dict[str, Any]]:
             "rule": rule.id, "action": rule.action, "change": change, "because": because,
             "effect": rule.effect, "risk": rule.risk, "test": test,
             "not_when": rule.not_when,
+            # the run's top cause itself rests on a short, weak stall: given, but said so
+            **({"weak_evidence": weak} if weak else {}),
             **({"sub_causes": list(rule.sub)} if rule.sub else {}),
             **({"not_testable_because": rule.why_untestable}
                if rule.why_untestable and test == NOT_TESTABLE else {}),
         }))
     fired.sort(key=lambda item: (item[0], item[1]))
-    return [item for _, _, item in fired]
+    return Advice([item for _, _, item in fired], withheld)
+
+
+def recommend(facts: Facts) -> list[dict[str, Any]]:
+    """The rules that fire (advise's `given`)."""
+    return advise(facts).given

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pglab.analysis.evidence import EventView, WindowEvidence
-from pglab.analysis.names import largest_queue
+from pglab.analysis.names import largest_queue, queued_tables
 from pglab.results.manifest import Manifest
 
 
@@ -76,6 +76,24 @@ def wait_signal(s: Score, ev: WindowEvidence, waits: tuple[str, ...] | None, wha
 
 
 HOT_ROW_TUPLE = 0.05  # share of Lock:tuple samples from which waiters queue on one row
+# A holder whose transaction has been open this long while sessions queue behind it is a
+# long holder (idle in transaction, a slow batch, a forgotten session): OLTP transactions
+# that take turns on a hot row hold it for milliseconds.
+LONG_HOLDER_S = 2.0
+# What a queue's head can wait on that is not the lock: its commit's WAL flush, a data
+# file, the synchronous standby's confirmation.
+HEAD_HELD_UP = ("IO:", "LWLock:WAL", "IPC:SyncRep")
+
+
+def long_holder(queue: dict[str, Any]) -> dict[str, Any] | None:
+    """The queue's holder if its transaction was open LONG_HOLDER_S or more, not mostly
+    waiting itself on IO or a standby (its queue is then that wait's symptom), else None."""
+    holder = queue.get("holder") or {}
+    waits = {str(w): int(c) for w, c in (holder.get("waits") or {}).items()}
+    held_up = sum(c for w, c in waits.items() if w.startswith(HEAD_HELD_UP))
+    if float(holder.get("xact_s") or 0) < LONG_HOLDER_S or held_up * 2 > sum(waits.values()):
+        return None
+    return dict(holder)
 
 
 def lock_kind(s: Score, ev: WindowEvidence) -> None:
@@ -89,6 +107,15 @@ def lock_kind(s: Score, ev: WindowEvidence) -> None:
     Lock:transactionid and Lock:tuple). Only in a stall: over a whole run the queues of
     its stalls are not what held its healthy seconds back."""
     biggest = largest_queue(ev.lock_queues()) if ev.window.kind != "steady" else None
+    holder = long_holder(biggest) if biggest is not None else None
+    if biggest is not None and holder is not None and biggest.get("locktype") != "relation":
+        s.sub = "long-holder"
+        state = f", {holder['state']}" if holder.get("state") else ""
+        s.lines.append(f"the longest queue ({biggest.get('object')}) waited behind one "
+                       f"session whose transaction was open {float(holder['xact_s']):.1f} s"
+                       f"{state}: a long holder (left idle in its transaction, a slow "
+                       "batch, a forgotten session), not a row every transaction updates")
+        return
     if biggest is not None and biggest.get("locktype") == "relation":
         s.sub = "table-lock"
         modes = ", ".join(m.split(":", 1)[1] for m in biggest.get("modes") or []
@@ -107,13 +134,20 @@ def lock_kind(s: Score, ev: WindowEvidence) -> None:
                        "LOCK TABLE or a long transaction holding a strong lock")
     elif rows > 0 and tuple_ >= HOT_ROW_TUPLE:
         s.sub = "hot-row"
-        s.lines.append(f"waiters queued on the same rows (Lock:tuple {pct(tuple_)}, "
-                       f"row locks {pct(rows)} in all): a few hot rows every transaction "
-                       "updates")
+        s.lines.append(f"waiters queued on the same rows{_of(ev)} (Lock:tuple "
+                       f"{pct(tuple_)}, row locks {pct(rows)} in all): a few hot rows every "
+                       "transaction updates")
     elif rows > 0:
         s.sub = "row-locks"
-        s.lines.append(f"row locks of many rows (Lock:transactionid {pct(rows - tuple_)}, "
-                       "no queue on one row): transactions that hold rows long")
+        s.lines.append(f"row locks of many rows{_of(ev)} (Lock:transactionid "
+                       f"{pct(rows - tuple_)}, no queue on one row): transactions that hold "
+                       "rows long")
+
+
+def _of(ev: WindowEvidence) -> str:
+    """' of TABLE' (the two tables whose rows held the most sessions), or ''."""
+    tables = queued_tables(ev.lock_queues())
+    return f" of {' and '.join(tables[:2])}" if tables else ""
 
 
 def setting(manifest: Manifest, name: str, node: str = "primary") -> str | None:

@@ -72,7 +72,7 @@ def lock_contention(ev: WindowEvidence) -> Finding | None:
     waits = ev.events_of("lock-wait")
     if waits:
         s.add(0.2, f"{len(waits)} lock waits logged, most often for "
-                   f"{_most_waited(waits)}")
+                   f"{_most_waited(waits, ev)}")
     deadlocks = ev.events_of("deadlock")
     if deadlocks:
         s.add(0.1, f"{len(deadlocks)} deadlock(s) detected")
@@ -96,13 +96,13 @@ def _behind_slow_commits(s: Score, ev: WindowEvidence) -> None:
                        "row locks longer)")
 
 
-def _most_waited(waits: list[EventView]) -> str:
+def _most_waited(waits: list[EventView], ev: WindowEvidence) -> str:
     """The lock most waited for; a wait for a transaction is a wait for a row it changed
     (their ids differ every time), a tuple lock names the row itself; the table, where the
     log's CONTEXT names it."""
     counts: dict[str, int] = {}
     for e in waits:
-        target = str(e.attrs.get("lock_object"))
+        target = ev.names.name(str(e.attrs.get("lock_object")), e.node)
         relation = e.attrs.get("relation")
         if target.startswith("transaction "):
             target = (f"the transaction that changed a row of {relation}" if relation

@@ -219,6 +219,47 @@ class BulkUpdate(_Statement):
                        "WHERE aid <= {}").format(sql.Literal(int(self.values["rows"])))
 
 
+class IdleInTransaction(FaultAction):
+    name = "idle-in-transaction"
+    help = ("a session (application `application`) locks one row (SELECT ... FOR UPDATE of "
+            "`table` where `key` = `value`) and sits idle in its transaction until "
+            "`duration` ends, then rolls back: every transaction that updates the row "
+            "queues behind it (what a forgotten psql session does)")
+    nodes = "primary"
+    args: ClassVar[dict[str, ArgSpec]] = {
+        "table": (str, "pgbench_branches"), "key": (str, "bid"), "value": (int, 1),
+        "application": (str, "psql"),
+    }
+
+    def __init__(self, args: dict[str, Any]) -> None:
+        super().__init__(args)
+        self._conn: psycopg.Connection[Any] | None = None
+
+    def begin(self, target: FaultTarget) -> dict[str, Any]:
+        self._conn = conn = target.server.connect(autocommit=False)
+        conn.execute(sql.SQL("SET application_name = {}").format(
+            sql.Literal(self.values["application"])))
+        query = sql.SQL("SELECT 1 FROM {} WHERE {} = {} FOR UPDATE").format(
+            sql.Identifier(self.values["table"]), sql.Identifier(self.values["key"]),
+            sql.Literal(int(self.values["value"])))
+        conn.execute(query)
+        return {"statement": query.as_string(conn)}
+
+    def end(self, target: FaultTarget) -> dict[str, Any]:
+        """Roll back; a server that ended the session first (a timeout) is recorded."""
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return {}
+        try:
+            conn.rollback()
+            found: dict[str, Any] = {}
+        except psycopg.Error as exc:
+            found = {"ended_by_server": (exc.diag.message_primary or str(exc)).strip()}
+        with contextlib.suppress(psycopg.Error):
+            conn.close()
+        return found
+
+
 class Checkpoint(FaultAction):
     name = "checkpoint"
     help = "CHECKPOINT now (a restartpoint on a standby)"
@@ -465,7 +506,7 @@ class SlowDisk(_DeviceState):
 
 
 ACTIONS: tuple[type[FaultAction], ...] = (
-    PauseStandby, ThrottleDisk, Vacuum, BulkUpdate, Checkpoint, SwitchWal, Crash, PowerLoss,
-    MemoryPressure, PauseDisk, FailDisk, SlowDisk,
+    PauseStandby, ThrottleDisk, Vacuum, BulkUpdate, IdleInTransaction, Checkpoint, SwitchWal,
+    Crash, PowerLoss, MemoryPressure, PauseDisk, FailDisk, SlowDisk,
 )
 DEVICE_FAULTS = tuple(a.name for a in ACTIONS if issubclass(a, _DeviceState))

@@ -112,11 +112,15 @@ class VacuumProgress(DbProbe):
             SELECT (SELECT count(*) FROM pg_stat_activity
                     WHERE backend_type = 'autovacuum worker'),
                    (SELECT coalesce(json_agg(json_build_array(
-                        p.pid, p.relid, coalesce(c.relname, p.relid::text), p.phase,
+                        p.pid, p.relid,
+                        -- an OID names a relation only in its own database
+                        coalesce(c.relname, p.relid::text || ' of database ' || p.datname),
+                        p.phase,
                         p.heap_blks_total, p.heap_blks_scanned, p.heap_blks_vacuumed,
                         a.backend_type = 'autovacuum worker')), '[]')
                     FROM pg_stat_progress_vacuum p
                     LEFT JOIN pg_class c ON c.oid = p.relid
+                         AND p.datname = current_database()
                     LEFT JOIN pg_stat_activity a ON a.pid = p.pid)""").fetchone() or (None, [])
         rows = list(vacuums)
         self.add_gauges(out, now, node, "", {"autovacuum_workers": workers,

@@ -7,7 +7,10 @@ their application, user, state, transaction age, query, normalised (literals -> 
 what the holder itself waits on. One `lock-queue` event per (node, relation/row or lock,
 holder) from the first interval it is seen to the last, with the most waiters seen and
 how often the holder was seen in each wait (a holder stuck in its commit's WAL flush makes
-the queue a symptom of the flush); gauges `queued` per relation.
+the queue a symptom of the flush); gauges `queued` per relation. An `object-names` event
+for each database and relation OID named for the first time (the analysis names the
+server log's OIDs with them); a relation of another database than the connection's is
+left unnamed, and says so.
 """
 
 from __future__ import annotations
@@ -25,20 +28,31 @@ from pglab.probes.db_base import DbProbe
 
 MAX_WAITERS = 50  # pg_blocking_pids takes the lock manager's locks: bounded per interval
 
+# Names are read here, while the lock is held: the log's lock waits carry only OIDs, and
+# the relation may be gone by the time anyone reads them. A relation's OID names it only
+# in its own database (or a shared catalog, database 0): regclass in another database
+# would name whatever has that OID here, so there the name stays NULL.
 _QUERY = f"""
 WITH waiting AS (
-    SELECT pid, locktype, mode, relation, page, tuple, transactionid, classid, objid
+    SELECT pid, locktype, mode, database, relation, page, tuple, transactionid
     FROM pg_locks WHERE NOT granted AND pid IS NOT NULL LIMIT {MAX_WAITERS}
+), here AS (
+    SELECT oid FROM pg_database WHERE datname = current_database()
 )
 SELECT w.pid, w.locktype, w.mode,
-       coalesce(w.relation, t.relation)::regclass::text AS relation,
+       (SELECT c.oid::regclass::text FROM pg_class c
+        WHERE c.oid = coalesce(w.relation, t.relation)
+          AND coalesce(w.database, t.database) IN (0, (SELECT oid FROM here))) AS relation,
        coalesce(t.page, w.page) AS page, coalesce(t.tuple, w.tuple) AS tuple,
        w.transactionid::text AS xid,
        h.pid AS holder, a.application_name, a.usename, a.state, a.query,
        extract(epoch FROM now() - a.xact_start) AS xact_s, a.backend_type,
-       a.wait_event_type, a.wait_event
+       a.wait_event_type, a.wait_event,
+       coalesce(w.relation, t.relation) AS relation_oid,
+       coalesce(w.database, t.database) AS database_oid, d.datname, current_database()
 FROM waiting w
 LEFT JOIN pg_locks t ON t.pid = w.pid AND t.locktype = 'tuple'
+LEFT JOIN pg_database d ON d.oid = coalesce(w.database, t.database)
 CROSS JOIN LATERAL unnest(pg_blocking_pids(w.pid)) AS h(pid)
 LEFT JOIN pg_stat_activity a ON a.pid = h.pid
 """
@@ -77,12 +91,24 @@ def _roots(pid: int, blocked_by: dict[int, set[int]]) -> set[int]:
     return roots
 
 
+UNNAMED = "relation "  # how unnamed_relation's text begins (a regclass name is quoted)
+
+
+def unnamed_relation(relation_oid: Any, datname: str | None, database_oid: Any,
+                     here: str | None) -> str:
+    """A relation this connection cannot name: its OID, its database by name, and why."""
+    where = datname or f"OID {database_oid}"
+    why = (f"another database than {here}'s: its names are not readable from here"
+           if datname != here else "gone before it could be named")
+    return f"relation {relation_oid} of database {where} ({why})"
+
+
 def _object(locktype: str, relation: str | None, page: Any, tuple_: Any,
             xid: str | None) -> str:
     if relation and tuple_ is not None:
         return f"row ({page},{tuple_}) of {relation}"
-    if relation:
-        return f"relation {relation}"
+    if relation:  # unnamed_relation's text says `relation` already
+        return relation if relation.startswith(UNNAMED) else f"relation {relation}"
     if xid:
         return f"transaction {xid}"
     return str(locktype)
@@ -96,6 +122,27 @@ class LockQueue(DbProbe):
     def start(self, ctx: ProbeContext) -> None:
         super().start(ctx)
         self._open: dict[tuple[str, str, int], dict[str, Any]] = {}
+        self._named: set[tuple[str, str, str]] = set()  # (node, kind, key) recorded
+
+    def _remember(self, out: ProbeOutput, now: dt.datetime, node: str, here: str | None,
+                  database_oid: Any, datname: str | None, relation_oid: Any,
+                  relation: str | None) -> None:
+        """An `object-names` event for OIDs named for the first time: the server log's
+        lock waits say `relation 16392 of database 16384`, which the analysis names
+        with these."""
+        new: dict[str, dict[str, str]] = {}
+        if database_oid is not None and datname:
+            new["databases"] = {str(database_oid): str(datname)}
+        if relation_oid is not None and relation and database_oid is not None:
+            new["relations"] = {f"{database_oid}/{relation_oid}": str(relation)}
+        fresh = {kind: names for kind, names in new.items()
+                 if (node, kind, next(iter(names))) not in self._named}
+        if not fresh:
+            return
+        for kind, names in fresh.items():
+            self._named.add((node, kind, next(iter(names))))
+        out.events.append(Event(now, "object-names", node,
+                                attrs={"database": here or "", **fresh}))
 
     def read(self, conn: psycopg.Connection[Any], caps: Capabilities, node: str,
              now: dt.datetime, out: ProbeOutput) -> None:
@@ -105,9 +152,13 @@ class LockQueue(DbProbe):
         blocked_by: dict[int, set[int]] = {}
         info: dict[int, dict[str, Any]] = {}
         wants: dict[int, tuple[str, str | None, set[str]]] = {}
-        for (pid, locktype, mode, relation, page, tuple_, xid, holder, app, user, state,
-             query, xact_s, backend_type, wait_type, wait) in rows:
+        for (pid, locktype, mode, named, page, tuple_, xid, holder, app, user, state,
+             query, xact_s, backend_type, wait_type, wait, relation_oid, database_oid,
+             datname, here) in rows:
             blocked_by.setdefault(int(pid), set()).add(int(holder))
+            self._remember(out, now, node, here, database_oid, datname, relation_oid, named)
+            relation = named if named is not None or relation_oid is None else (
+                unnamed_relation(relation_oid, datname, database_oid, here))
             what = _object(str(locktype), relation, page, tuple_, xid)
             previous = wants.get(int(pid))
             if previous is None or (previous[0].startswith("transaction")

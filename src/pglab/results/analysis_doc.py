@@ -28,7 +28,8 @@ from pglab.results.files import ANALYSIS, write_json
 #   Later additions that format-2 readers can ignore: `durability` (what the crashes and
 #   power losses of a run cost in data) and, for a run that lost or damaged data,
 #   `summary.verdict` with basis "durability" (cause data-loss) and the performance
-#   verdict kept as `summary.performance_verdict`.
+#   verdict kept as `summary.performance_verdict`; `withheld` (rules that fired but the
+#   run's own data rules out, or that only weak, short stalls fired, each with why).
 ANALYSIS_FORMAT = 2
 
 
@@ -42,6 +43,7 @@ class AnalysisDocument:
     stalls: list[dict[str, Any]] = field(default_factory=list)
     steady_state: dict[str, Any] = field(default_factory=lambda: {"causes": []})
     recommendations: list[dict[str, Any]] = field(default_factory=list)
+    withheld: list[dict[str, Any]] = field(default_factory=list)  # rule, because, why
     # only for a run with crashes or power losses (analysis/durability.py)
     durability: dict[str, Any] | None = None
     format: int = ANALYSIS_FORMAT
@@ -93,7 +95,7 @@ class AnalysisDocument:
         known.setdefault("status", "unknown")
         for key, kind in (("missing", list), ("summary", dict), ("stalls", list),
                           ("steady_state", dict), ("recommendations", list),
-                          ("durability", dict)):
+                          ("withheld", list), ("durability", dict)):
             if key in known and not isinstance(known[key], kind):
                 raise BadInput(f"{where}: not a pglab analysis ({key} is not a "
                                f"{kind.__name__})")

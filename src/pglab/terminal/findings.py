@@ -77,6 +77,8 @@ def _print_recommendation(console: Console, rec: dict[str, Any], details: bool) 
         console.print(f"      risk: {escape(rec['risk'])}", highlight=False)
         if rec.get("not_when"):
             console.print(f"      not when: {escape(rec['not_when'])}", highlight=False)
+    if rec.get("weak_evidence"):  # said in the short form too: it qualifies the advice
+        console.print(f"      [yellow]{escape(rec['weak_evidence'])}[/yellow]", highlight=False)
     why = f": {rec['not_testable_because']}" if rec.get("not_testable_because") else ""
     # one line, whatever the width (the console soft-wraps): a command to copy
     console.print(f"      test: {escape(rec['test'] + why)}", highlight=False)
@@ -140,5 +142,11 @@ def print_findings(console: Console, analysis: AnalysisDocument,
         _print_recommendation(console, rec, details)
     if not details and len(recommendations) > SHORT_RECOMMENDATIONS:
         console.print(f"  ... {len(recommendations) - SHORT_RECOMMENDATIONS} more")
-    if not details and more and (left_out or recommendations):  # their effects and risks
+    if details:
+        for held in analysis.withheld:
+            console.print(f"  withheld [dim]{held.get('rule')}[/dim] "
+                          f"({', '.join(held.get('because') or [])}): "
+                          f"{escape(str(held.get('why')))}", highlight=False)
+    # their effects and risks, and the advice withheld
+    if not details and more and (left_out or recommendations or analysis.withheld):
         console.print(f"[dim]more: {escape(more)}[/dim]", highlight=False)

@@ -162,12 +162,40 @@ duration = "1s"
 }
 
 
+# sample name: a scenario of its own and the --set values of its run: a long holder made
+# by the idle-in-transaction fault, and the run its advice's test line makes
+IDLE_HOLDER = """name = "idle-holder"
+[server.settings]
+deadlock_timeout = "200ms"
+[workload]
+scale = 5
+mix = ["tpcb-like"]
+clients = 8
+jobs = 2
+duration = "16s"
+warmup = "2s"
+[[faults]]
+at = "4s"
+action = "idle-in-transaction"
+duration = "8s"
+"""
+SCENARIO_RUNS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "idle-holder": (IDLE_HOLDER, ()),
+    "idle-holder-timeout": (IDLE_HOLDER, (
+        "server.settings.idle_in_transaction_session_timeout=1s",)),
+}
+
+
 def run_scenario_text(name: str, scratch: Path) -> Path:
+    text, sets = SCENARIO_RUNS.get(name, (DURABILITY_RUNS.get(name, ""), ()))
     scenario = scratch / f"{name}.toml"
-    scenario.write_text(DURABILITY_RUNS[name])
-    subprocess.run([sys.executable, "-m", "pglab", "run", str(scenario), "--results",
-                    str(scratch)], check=True)
-    return max((scratch / name).iterdir())
+    scenario.write_text(text)
+    command = [sys.executable, "-m", "pglab", "run", str(scenario), "--results", str(scratch)]
+    for item in sets:
+        command += ["--set", item]
+    subprocess.run(command, check=True)
+    stem = text.split('"', 2)[1]  # the scenario's name: its results folder
+    return max((scratch / stem).iterdir())
 
 
 def run_builtin(name: str, scratch: Path) -> Path:
@@ -182,7 +210,7 @@ def run_builtin(name: str, scratch: Path) -> Path:
 def record(name: str, scratch: Path) -> Path:
     if name in BUILTIN_RUNS:
         folder = run_builtin(name, scratch)
-    elif name in DURABILITY_RUNS:
+    elif name in DURABILITY_RUNS or name in SCENARIO_RUNS:
         folder = run_scenario_text(name, scratch)
     else:
         folder = run_pathology(PATHOLOGIES[name], scratch)
@@ -203,7 +231,7 @@ def keep(folder: Path, name: str) -> Path:
 
 
 def main() -> None:
-    names = sys.argv[1:] or [*PATHOLOGIES, *BUILTIN_RUNS, *DURABILITY_RUNS]
+    names = sys.argv[1:] or [*PATHOLOGIES, *BUILTIN_RUNS, *DURABILITY_RUNS, *SCENARIO_RUNS]
     with tempfile.TemporaryDirectory(prefix="pglab-samples-") as scratch:
         for name in names:
             target = record(name, Path(scratch))
