@@ -21,7 +21,7 @@ def render(console: Console, comparison: Comparison) -> None:
             console.print(f"  [{style}]! {warning}[/{style}]", highlight=False)
         table = Table(header_style="bold", box=None, pad_edge=False)
         for index, header in enumerate(cells.HEADERS):
-            table.add_column(header, justify="right" if 0 < index < 5 else "left")
+            table.add_column(header, justify="right" if index in cells.NUMERIC else "left")
         for result in contender.metrics:
             row = cells.row(result, short_na=True)
             style = _STYLE.get(result.verdict, "")
