@@ -74,6 +74,11 @@ the terminal for four bases): the delta printed is
             assert not outside, (name, fmt, outside)
         intervals += len(rows)
         assert all(m["statistic"] in m["note"] for m in rows)  # the row says which
+        # and in its unit: failures per second, not failures, for the mean of seconds
+        units = {(m["metric"], m["statistic"], m["unit"]) for c in data["contenders"]
+                 for m in c["metrics"] if m["metric"] in ("failures", "tps")}
+        assert ("failures", "mean of per-second values", "tx/s") in units, units
+        assert ("failures", "mean of per-second values", "tx") not in units, units
     # most metrics of most pairs have an interval
     assert intervals > 6 * len(groups) * (len(groups) - 1), intervals
 

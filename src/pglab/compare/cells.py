@@ -35,7 +35,7 @@ def pct(value: float | None) -> str:
 def row(result: MetricResult,
         short_na: bool = False) -> tuple[str, str, str, str, str, str, str]:
     """The cells of one metric's row (HEADERS); `short_na`: the reason goes in notes()."""
-    unit = result.metric.unit
+    unit = result.unit
     delta = "n/a" if result.delta is None else (
         f"{number(result.delta, unit)} ({pct(result.delta_pct)})" if result.delta_pct
         is not None else number(result.delta, unit))

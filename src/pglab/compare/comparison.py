@@ -55,6 +55,12 @@ class MetricResult:
     contender_run: float | None = None
 
     @property
+    def unit(self) -> str:
+        """The unit of `statistic`: the samples' when they are what was tested."""
+        sampled = self.statistic.endswith(f"of {self.metric.sample} values")
+        return (self.metric.sample_unit or self.metric.unit) if sampled else self.metric.unit
+
+    @property
     def delta(self) -> float | None:
         if self.base is None or self.contender is None:
             return None
@@ -249,7 +255,7 @@ def as_dict(comparison: Comparison) -> dict[str, object]:
     """The comparison as JSON-serialisable data (`pglab compare --format json`)."""
     def metric(r: MetricResult) -> dict[str, object]:
         ci = r.ci_pct
-        return {"metric": r.metric.name, "unit": r.metric.unit, "better": r.metric.better,
+        return {"metric": r.metric.name, "unit": r.unit, "better": r.metric.better,
                 "statistic": r.statistic, "base": r.base, "contender": r.contender,
                 "delta": r.delta, "delta_pct": r.delta_pct,
                 "ci_pct": list(ci) if ci else None, "verdict": r.verdict, "note": r.note,
