@@ -200,7 +200,8 @@ def test_markdown_and_html_outputs(runs: dict[str, Path], tmp_path: Path) -> Non
     md = run_cli("compare", str(runs["slow"]), str(runs["fast1"]), "--format", "markdown",
                  "--noise", NOISE)
     assert md.returncode == 0, md.stderr
-    assert "| metric | base | contender | delta | 95% CI of delta | verdict |" in md.stdout
+    assert ("| metric | statistic | base | contender | delta | 95% CI of delta | verdict |"
+            in md.stdout)
     assert "| TPS |" in md.stdout and "✅ better" in md.stdout
     assert "commit_delay" in md.stdout
     page = tmp_path / "cmp.html"

@@ -206,8 +206,9 @@ def analyze(run_dir: Path, as_json: bool, details: bool) -> int:
 @click.argument("base")
 @click.argument("contenders", nargs=-1)
 @click.option("--fail-if", "fail_if", multiple=True, metavar="METRIC<PCT%",
-              help="Exit 1 if a contender changed METRIC significantly beyond PCT, e.g. "
-                   "'tps<-5%' or 'p99>+10%' (repeatable).")
+              help="Exit 1 if a contender changed METRIC significantly beyond PCT (the "
+                   "delta printed, of the row's statistic), e.g. 'tps<-5%' or 'p99>+10%' "
+                   "(repeatable).")
 @click.option("--format", "fmt", type=click.Choice(["terminal", "markdown", "html", "json"]),
               default="terminal", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="The same as --format json.")

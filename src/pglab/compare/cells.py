@@ -5,7 +5,18 @@ from __future__ import annotations
 
 from pglab.compare.comparison import Comparison, MetricResult
 
-HEADERS = ("metric", "base", "contender", "delta", "95% CI of delta", "verdict")
+HEADERS = ("metric", "statistic", "base", "contender", "delta", "95% CI of delta", "verdict")
+# HEADERS' columns of numbers (right-aligned)
+NUMERIC = range(2, 6)
+_SHORT = {"per-second values": "seconds", "per-cut values": "cuts", "run values": "runs"}
+
+
+def statistic(result: MetricResult) -> str:
+    """`median of seconds`: what the row's base, contender, delta and interval are of."""
+    text = result.statistic
+    for long, short in _SHORT.items():
+        text = text.replace(long, short)
+    return text
 
 
 def number(value: float | None, unit: str = "") -> str:
@@ -21,9 +32,10 @@ def pct(value: float | None) -> str:
     return "" if value is None else f"{value:+.1f}%"
 
 
-def row(result: MetricResult, short_na: bool = False) -> tuple[str, str, str, str, str, str]:
+def row(result: MetricResult,
+        short_na: bool = False) -> tuple[str, str, str, str, str, str, str]:
     """The cells of one metric's row (HEADERS); `short_na`: the reason goes in notes()."""
-    unit = result.metric.unit
+    unit = result.unit
     delta = "n/a" if result.delta is None else (
         f"{number(result.delta, unit)} ({pct(result.delta_pct)})" if result.delta_pct
         is not None else number(result.delta, unit))
@@ -34,8 +46,8 @@ def row(result: MetricResult, short_na: bool = False) -> tuple[str, str, str, st
         verdict = "n/a *"
     elif verdict == "n/a":
         verdict = f"n/a: {result.note}"
-    return (result.metric.title, number(result.base, unit), number(result.contender, unit),
-            delta, interval, verdict)
+    return (result.metric.title, statistic(result), number(result.base, unit),
+            number(result.contender, unit), delta, interval, verdict)
 
 
 def spread(result: MetricResult) -> str:
@@ -51,7 +63,9 @@ def notes(results: list[MetricResult]) -> list[str]:
 
 
 def footer(comparison: Comparison) -> str:
-    return (f"{100 * comparison.confidence:g}% intervals: block bootstrap of per-second "
-            f"samples (resampling runs too when both sides have repeats); with a single run "
-            f"on a side, widened by an assumed run-to-run noise of "
-            f"+-{100 * comparison.noise:g}% (--noise).")
+    return (f"base, contender, delta and its {100 * comparison.confidence:g}% interval are "
+            f"each row's statistic (the mean of seconds is the run's rate; the median of "
+            f"seconds leaves a stall's seconds out of a latency); --fail-if tests that "
+            f"delta. Intervals: block bootstrap of the samples (resampling runs too when "
+            f"both sides have repeats); with a single run on a side, widened by an assumed "
+            f"run-to-run noise of +-{100 * comparison.noise:g}% (--noise).")

@@ -1,5 +1,12 @@
 """BASE against each CONTENDER, metric by metric: values, delta, interval and verdict.
 
+The headline. A row's base, contender and delta are the very statistic its interval is
+for (`MetricResult.statistic`: the mean of per-second TPS, which is the run's TPS; the
+median of per-second latencies; the mean of run values over repeats ...), so the delta
+always lies inside its interval and `--fail-if` gates on what is printed. The runs' own
+values (what pgbench and `pglab show` say) are kept beside it: a run with a stall has a
+whole-run latency far above its median second's, and the two must not share a row.
+
 Verdicts:
 - `better` / `worse`: the 95% interval of the difference excludes zero.
 - `no significant difference`: the interval includes zero.
@@ -36,13 +43,22 @@ Verdict = Literal["better", "worse", "no significant difference", "n/a"]
 @dataclass(frozen=True)
 class MetricResult:
     metric: Metric
-    base: float | None  # mean of the run values over the side's runs
+    base: float | None  # the side's `statistic` (the interval's own, when there is one)
     contender: float | None
     interval: stats.Interval | None  # already widened by the assumed noise, if any
     verdict: Verdict
     note: str  # why n/a, or how the interval was made
+    statistic: str  # what base, contender and delta are: "median of per-second values"
     base_cv: float | None = None  # spread of run values over repeats
     contender_cv: float | None = None
+    base_run: float | None = None  # mean of the runs' own values (pgbench's figures)
+    contender_run: float | None = None
+
+    @property
+    def unit(self) -> str:
+        """The unit of `statistic`: the samples' when they are what was tested."""
+        sampled = self.statistic.endswith(f"of {self.metric.sample} values")
+        return (self.metric.sample_unit or self.metric.unit) if sampled else self.metric.unit
 
     @property
     def delta(self) -> float | None:
@@ -97,11 +113,14 @@ def compare_metric(metric: Metric, base: Group, contender: Group, noise: float,
     base_m = [metric.read(r) for r in base.runs]
     cont_m = [metric.read(r) for r in contender.runs]
     base_values, cont_values = _run_values(base_m), _run_values(cont_m)
+    by_run = ("mean of run values" if len(base.runs) > 1 or len(contender.runs) > 1
+              else "run value")
     if base_values is None or cont_values is None:
         missing = next(m.missing for m in base_m + cont_m if m.value is None)
-        return MetricResult(metric, None if base_values is None else stats.mean(base_values),
-                            None if cont_values is None else stats.mean(cont_values),
-                            None, "n/a", missing or "missing")
+        base_mean = None if base_values is None else stats.mean(base_values)
+        cont_mean = None if cont_values is None else stats.mean(cont_values)
+        return MetricResult(metric, base_mean, cont_mean, None, "n/a", missing or "missing",
+                            by_run, base_run=base_mean, contender_run=cont_mean)
     base_cv = stats.cv(base_values) if len(base_values) > 1 else None
     cont_cv = stats.cv(cont_values) if len(cont_values) > 1 else None
     base_value, cont_value = stats.mean(base_values), stats.mean(cont_values)
@@ -111,18 +130,20 @@ def compare_metric(metric: Metric, base: Group, contender: Group, noise: float,
     if sampled:
         base_runs = [m.samples or [] for m in base_m]
         cont_runs = [m.samples or [] for m in cont_m]
-        how = (f"{metric.statistic} of {metric.sample} values, block bootstrap"
+        statistic = f"{metric.statistic} of {metric.sample} values"
+        how = (f"{statistic}, block bootstrap"
                + (" over repeats" if len(base_runs) > 1 or len(cont_runs) > 1 else ""))
     elif repeats:
         base_runs = [[v] for v in base_values]
         cont_runs = [[v] for v in cont_values]
+        statistic = "mean of run values"
         how = "one value per run, bootstrap over repeats"
     else:
         why = next((m.unsampled for m in base_m + cont_m if m.unsampled), None)
         return MetricResult(metric, base_value, cont_value, None, "n/a",
                             (f"{why}: " if why else "")
                             + "one value per run: give repeats on both sides for a verdict",
-                            base_cv, cont_cv)
+                            by_run, base_cv, cont_cv, base_value, cont_value)
     interval = stats.bootstrap_difference(base_runs, cont_runs, metric.stat(), confidence)
     if len(base_runs) < 2 or len(cont_runs) < 2:
         interval = interval.widened(noise)
@@ -133,8 +154,9 @@ def compare_metric(metric: Metric, base: Group, contender: Group, noise: float,
     else:
         up = interval.estimate > 0
         verdict = "better" if up == (metric.better == "higher") else "worse"
-    return MetricResult(metric, base_value, cont_value, interval, verdict, how,
-                        base_cv, cont_cv)
+    # The headline is the interval's own statistic over the pooled samples.
+    return MetricResult(metric, interval.base, interval.contender, interval, verdict, how,
+                        statistic, base_cv, cont_cv, base_value, cont_value)
 
 
 def _noise_warnings(side: str, group: Group, results: list[MetricResult]) -> list[str]:
@@ -198,6 +220,7 @@ class Condition:
     pct: float
 
     def holds(self, result: MetricResult) -> bool:
+        # The printed delta, of the statistic the verdict's interval is for.
         if result.verdict not in ("better", "worse") or result.delta_pct is None:
             return False  # not significant (or n/a): no evidence of a change
         return result.delta_pct < self.pct if self.op == "<" else result.delta_pct > self.pct
@@ -232,10 +255,11 @@ def as_dict(comparison: Comparison) -> dict[str, object]:
     """The comparison as JSON-serialisable data (`pglab compare --format json`)."""
     def metric(r: MetricResult) -> dict[str, object]:
         ci = r.ci_pct
-        return {"metric": r.metric.name, "unit": r.metric.unit, "better": r.metric.better,
-                "base": r.base, "contender": r.contender, "delta": r.delta,
-                "delta_pct": r.delta_pct, "ci_pct": list(ci) if ci else None,
-                "verdict": r.verdict, "note": r.note,
+        return {"metric": r.metric.name, "unit": r.unit, "better": r.metric.better,
+                "statistic": r.statistic, "base": r.base, "contender": r.contender,
+                "delta": r.delta, "delta_pct": r.delta_pct,
+                "ci_pct": list(ci) if ci else None, "verdict": r.verdict, "note": r.note,
+                "base_run": r.base_run, "contender_run": r.contender_run,
                 "base_cv": r.base_cv, "contender_cv": r.contender_cv}
 
     return {

@@ -51,6 +51,9 @@ class Metric:
     # that are not alike within a run (an fsync=off run's first cut loses every commit,
     # its later cuts find nothing new to lose) would resample into runs that lost nothing.
     by_run_with_repeats: bool = False
+    # The unit of the samples' statistic when it is not the run value's: a run's failed
+    # transactions are a count, the mean of its seconds a rate.
+    sample_unit: str | None = None
 
     def stat(self) -> stats.Statistic:
         return stats.mean if self.statistic == "mean" else stats.median
@@ -136,7 +139,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("p99", "latency p99", "ms", "lower", "median", _client("lat_p99_ms", "lat_p99_ms")),
     Metric("max", "latency max", "ms", "lower", "median", _client("lat_max_ms", "lat_max_ms")),
     Metric("failures", "failed transactions", "tx", "lower", "mean",
-           _client("failures", "failures")),
+           _client("failures", "failures"), sample_unit="tx/s"),
     Metric("stall_seconds", "stall seconds", "s", "lower", "mean", _stall_seconds),
     Metric("lost_commits", "commits lost per cut", "tx", "lower", "mean", _lost_commits,
            situational=True, sample="per-cut", by_run_with_repeats=True),

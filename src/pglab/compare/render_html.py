@@ -11,7 +11,7 @@ _CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222}
 table{border-collapse:collapse;margin:.5em 0 1.5em}
 th,td{padding:.25em .7em;border-bottom:1px solid #ddd;text-align:right}
-th:first-child,td:first-child,td:last-child{text-align:left}
+th:first-child,td:first-child,td:nth-child(2),td:last-child{text-align:left}
 .better{color:#176f2c;font-weight:bold}.worse{color:#b00020;font-weight:bold}
 .na,.same{color:#777}.warn{color:#8a5a00}.bad{color:#b00020;font-weight:bold}
 """

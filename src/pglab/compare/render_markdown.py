@@ -23,7 +23,8 @@ def render(comparison: Comparison) -> str:
         if contender.warnings:
             lines.append("")
         lines.append("| " + " | ".join(cells.HEADERS) + " |")
-        lines.append("|---|" + "---:|" * 4 + "---|")
+        lines.append("|" + "".join("---:|" if index in cells.NUMERIC else "---|"
+                                   for index in range(len(cells.HEADERS))))
         for result in contender.metrics:
             row = list(cells.row(result))
             row[-1] = _MARK.get(result.verdict, row[-1])

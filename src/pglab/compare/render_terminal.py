@@ -23,7 +23,7 @@ def render(console: Console, comparison: Comparison) -> None:
             console.print(f"  [{style}]! {warning}[/{style}]", highlight=False)
         table = Table(header_style="bold", box=None, pad_edge=False)
         for index, header in enumerate(cells.HEADERS):
-            table.add_column(header, justify="right" if 0 < index < 5 else "left")
+            table.add_column(header, justify="right" if index in cells.NUMERIC else "left")
         rows = [cells.row(result, short_na=True) for result in contender.metrics]
         for result, row in zip(contender.metrics, rows, strict=True):
             style = _STYLE.get(result.verdict, "")
@@ -32,10 +32,11 @@ def render(console: Console, comparison: Comparison) -> None:
         if natural <= console.width:
             console.print(table)
         else:  # a narrow terminal would cut or split the figures: a line per metric
-            for result, (metric, base_value, value, delta, ci, verdict) in zip(
+            for result, (metric, stat, base_value, value, delta, ci, verdict) in zip(
                     contender.metrics, rows, strict=True):
                 style = _STYLE.get(result.verdict, "")
-                console.print(f"  [bold]{metric}[/bold]: {base_value} -> {value}, {delta}"
+                console.print(f"  [bold]{metric}[/bold] ({stat}): {base_value} -> {value}, "
+                              f"{delta}"
                               + (f" {ci}" if ci else "") + ": "
                               + (f"[{style}]{verdict}[/{style}]" if style else verdict),
                               highlight=False)

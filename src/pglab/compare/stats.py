@@ -14,15 +14,17 @@ The interval is a percentile interval of the change of the statistic: of log(con
 base) when the statistic is positive (TPS, latencies: a factor of 2 up or down counts the
 same whichever run is the base), else of contender - base; "no significant difference"
 when it includes zero. Pure Python (no numpy: polars
-does not bring it) and deterministic: a fixed seed, so the same folders always give the
-same verdict.
+does not bring it) and deterministic: a fixed seed per side, so the same folders always
+give the same verdict.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import random
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -91,25 +93,54 @@ def block_length(xs: Sequence[float]) -> int:
     return max(floor_len, min(lag, n // 2))
 
 
-def block_resample(xs: Sequence[float], block: int, rng: random.Random) -> list[float]:
-    """A moving-block (circular) resample of `xs`, of the same length."""
-    n = len(xs)
+def _circle(xs: Sequence[float], block: int) -> list[float]:
+    """`xs` repeated so that a block starting at any of its indices is one slice."""
+    return list(xs) * (1 + -(-block // len(xs)))
+
+
+def block_resample(circle: Sequence[float], n: int, block: int,
+                   rng: random.Random) -> list[float]:
+    """A moving-block (circular) resample of n samples, from their `_circle`."""
     out: list[float] = []
+    draw = rng.random  # a third of randrange's cost, in the bootstrap's innermost loop
     while len(out) < n:
-        start = rng.randrange(n)
-        out.extend(xs[(start + i) % n] for i in range(block))
+        start = int(draw() * n)
+        out.extend(circle[start:start + block])
     return out[:n]
 
 
-def _replicate(runs: Sequence[Sequence[float]], blocks: Sequence[int],
-               rng: random.Random) -> list[float]:
+def _replicate(runs: Sequence[Sequence[float]], circles: Sequence[Sequence[float]],
+               blocks: Sequence[int], rng: random.Random) -> list[float]:
     """One bootstrap replicate of a side: runs drawn with replacement (when there are
     several), then blocks within each drawn run; pooled."""
     picked = [rng.randrange(len(runs)) for _ in runs] if len(runs) > 1 else [0]
     pooled: list[float] = []
     for index in picked:
-        pooled.extend(block_resample(runs[index], blocks[index], rng))
+        pooled.extend(block_resample(circles[index], len(runs[index]), blocks[index], rng))
     return pooled
+
+
+@dataclass(frozen=True)
+class _Side:
+    statistic: float  # over the pooled samples
+    replicates: array[float]  # 8 bytes each: a cache of 512 sides stays ~8 MB
+    blocks: tuple[int, ...]
+    nonnegative: bool  # every sample >= 0
+
+
+@functools.lru_cache(maxsize=512)
+def _side(runs: tuple[tuple[float, ...], ...], statistic: Statistic, resamples: int,
+          seed: int) -> _Side:
+    """A side's statistic, its bootstrap replicates and block lengths. Each side draws
+    from its own seed, so one side's replicates do not depend on the other's samples:
+    comparing a base with many contenders (or all pairs of a set) resamples each once."""
+    rng = random.Random(seed)
+    blocks = tuple(block_length(r) for r in runs)
+    circles = [_circle(r, b) for r, b in zip(runs, blocks, strict=True)]
+    replicates = array("d", (statistic(_replicate(runs, circles, blocks, rng))
+                             for _ in range(resamples)))
+    pooled = [x for r in runs for x in r]
+    return _Side(statistic(pooled), replicates, blocks, min(pooled) >= 0)
 
 
 @dataclass(frozen=True)
@@ -175,18 +206,15 @@ def bootstrap_difference(base_runs: Sequence[Sequence[float]],
     Each side is a list of runs, each run a list of per-second samples in time order
     (a run may be a single value, e.g. a count per run, when there are repeats).
     """
-    base_runs = [list(r) for r in base_runs if r]
-    contender_runs = [list(r) for r in contender_runs if r]
-    if not base_runs or not contender_runs:
+    base = tuple(tuple(r) for r in base_runs if r)
+    contender = tuple(tuple(r) for r in contender_runs if r)
+    if not base or not contender:
         raise ValueError("bootstrap_difference needs samples on both sides")
-    rng = random.Random(seed)
-    base_blocks = [block_length(r) for r in base_runs]
-    cont_blocks = [block_length(r) for r in contender_runs]
-    base_stat = statistic([x for r in base_runs for x in r])
-    cont_stat = statistic([x for r in contender_runs for x in r])
-    pairs = [(statistic(_replicate(base_runs, base_blocks, rng)),
-              statistic(_replicate(contender_runs, cont_blocks, rng)))
-             for _ in range(resamples)]
+    # Two seeds: two sides of identical samples must not draw identical replicates.
+    base_side = _side(base, statistic, resamples, seed)
+    cont_side = _side(contender, statistic, resamples, seed + 1)
+    base_stat, cont_stat = base_side.statistic, cont_side.statistic
+    pairs = list(zip(base_side.replicates, cont_side.replicates, strict=True))
     positive = base_stat > 0 and cont_stat > 0 and all(b > 0 and c > 0 for b, c in pairs)
     mode: Literal["ratio", "difference"] = "ratio" if positive else "difference"
     changes = sorted(math.log(c / b) if positive else c - b for b, c in pairs)
@@ -194,6 +222,5 @@ def bootstrap_difference(base_runs: Sequence[Sequence[float]],
     return Interval(base=base_stat, contender=cont_stat, mode=mode,
                     low=quantile(changes, alpha), high=quantile(changes, 1.0 - alpha),
                     confidence=confidence, resamples=resamples,
-                    blocks=tuple(base_blocks + cont_blocks),
-                    nonnegative=all(x >= 0 for runs in (base_runs, contender_runs)
-                                    for r in runs for x in r))
+                    blocks=base_side.blocks + cont_side.blocks,
+                    nonnegative=base_side.nonnegative and cont_side.nonnegative)

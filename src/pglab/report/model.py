@@ -17,6 +17,7 @@ import polars as pl
 from pglab.errors import BadInput
 from pglab.report.html_events import event_lanes
 from pglab.report.html_kernel import kernel_charts
+from pglab.report.html_postgres import postgres_charts
 from pglab.report.html_series import (
     PALETTE,
     Chart,
@@ -226,6 +227,7 @@ def build_model(run_dir: Path) -> ReportModel:
         else:
             notes.append("Wait events: no db.waits samples")
         charts += kernel_charts(ts, t0_us)  # beside the waits: the same seconds, below them
+        charts += postgres_charts(ts, t0_us, notes)  # what PostgreSQL did in those seconds
         charts += _telemetry_charts(ts, t0_us, run.manifest, notes)
     else:
         notes.append("Telemetry: no timeseries.parquet (telemetry disabled?)")

@@ -21,6 +21,7 @@ from pglab.results import files
 from pglab.results.analysis_doc import deficit, verdict_basis
 from pglab.results.files import write_text
 from pglab.results.manifest import Manifest
+from pglab.scenario.model import Envelope, Topology
 from pglab.storage.describe import lines as storage_lines
 
 
@@ -52,8 +53,65 @@ def _table(headers: list[str], rows: list[list[str]], numeric: set[int] | None =
 
 
 def _kv(rows: list[tuple[str, Any]]) -> str:
-    return _table(["", ""], [[escape(k), escape(str(v))] for k, v in rows
-                             if v not in (None, "", [], {})])
+    # a value of several lines (a nested table's `key = value` rows) keeps its lines
+    return _table(["", ""], [[escape(k), escape(str(v)).replace("\n", "<br>")]
+                             for k, v in rows if v not in (None, "", [], {})])
+
+
+def _plain(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return f"{value:g}"
+    if isinstance(value, bool):
+        return str(value).lower()  # as TOML writes it
+    return str(value)
+
+
+def _inline(value: Any) -> str:
+    """A value on one line, TOML-like: `[{at = 6s, action = checkpoint}]`, nulls left out."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {_inline(v)}" for k, v in value.items()
+                               if v is not None) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_inline(v) for v in value) + "]"
+    return _plain(value)
+
+
+def _nested(value: Any, default: Any = None, prefix: str = "") -> list[str]:
+    """A nested table as `key = value` lines (dotted keys below the first level), leaving
+    out what is unset (null, empty) or at its default: what the scenario chose."""
+    if isinstance(value, dict):
+        defaults = default if isinstance(default, dict) else {}
+        return [line for key, item in value.items()
+                for line in _nested(item, defaults.get(key), f"{prefix}{key}.")]
+    if value in (None, "", [], {}) or value == default:
+        return []
+    return [f"{prefix.rstrip('.')} = {_inline(value)}"]
+
+
+def _envelope(envelope: dict[str, Any]) -> str:
+    shown = dict(envelope)
+    if isinstance(shown.get("memory"), int):
+        shown["memory"] = f"{shown['memory'] / 2**20:,.0f} MiB"
+    disk = shown.get("disk")
+    if isinstance(disk, dict) and not shown.get("disk_profile"):
+        # 0 is "unlimited", as no limit is when no disk profile gives one
+        shown["disk"] = {k: v for k, v in disk.items() if v != 0}
+    return "\n".join(_nested(shown, Envelope().model_dump(mode="json"))) or \
+        "no limits (the host's resources)"
+
+
+def _fault(fault: dict[str, Any]) -> str:
+    """`pause-standby of standby1 at 4 s for 6 s`: a fault as the scenario reads."""
+    text = f"{fault.get('action', '?')} of {fault.get('node') or 'primary'} at " \
+           f"{_plain(fault.get('at'))} s"
+    if fault.get("duration") is not None:
+        text += f" for {_plain(fault['duration'])} s"
+    if (fault.get("repeat") or 1) > 1:
+        text += f", {fault['repeat']} times"
+        if fault.get("every") is not None:
+            text += f" every {_plain(fault['every'])} s"
+    args = _nested(fault.get("args") or {})
+    return text + (f" ({', '.join(args)})" if args else "")
 
 
 def _header(model: ReportModel) -> str:
@@ -228,7 +286,7 @@ def _durability(model: ReportModel) -> str:
     damage = [[escape(str(d.get("found"))), escape(str(d.get("relation") or "–")),
                escape(str(d.get("message")))] for d in section.get("corruption") or []]
     damage += [[escape(str(i.get("found"))), escape(str(i.get("invariant"))),
-                escape(json.dumps(i.get("sums")))]
+                escape(_inline(i.get("sums")))]
                for i in section.get("invariant_violations") or []]
     if damage:
         html.append("<h3>Corruption and broken invariants</h3>"
@@ -290,14 +348,19 @@ def _scenario(model: ReportModel) -> str:
     w = model.run.manifest.scenario_workload
     rows: list[tuple[str, Any]] = [
         ("workload", " + ".join(w.get("mix") or []) + " ".join(w.get("scripts") or [])),
-        ("scale", w.get("scale")), ("clients", w.get("clients")), ("jobs", w.get("jobs")),
-        ("duration", f"{w.get('duration')} s (warmup {w.get('warmup')} s)"),
+        ("scale", w.get("scale")),
+        ("clients", ", ".join(_plain(c) for c in w["clients"])
+         if isinstance(w.get("clients"), list) else w.get("clients")),
+        ("jobs", w.get("jobs")),
+        ("duration", f"{_plain(w.get('duration'))} s (warmup {_plain(w.get('warmup'))} s)"),
         ("rate limit", w.get("rate") or None), ("protocol", w.get("protocol")),
-        ("topology", json.dumps(s.get("topology"))),
-        ("envelope", json.dumps(model.run.manifest.envelope)),
+        ("topology", "\n".join(_nested(s.get("topology") or {},
+                                       Topology().model_dump(mode="json")))
+         or "one server, no pooler"),
+        ("envelope", _envelope(model.run.manifest.envelope or {})),
         ("storage", "; ".join(storage_lines(model.run.manifest)) or "the host's directory"),
-        ("faults", "; ".join(json.dumps(f) for f in s.get("faults") or [])),
-        ("overrides", ", ".join(f"{k}={v}" for k, v in
+        ("faults", "\n".join(_fault(f) for f in s.get("faults") or [] if isinstance(f, dict))),
+        ("overrides", "\n".join(f"{k} = {_inline(v)}" for k, v in
                                 model.run.manifest.overrides.items())),
     ]
     toml = model.run.file(files.SCENARIO)
