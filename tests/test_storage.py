@@ -29,7 +29,7 @@ from pglab.errors import BadInput, EnvironmentProblem
 from pglab.results.manifest import Manifest
 from pglab.scenario import load_text
 from pglab.storage.describe import lines as storage_lines
-from pglab.storage.doctor import findings, parse_pg_test_fsync
+from pglab.storage.doctor import FAST_FLUSH_US, findings, parse_pg_test_fsync
 from pglab.storage.registry import FILESYSTEMS
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="storage volumes need root")
@@ -547,7 +547,7 @@ def test_doctor_on_a_cache_that_acknowledges_flushes_for_nothing(storage_package
     assert facts["fstype"] == "ext4"
     assert facts["block_device"]["name"] == Path(loop).name
     assert facts["block_device"]["write_cache"] == "write back"
-    assert min(facts["fsync_us"].values()) < 100, facts["fsync_us"]
+    assert min(facts["fsync_us"].values()) < FAST_FLUSH_US, facts["fsync_us"]
     assert any("only a power-loss test tells" in f for f in facts["findings"])
 
 

@@ -27,7 +27,11 @@ from typing import Any
 from pglab.errors import BadInput, PglabError
 from pglab.system_parts import is_root, parts_report
 
-FAST_FLUSH_US = 100  # a flush this fast did not reach a platter or NAND without a cache
+# A flush this fast did not reach a platter or NAND without a cache in front: flushes that
+# do take 0.5 ms and more (a drive's cache flush, a cloud volume's round trip), while a
+# cache that returns at once answers in tens of microseconds, and a few times that on a
+# busy machine (a RAM-backed device took 25-123 us at a load average of 5).
+FAST_FLUSH_US = 250
 NOT_DISKS = ("tmpfs", "ramfs", "overlay", "squashfs", "nfs", "nfs4", "cifs", "9p",
              "virtiofs")
 
