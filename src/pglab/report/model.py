@@ -17,6 +17,7 @@ import polars as pl
 from pglab.errors import BadInput
 from pglab.report.html_events import event_lanes
 from pglab.report.html_kernel import kernel_charts
+from pglab.report.html_profile import profile_section
 from pglab.report.html_series import (
     PALETTE,
     Chart,
@@ -40,6 +41,7 @@ class ReportModel:
     analysis: AnalysisDocument | None  # analysis.json, None when not analysed
     top_waits: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # charts left out, and why
+    profile: dict[str, Any] | None = None  # os.profile's flame graphs (flame.js), if recorded
 
 
 def _read(path: Path) -> pl.DataFrame | None:
@@ -244,7 +246,7 @@ def build_model(run_dir: Path) -> ReportModel:
         "stalls": _stalls(analysis, t0_us),
         "warmup": warmup,
     }
-    return ReportModel(run, timeline, analysis, top_waits, notes)
+    return ReportModel(run, timeline, analysis, top_waits, notes, profile_section(run))
 
 
 __all__ = ["ReportModel", "build_model"]
