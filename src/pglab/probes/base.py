@@ -86,8 +86,9 @@ class Probe(ABC):
         return ProbeOutput()
 
     def tool_cpu_s(self) -> float:
-        """CPU seconds of programs the probe runs (a profiler), which no sampling loop's
-        thread time holds: part of the observer's cost. Read after stop()."""
+        """CPU seconds the probe used outside the sampling loops (the programs it runs, a
+        thread of its own), which no loop's thread time holds: part of the observer's
+        cost. Read after stop()."""
         return 0.0
 
     def record(self) -> dict[str, Any] | None:

@@ -5,7 +5,7 @@ Run as root beside a running pglab lab (e.g. `pglab run` of a scenario with 8 cl
 It records `perf record -e cpu-clock -F 49 --call-graph dwarf -a -k CLOCK_MONOTONIC` for
 3 s, unwinds it with `perf script --no-inline -F comm,pid,tid,time,ip,sym,dso` (the
 probe's own commands, probes/os_probes/profile.py), and keeps every sample of the server's
-processes and of pgbench and the first 30 of any other process (which the probe must
+processes and of pgbench and the first 10 of any other process (which the probe must
 leave out), in perf-script.txt; processes.json holds the /proc files the probe reads to
 place them (stat, cmdline, the postmaster's children list) as they were meanwhile.
 """
@@ -46,7 +46,7 @@ def main() -> None:
                    None)
         if pid in ours:
             kept.append(block)
-        elif others < 30 and block.strip():
+        elif others < 10 and block.strip():
             kept.append(block)
             others += 1
     (HERE / "perf-script.txt").write_text("\n\n".join(kept) + "\n")

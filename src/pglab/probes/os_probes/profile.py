@@ -302,7 +302,7 @@ class ProfileProbe(OsProbe):
     # --- what the run keeps -------------------------------------------------------------
 
     def tool_cpu_s(self) -> float:
-        return sum(self.cpu.values()) - self.cpu["reader"]
+        return sum(self.cpu.values())  # perf record, perf script and the reading thread
 
     def record(self) -> dict[str, Any] | None:
         if self.unavailable is not None:

@@ -1,0 +1,235 @@
+"""os.profile: perf script's text parsed, placed by process kind and folded, on a committed
+sample of real perf over a pgbench load (tests/samples/perf/, README there); the report's
+flame graphs on a committed run folder with profile.parquet; then one short live run.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+from pglab.probes.base import NodeHandle, ProbeContext
+from pglab.probes.os_probes.profile import (
+    Attribution,
+    ProfileProbe,
+    StackCounts,
+    perf_command,
+    unresolved_line,
+)
+from pglab.probes.perf_script import Frame, fold, parse_perf_script
+from pglab.results.schemas import PROFILE_SCHEMA
+
+SAMPLES = Path(__file__).resolve().parent / "samples" / "perf"
+TEXT = (SAMPLES / "perf-script.txt").read_text()
+META: dict[str, Any] = json.loads((SAMPLES / "processes.json").read_text())
+POSTMASTER, PGBENCH = META["postmaster"], META["pgbench"]
+RUN = Path(__file__).resolve().parent / "samples" / "runs" / "profile"
+
+
+def fake_proc(root: Path) -> None:
+    """The /proc files the probe reads, as they were while perf recorded the sample."""
+    (root / str(POSTMASTER) / "task" / str(POSTMASTER)).mkdir(parents=True)
+    (root / str(POSTMASTER) / "task" / str(POSTMASTER) / "children").write_text(
+        " ".join(str(pid) for pid in META["children"]) + " ")
+    for pid, files in META["processes"].items():
+        (root / pid).mkdir(exist_ok=True)
+        for name, text in files.items():
+            (root / pid / name).write_text(text)
+
+
+def placed(tmp_path: Path) -> Attribution:
+    fake_proc(tmp_path)
+    attribution = Attribution(tmp_path)
+    attribution.refresh({POSTMASTER: "primary"}, PGBENCH, frozenset())
+    return attribution
+
+
+# --- the parser ---------------------------------------------------------------------------
+
+def test_every_sample_of_the_text_is_parsed_with_its_frames() -> None:
+    samples = list(parse_perf_script(TEXT.splitlines()))
+    headers = [line for line in TEXT.splitlines() if line and not line[0].isspace()]
+    assert len(samples) == len(headers) == 69 + 14 + 10
+    assert all(s.frames for s in samples)
+    backend = next(s for s in samples if s.comm == "postgres")
+    assert backend.pid == backend.tid and backend.pid in META["children"]
+    assert backend.time > 0
+    # innermost first: the process's first frame is last
+    assert backend.frames[-1].symbol in ("_start", "[unknown]")
+    threads = {s.tid for s in samples if s.pid == PGBENCH}
+    assert len(threads) == 2  # pgbench's two jobs: its threads are one process
+
+
+def test_frames_are_named_and_folded_outermost_first() -> None:
+    kernel = Frame("do_syscall_64", "[kernel.kallsyms]")
+    user = Frame("XLogFlush", "/x/bin/postgres")
+    unknown = Frame("[unknown]", "/usr/lib/x86_64-linux-gnu/libc.so.6")
+    lost = Frame("[unknown]", "[unknown]")
+    assert (kernel.name, user.name, unknown.name, lost.name) == (
+        "do_syscall_64_[k]", "XLogFlush", "[unknown libc.so.6]", "[unknown]")
+    assert fold((kernel, user, lost)) == "[unknown];XLogFlush;do_syscall_64_[k]"
+
+
+def test_damaged_text_ends_the_sample_it_is_in_and_nothing_is_guessed() -> None:
+    text = ["postgres 10/10  5.000001: ", "\t  17b86b _bt_compare (/bin/postgres)",
+            "garbage here", "\t  17b86b lost_frame (/bin/postgres)",
+            "pgbench 11/12  5.5: ", "\t  10 PQgetResult (/lib/libpq.so.5)"]
+    samples = list(parse_perf_script(text))
+    assert [(s.comm, s.pid, s.tid, [f.symbol for f in s.frames]) for s in samples] == [
+        ("postgres", 10, 10, ["_bt_compare"]), ("pgbench", 11, 12, ["PQgetResult"])]
+    assert list(parse_perf_script([])) == []
+
+
+# --- placing by kind, counting, folding ---------------------------------------------------
+
+def test_processes_are_placed_by_kind_as_os_kernel_places_them(tmp_path: Path) -> None:
+    attribution = placed(tmp_path)
+    kinds = {pid: attribution.lookup(int(pid), "postgres") for pid in META["processes"]}
+    titles = {pid: files["cmdline"].replace("\0", " ") for pid, files in
+              META["processes"].items()}
+    by_title = {re.sub(r"\s+", " ", titles[pid]).strip(): kind for pid, kind in kinds.items()}
+    assert by_title["postgres: walwriter"] == ("primary", "walwriter")
+    assert by_title["postgres: checkpointer"] == ("primary", "checkpointer")
+    assert by_title["postgres: background writer"] == ("primary", "bgwriter")
+    assert by_title["postgres: io worker 0"] == ("primary", "io_worker")
+    assert by_title["postgres: autovacuum launcher"] == ("primary", "autovacuum")
+    assert kinds[str(POSTMASTER)] == ("primary", "postmaster")
+    assert kinds[str(PGBENCH)] == ("client", "pgbench")
+    backends = [pid for pid, title in titles.items() if "[local]" in title]
+    assert {kinds[pid] for pid in backends} == {("primary", "backends")}
+    # a process of no node, still running (this test's own): not ours, and remembered so
+    assert attribution.lookup(os.getpid(), "python") is None
+    # a postgres process gone before it was placed is counted, not guessed
+    assert attribution.lookup(4_000_000, "postgres") is None and attribution.gone == 1
+
+
+def test_telemetry_sessions_are_left_out(tmp_path: Path) -> None:
+    fake_proc(tmp_path)
+    own = next(int(pid) for pid, f in META["processes"].items() if "idle" in f["cmdline"])
+    attribution = Attribution(tmp_path)
+    attribution.refresh({POSTMASTER: "primary"}, PGBENCH, frozenset({own}))
+    assert attribution.lookup(own, "postgres") is None
+
+
+def test_samples_are_counted_per_second_node_kind_and_stack(tmp_path: Path) -> None:
+    offset = 1_700_000_000.25  # pglab's clock minus perf's monotonic one
+    counts = StackCounts(offset)
+    counts.take(TEXT.splitlines(), placed(tmp_path))
+    assert counts.seen == 93
+    assert dict(counts.by_kind) == {("primary", "backends"): 69, ("client", "pgbench"): 14}
+    frame = counts.frame()
+    assert dict(frame.schema) == PROFILE_SCHEMA
+    assert frame["samples"].sum() == 83
+    times = [s.time for s in parse_perf_script(TEXT.splitlines())]
+    seconds = {math.floor(t + offset) for t in times}
+    assert {int(t.timestamp()) for t in frame["t"].to_list()} <= seconds
+    backends = frame.filter(pl.col("kind") == "backends")
+    # PostgreSQL's own functions by name: the innermost frames outside the kernel of the
+    # backends' chains (the sample's hottest, read in perf-script.txt)
+    leaves = {next((f for f in reversed(stack.split(";")) if not f.endswith("_[k]")), "")
+              for stack in backends["stack"].to_list()}
+    assert {"hash_search_with_hash_value", "HeapTupleSatisfiesVisibility", "base_yyparse",
+            "palloc0", "ExecInitNode"} <= leaves, leaves
+    through_main = backends.filter(pl.col("stack").str.contains(
+        ";PostgresMain;", literal=True))["samples"].sum()
+    assert through_main >= 0.8 * backends["samples"].sum()
+    assert backends.filter(pl.col("stack").str.contains("exec_simple_query", literal=True)
+                           ).height > 0
+    pgbench = frame.filter(pl.col("kind") == "pgbench")["stack"].to_list()
+    assert all(";threadRun;" in s or "[unknown" in s for s in pgbench), pgbench
+    record = counts.resolution.record()
+    assert record["samples"] == 83
+    assert isinstance(record["unresolved_frames_pct"], float)
+    assert record["unresolved_frames_pct"] < 5
+    line = unresolved_line(record)
+    assert line.startswith(f"{record['unresolved_frames_pct']}% of frames unnamed")
+
+
+def test_the_commands_are_those_the_sample_was_made_with() -> None:
+    record, script = perf_command("perf", 49)
+    assert record[:-1] == META["record"][:len(record) - 1]
+    assert script == META["script"]
+
+
+# --- where perf cannot run ------------------------------------------------------------------
+
+def test_missing_perf_is_said_once_and_the_run_goes_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # a machine without linux-perf
+    monkeypatch.setattr("pglab.system_parts.SBIN_DIRS", ())
+    probe = ProfileProbe()
+    probe.start(ProbeContext([NodeHandle("primary", None, None, lambda: None)],
+                             lambda: None, time.time, results_dir=tmp_path))
+    outputs = [probe.sample(dt.datetime.now(dt.timezone.utc)) for _ in range(3)]
+    events = [e for o in outputs for e in o.events] + probe.stop().events
+    assert len(events) == 1 and events[0].kind == "probe-unreadable", events
+    assert events[0].attrs["reason"] == (
+        "os.profile needs linux-perf (perf not found): apt-get install linux-perf: no profile")
+    assert probe.record() == {"unavailable": "os.profile needs linux-perf (perf not found): "
+                                             "apt-get install linux-perf"}
+    assert probe.tool_cpu_s() == 0.0
+    assert not (tmp_path / "profile.parquet").exists()
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("0", "telemetry.profile_hz"), ("1000", "telemetry.profile_hz"),
+    ('"fast"', "telemetry.profile_hz")])
+def test_profile_hz_is_checked(value: str, message: str) -> None:
+    from pglab.errors import BadInput
+    from pglab.scenario import load_text
+
+    text = f'name = "x"\n[telemetry]\ninclude = ["os.profile"]\nprofile_hz = {value}\n'
+    with pytest.raises(BadInput) as caught:
+        load_text(text, "x.toml")
+    assert message in str(caught.value) and "\n" not in str(caught.value)
+    ok = load_text('name = "x"\n[telemetry]\ninclude = ["os.profile"]\nprofile_hz = 97\n',
+                   "x.toml")
+    assert ok.variants[0].scenario.telemetry.profile_hz == 97
+
+
+# --- the report, on a committed run with profile.parquet ----------------------------------
+
+def test_report_draws_a_flame_graph_per_node_and_kind() -> None:
+    from pglab.report.model import build_model
+    from pglab.report.page import render
+
+    model = build_model(RUN)
+    profile = model.profile
+    assert profile is not None
+    keys = [(g["node"], g["kind"]) for g in profile["graphs"]]
+    assert keys[0] == ("primary", "backends") and ("client", "pgbench") in keys
+    frame = pl.read_parquet(RUN / "profile.parquet")
+    names = profile["names"]
+    for graph in profile["graphs"]:
+        rows = frame.filter((pl.col("node") == graph["node"]) & (pl.col("kind") == graph["kind"]))
+        assert graph["samples"] == rows["samples"].sum() == graph["tree"][1]
+        assert names[graph["tree"][0]] == "all"
+
+        def check(node: list[Any]) -> None:  # a frame holds at least its children's samples
+            assert node[1] >= sum(child[1] for child in node[2])
+            for child in node[2]:
+                check(child)
+
+        check(graph["tree"])
+    assert "PostgresMain" in names and "exec_simple_query" in names
+    page = render(model)
+    assert '<div id="flames"></div>' in page and "On-CPU flame graphs" in page
+    assert "Graph.prototype.draw" in page  # flame.js inlined: the page works offline
+
+
+def test_report_without_a_profile_has_no_flame_graphs() -> None:
+    from pglab.report.model import build_model
+    from pglab.report.page import render
+
+    model = build_model(RUN.parent / "sync-slow-disk-kernel")
+    assert model.profile is None
+    assert 'id="flames"' not in render(model)
