@@ -17,6 +17,7 @@ from typing import Any
 import polars as pl
 import pytest
 
+from conftest import apt_install, run_cli, write_scenario
 from pglab.probes.base import NodeHandle, ProbeContext
 from pglab.probes.os_probes.profile import (
     Attribution,
@@ -233,3 +234,52 @@ def test_report_without_a_profile_has_no_flame_graphs() -> None:
     model = build_model(RUN.parent / "sync-slow-disk-kernel")
     assert model.profile is None
     assert 'id="flames"' not in render(model)
+
+
+# --- live -----------------------------------------------------------------------------------
+
+LIVE = """
+[workload]
+scale = 1
+clients = 4
+jobs = 2
+duration = "3s"
+warmup = "0s"
+[telemetry]
+include = ["os.profile"]
+"""
+
+
+@pytest.mark.live
+@pytest.mark.root
+@pytest.mark.cpu_exclusive  # what a 49 Hz sampler catches of the backends in 3 s
+def test_a_run_with_os_profile_records_postgres_functions_and_draws_them(
+        tmp_path: Path) -> None:
+    """A 3 s pgbench run with os.profile (about 8 s in all): the client backends' chains
+    name PostgreSQL's functions up to PostgresMain, pgbench's are counted apart, perf's
+    CPU is in the observer's cost, and the report draws the flame graphs."""
+    apt_install("linux-perf", Path("/usr/bin/perf"))
+    scenario = write_scenario(tmp_path, LIVE, "profile-live")
+    result = run_cli("run", str(scenario), "--results", str(tmp_path / "r"))
+    assert result.returncode == 0, result.stderr + result.stdout[-2000:]
+    (run,) = (tmp_path / "r" / "profile-live").iterdir()
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "completed"
+    frame = pl.read_parquet(run / "profile.parquet")
+    assert dict(frame.schema) == PROFILE_SCHEMA
+    backends = frame.filter((pl.col("node") == "primary") & (pl.col("kind") == "backends"))
+    assert backends["samples"].sum() > 0, frame.group_by("node", "kind").len()
+    stacks = backends["stack"].to_list()
+    assert any(";PostgresMain;" in s for s in stacks), stacks[:5]
+    assert any("exec_simple_query" in s or "exec_execute_message" in s for s in stacks)
+    assert frame.filter(pl.col("kind") == "pgbench")["node"].unique().to_list() == ["client"]
+    telemetry = manifest["telemetry"]
+    record = telemetry["os.profile"]
+    assert record["call_graph"] == "dwarf" and record["hz"] == 49
+    assert record["resolution"]["samples"] == frame["samples"].sum()
+    assert record["unresolved"]
+    tools = telemetry["observer_tools_cpu_s"]
+    assert tools > 0 and tools == pytest.approx(sum(record["perf_cpu_s"].values()), abs=0.01)
+    assert telemetry["probe_cpu_s"]["os.profile"] >= tools - 0.01
+    page = (run / "report.html").read_text()
+    assert '<div id="flames"></div>' in page and "Graph.prototype.draw" in page
