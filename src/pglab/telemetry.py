@@ -191,7 +191,8 @@ class TelemetryRunner:
     def opt_in_unavailable(self) -> list[str]:
         """One line for each opt-in probe the scenario asked for that cannot sample here
         (perf missing, not root): the run goes on without it."""
-        return [f"{p.name} is off: {why}" for p in self.started
+        return [(why if why.startswith(p.name) else f"{p.name}: {why}")
+                + f"; the run goes on without {p.name}" for p in self.started
                 if p.opt_in and (why := getattr(p, "unavailable", None))]
 
     # --- what the manifest records about sampling itself --------------------------------

@@ -367,8 +367,9 @@ def _flames(model: ReportModel) -> str:
     """The flame graphs' place (flame.js draws them), when os.profile recorded the run."""
     if model.profile is None:
         return ""
-    return ('<h2>On-CPU flame graphs <span class="unit">os.profile, the whole run, per node '
-            "and kind of process · click a frame to zoom, search to highlight</span></h2>"
+    return ('<h2>On-CPU flame graphs <span class="unit">os.profile, per node and kind of '
+            "process: the whole run, then each stall against the healthy seconds · click a "
+            "frame to zoom, search to highlight</span></h2>"
             '<div id="flames"></div>')
 
 

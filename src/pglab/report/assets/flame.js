@@ -1,8 +1,11 @@
 /* pglab report: on-CPU flame graphs (os.profile), one per node and kind of process.
    The outermost frame at the bottom, each frame as wide as its share of the samples.
    Click a frame to zoom into it, click "all" (or reset) to zoom out; the search box
-   highlights matching frames and says their share. Data: DATA.profile, built by
-   pglab/report/html_profile.py: a table of names and trees of [name, samples, children]. */
+   highlights matching frames and says their share. Below them, for each stall window, a
+   differential graph per node and kind: the window's frames, red where their share of
+   the samples grew against the run's healthy seconds, blue where it shrank. Data:
+   DATA.profile, built by pglab/report/html_profile.py: a table of names and trees of
+   [name, samples, children] (differential: a fourth item, the healthy share in 1/1000). */
 (function () {
   "use strict";
   var DATA = JSON.parse(document.getElementById("pglab-data").textContent);
@@ -38,9 +41,17 @@
     return d + 1;
   }
 
-  function Graph(g) {
+  // a differential frame: its share of the window's samples against the healthy seconds'
+  function diffColor(node, total) {
+    var delta = 1000 * node[1] / total - node[3], k = Math.min(1, Math.abs(delta) / 100);
+    if (Math.abs(delta) < 5) return "hsl(40,10%,88%)";
+    return delta > 0 ? "hsl(0,80%," + (90 - 42 * k) + "%)" : "hsl(215,70%," + (90 - 38 * k) + "%)";
+  }
+
+  function Graph(g, diff) {
     var self = this;
     this.g = g;
+    this.diff = diff;
     this.zoom = [g.tree];  // the path from the root to the frame zoomed into
     this.search = null;
     this.boxes = [];
@@ -48,7 +59,8 @@
     var head = el("div", "chart-head");
     head.appendChild(el("h3", null, g.node + " · " + g.kind));
     head.appendChild(el("span", "unit", g.samples + " samples" +
-      (P.hz ? " (" + (g.samples / P.hz).toFixed(1) + " CPU s at " + P.hz + " Hz)" : "")));
+      (P.hz ? " (" + (g.samples / P.hz).toFixed(1) + " CPU s at " + P.hz + " Hz)" : "") +
+      (diff ? "; " + g.healthy_samples + " in the healthy seconds" : "")));
     this.status = el("span", "unit");
     head.appendChild(this.status);
     var reset = el("button", null, "reset zoom");
@@ -72,7 +84,9 @@
       tip.innerHTML = "";
       tip.appendChild(el("div", "tip-title", P.names[n[0]]));
       tip.appendChild(el("div", "tip-row", n[1] + " samples, " + pct(n[1], total) + " of " +
-        g.kind + " on " + g.node));
+        g.kind + " on " + g.node + (self.diff ? " in the window" : "")));
+      if (self.diff) tip.appendChild(el("div", "tip-row", (n[3] / 10).toFixed(1) +
+        "% in the healthy seconds"));
       tip.style.display = "block";
       tip.style.left = Math.min(ev.clientX + 14, window.innerWidth - 540) + "px";
       tip.style.top = (ev.clientY + 14) + "px";
@@ -107,7 +121,7 @@
       var y = height - (level + 1) * ROW;
       var name = P.names[node[0]];
       var hit = re && re.test(name);
-      ctx.fillStyle = hit ? "#b05cd1" : color(name);
+      ctx.fillStyle = hit ? "#b05cd1" : self.diff ? diffColor(node, self.g.tree[1]) : color(name);
       ctx.globalAlpha = ancestor ? 0.55 : 1;
       ctx.fillRect(x, y, Math.max(0.5, w - 0.5), ROW - 1);
       ctx.globalAlpha = 1;
@@ -146,7 +160,13 @@
   bar.appendChild(input);
   host.appendChild(bar);
   if (P.unresolved) host.appendChild(el("p", "note flame-note", "not named by perf: " + P.unresolved));
-  var graphs = P.graphs.map(function (g) { var v = new Graph(g); host.appendChild(v.wrap); return v; });
+  var graphs = P.graphs.map(function (g) { var v = new Graph(g, false); host.appendChild(v.wrap); return v; });
+  (P.stalls || []).forEach(function (stall) {
+    host.appendChild(el("h3", "flame-stall", "Stall at " + stall.start.slice(11, 19) + " UTC (" +
+      stall.seconds + " s" + (stall.label ? ", " + stall.label : "") + ") against the " +
+      stall.healthy_seconds + " healthy seconds: red grew, blue shrank"));
+    stall.graphs.forEach(function (g) { var v = new Graph(g, true); host.appendChild(v.wrap); graphs.push(v); });
+  });
   function drawAll() { graphs.forEach(function (v) { v.draw(); }); }
   input.addEventListener("input", function () {
     var re = null;
