@@ -179,7 +179,12 @@ class ProfileProbe(OsProbe):
     # Opt-in (telemetry.include): perf's own CPU is above the observer's budget.
     opt_in = True
 
+    # a sample's process is placed by its /proc files (its parent, its title)
+    requires = ("self/stat",)
+
     def unavailable_reason(self, ctx: ProbeContext) -> str | None:
+        if (unreadable := super().unavailable_reason(ctx)) is not None:
+            return f"{unreadable}: processes cannot be placed"
         missing = PARTS["linux-perf"].missing_problem(self.name)
         if missing is not None:
             return missing
