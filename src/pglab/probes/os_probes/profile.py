@@ -144,6 +144,9 @@ class StackCounts:
         self.resolution = Resolution()
         self.seen = 0  # every process's samples, ours or not
         self.lock = threading.Lock()
+        # one string per distinct chain: a long run repeats the same few thousand chains
+        # in every second, and the counts would otherwise hold a copy of each per second
+        self.chains: dict[str, str] = {}
 
     def take(self, lines: Iterable[str], attribution: Attribution) -> None:
         """Count perf script's samples of the processes `attribution` places."""
@@ -154,6 +157,7 @@ class StackCounts:
                 continue
             node, kind = placed
             stack = fold(sample.frames)
+            stack = self.chains.setdefault(stack, stack)
             second = math.floor(sample.time + self.offset)
             with self.lock:
                 self.counts[second, node, kind, stack] += 1
