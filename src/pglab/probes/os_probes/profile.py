@@ -283,6 +283,9 @@ class ProfileProbe(OsProbe):
             wait_child(proc, 5.0)
         if self.reader is not None:
             self.reader.join(timeout=5.0)
+            if self.reader.is_alive():  # what it has counted so far is written
+                self.note("the profile's reading thread had not finished 5 s after perf "
+                          "ended: its last samples are not in profile.parquet")
         if record.returncode not in (0, -signal.SIGINT) and self.ended is None:
             self.note(f"perf record failed: {self._stderr(0)}")
         if script.returncode not in (0, None) and not self.stacks.seen:
