@@ -203,8 +203,28 @@ def test_the_run_says_in_one_line_that_it_goes_on_without_the_profile(
     finally:
         runner.stop()
         sink.close()
-    assert runner.summary()["os.profile"] == {"unavailable": (
+    summary = runner.summary()
+    assert summary["os.profile"] == {"unavailable": (
         "os.profile needs linux-perf (perf not found): apt-get install linux-perf")}
+
+
+def test_the_report_says_why_a_run_has_no_flame_graphs(tmp_path: Path) -> None:
+    """A run whose scenario asked for os.profile where perf was missing: the report says
+    so among what it does not show."""
+    import shutil
+
+    from pglab.report.model import build_model
+
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    (run / "profile.parquet").unlink()
+    manifest = json.loads((run / "manifest.json").read_text())
+    why = "os.profile needs linux-perf (perf not found): apt-get install linux-perf"
+    manifest["telemetry"]["os.profile"] = {"unavailable": why}
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    model = build_model(run)
+    assert model.profile is None
+    assert f"On-CPU flame graphs: os.profile did not run ({why})" in model.notes
 
 
 @pytest.mark.parametrize(("value", "message"), [

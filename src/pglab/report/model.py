@@ -246,8 +246,11 @@ def build_model(run_dir: Path) -> ReportModel:
         "stalls": _stalls(analysis, t0_us),
         "warmup": warmup,
     }
-    return ReportModel(run, timeline, analysis, top_waits, notes,
-                       profile_section(run, _stall_spans(analysis), _measured(client)))
+    profile = profile_section(run, _stall_spans(analysis), _measured(client))
+    unavailable = ((run.manifest.telemetry or {}).get("os.profile") or {}).get("unavailable")
+    if profile is None and unavailable:
+        notes.append(f"On-CPU flame graphs: os.profile did not run ({unavailable})")
+    return ReportModel(run, timeline, analysis, top_waits, notes, profile)
 
 
 def _stall_spans(analysis: AnalysisDocument | None) -> list[tuple[dt.datetime, dt.datetime,
