@@ -324,8 +324,8 @@ def _wait_for_disk_sleep(pid: int, timeout: float = 10) -> None:
 @pytest.mark.parametrize(("include", "message"), [
     ('["os.kernal"]', "s.toml: telemetry.include = ['os.kernal'] is not valid: 'os.kernal' "
                       "is not an opt-in probe (did you mean 'os.kernel'?)"),
-    ('["db.io"]', "'db.io' is not an opt-in probe; include turns on os.kernel (the others "
-                  "are on unless excluded)"),
+    ('["db.io"]', "'db.io' is not an opt-in probe; include turns on os.kernel, os.profile "
+                  "(the others are on unless excluded)"),
 ])
 def test_include_names_opt_in_probes_only(include: str, message: str) -> None:
     from pglab.errors import BadInput

@@ -771,4 +771,9 @@ def test_missing_files_give_no_samples(cls: type[OsProbe], tmp_path: Path) -> No
 
 
 def test_available_here() -> None:
-    assert available(context()) == dict.fromkeys(p.name for p in OS_PROBES)
+    from pglab.system_parts import PARTS, is_root
+
+    reasons = available(context())
+    # os.profile needs Debian's linux-perf and root (it samples the whole machine)
+    assert (reasons.pop("os.profile") is None) == (PARTS["linux-perf"].present() and is_root())
+    assert reasons == dict.fromkeys(p.name for p in OS_PROBES if p.name != "os.profile")

@@ -68,12 +68,17 @@ def test_docs_results_names_every_manifest_key_and_column() -> None:
     """docs/RESULTS.md is the contract: what the code writes is listed there."""
     import dataclasses
 
-    from pglab.results.schemas import CLIENT_SCHEMA, EVENTS_SCHEMA, TIMESERIES_SCHEMA
+    from pglab.results.schemas import (
+        CLIENT_SCHEMA,
+        EVENTS_SCHEMA,
+        PROFILE_SCHEMA,
+        TIMESERIES_SCHEMA,
+    )
 
     doc = (Path(__file__).parent.parent / "docs" / "RESULTS.md").read_text()
     keys = [f.name for f in dataclasses.fields(Manifest) if f.name != "extra"]
     assert [k for k in keys if f"`{k}`" not in doc] == []
-    columns = {*CLIENT_SCHEMA, *TIMESERIES_SCHEMA, *EVENTS_SCHEMA}
+    columns = {*CLIENT_SCHEMA, *TIMESERIES_SCHEMA, *EVENTS_SCHEMA, *PROFILE_SCHEMA}
     assert sorted(c for c in columns if f"`{c}`" not in doc) == []
     names = [v for k, v in vars(files).items() if k.isupper() and isinstance(v, str)]
     assert [n for n in names if n.lstrip(".") not in doc] == []

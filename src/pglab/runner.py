@@ -158,6 +158,8 @@ def run_variant(loaded: LoadedScenario, variant: Variant, options: RunOptions, u
             try:  # from the probes' start: a Ctrl-C at any point still stops and writes them
                 if telemetry is not None:  # before the load, so the first second has a baseline
                     telemetry.start()
+                    for line in telemetry.opt_in_unavailable():
+                        ui.status(line)
                 ui.load_started(load.total_s, variant.label() or scenario.name)
                 load.run(lab, folder.raw, LoadHooks(ui.progress, ui.status, load_started),
                          timeline, verdicts)
@@ -232,7 +234,8 @@ def _telemetry_for(scenario: Scenario, lab: Lab, folder: RunFolder,
     nodes = probe_nodes(lab)
     ctx = ProbeContext(nodes, lambda: client_pids[-1] if client_pids else None,
                        monotonic_wall_clock(), DbSessions(nodes),
-                       lab.pooler.admin_connect if lab.pooler is not None else None)
+                       lab.pooler.admin_connect if lab.pooler is not None else None,
+                       folder.path, scenario.telemetry.profile_hz)
     runner = TelemetryRunner(make_probes(scenario.telemetry.exclude,
                                          scenario.telemetry.include), ctx,
                              TelemetrySink(folder.path), scenario.telemetry.interval,

@@ -91,6 +91,8 @@ PARTS: dict[str, Part] = {p.name: p for p in (
     Part("sysbench", ("sysbench",), "workload.driver = 'sysbench'", env="PGLAB_SYSBENCH"),
     Part("iproute2", ("ss", "ip", "tc"), "the os.tcp probe (ss: sockets' queues and "
          "retransmits); ip and tc to tell whether netem can delay a standby's network"),
+    Part("linux-perf", ("perf",), "the os.profile probe (telemetry.include = "
+         "['os.profile']): on-CPU stacks of PostgreSQL's processes"),
     Part("zstd", ("zstd",), "reading zstd-compressed logs (pglab logs, observe --log)"),
     Part("prometheus-node-exporter", ("prometheus-node-exporter",),
          "pglab observe --node-exporter: the OS of the observed host (on that host)"),

@@ -188,6 +188,13 @@ class TelemetryRunner:
         self.sink.write(ProbeOutput(events=[Event(now, "probe-error", node or "host", attrs={
             "probe": probe.name, "error": f"{type(exc).__name__}: {exc}"})]))
 
+    def opt_in_unavailable(self) -> list[str]:
+        """One line for each opt-in probe the scenario asked for that cannot sample here
+        (perf missing, not root): the run goes on without it."""
+        return [(why if why.startswith(p.name) else f"{p.name}: {why}")
+                + f"; the run goes on without {p.name}" for p in self.started
+                if p.opt_in and (why := getattr(p, "unavailable", None))]
+
     # --- what the manifest records about sampling itself --------------------------------
 
     def summary(self) -> dict[str, Any]:
@@ -217,6 +224,7 @@ class TelemetryRunner:
             "events_written": self.sink.event_count,
             **self._observer_cpu(),
             "probe_cpu_s": self._probe_cpu(),
+            **{p.name: record for p in self.started if (record := p.record()) is not None},
         }
 
     def _probe_cpu(self) -> dict[str, float]:
@@ -226,13 +234,20 @@ class TelemetryRunner:
         for key, seconds in list(self._probe_cpu_s.items()):
             name = key.split("\0", 1)[0]
             by_probe[name] = by_probe.get(name, 0.0) + seconds
+        for probe in self.started:  # and the programs it ran (perf)
+            if tools := probe.tool_cpu_s():
+                by_probe[probe.name] = by_probe.get(probe.name, 0.0) + tools
         return {name: round(seconds, 3) for name, seconds in sorted(by_probe.items())}
 
     def _observer_cpu(self) -> dict[str, float]:
-        """What observing cost: CPU seconds of pglab's sampling loops and of the server
-        backends answering them (`ss`, run only while nodes replicate, is not counted),
-        and both as a share of all the machine's cores over the time telemetry ran."""
+        """What observing cost: CPU seconds of pglab's sampling loops, of the programs
+        probes run (perf) and of the server backends answering them (`ss`, run only
+        while nodes replicate, is not counted), and all as a share of all the machine's
+        cores over the time telemetry ran."""
         cost = {"observer_cpu_s": sum(self._loop_cpu_s.values())}
+        tools = sum(probe.tool_cpu_s() for probe in self.started)
+        if tools:  # programs probes ran (os.profile's perf), beside pglab's own threads
+            cost["observer_tools_cpu_s"] = tools
         if self.ctx.db is not None:
             cost["observer_server_cpu_s"] = self.ctx.db.backend_cpu_s
         span = self._span[1] - self._span[0]

@@ -57,6 +57,8 @@ class ProbeContext:
     clock: Callable[[], float]  # epoch seconds; injectable for tests
     db: Any = None  # probes.dbsessions.DbSessions: one connection per node and thread
     pooler: Callable[[], Any] | None = None  # PgBouncer's admin console, when there is one
+    results_dir: Path | None = None  # the run folder, for a probe that writes a file of its own
+    profile_hz: int = 49  # telemetry.profile_hz: os.profile's samples per second and CPU
 
 
 Cadence = Literal["interval", "fast"]  # every telemetry.interval, or wait_sampling_hz
@@ -82,3 +84,14 @@ class Probe(ABC):
     def stop(self) -> ProbeOutput:
         """Release resources; may return what only the end can tell."""
         return ProbeOutput()
+
+    def tool_cpu_s(self) -> float:
+        """CPU seconds the probe used outside the sampling loops (the programs it runs, a
+        thread of its own), which no loop's thread time holds: part of the observer's
+        cost. Read after stop()."""
+        return 0.0
+
+    def record(self) -> dict[str, Any] | None:
+        """What the manifest's telemetry section says of this probe, if anything (after
+        stop())."""
+        return None

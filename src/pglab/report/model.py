@@ -18,6 +18,7 @@ from pglab.errors import BadInput
 from pglab.report.html_events import event_lanes
 from pglab.report.html_kernel import kernel_charts
 from pglab.report.html_postgres import postgres_charts
+from pglab.report.html_profile import profile_section
 from pglab.report.html_series import (
     PALETTE,
     Chart,
@@ -41,6 +42,7 @@ class ReportModel:
     analysis: AnalysisDocument | None  # analysis.json, None when not analysed
     top_waits: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # charts left out, and why
+    profile: dict[str, Any] | None = None  # os.profile's flame graphs (flame.js), if recorded
 
 
 def _read(path: Path) -> pl.DataFrame | None:
@@ -246,7 +248,35 @@ def build_model(run_dir: Path) -> ReportModel:
         "stalls": _stalls(analysis, t0_us),
         "warmup": warmup,
     }
-    return ReportModel(run, timeline, analysis, top_waits, notes)
+    profile = profile_section(run, _stall_spans(analysis), _measured(client))
+    unavailable = ((run.manifest.telemetry or {}).get("os.profile") or {}).get("unavailable")
+    if profile is None and unavailable:
+        notes.append(f"On-CPU flame graphs: os.profile did not run ({unavailable})")
+    return ReportModel(run, timeline, analysis, top_waits, notes, profile)
+
+
+def _stall_spans(analysis: AnalysisDocument | None) -> list[tuple[dt.datetime, dt.datetime,
+                                                                  str]]:
+    """Each stall's start, end (exclusive) and what it is called on the timelines."""
+    out = []
+    for stall in analysis.stalls if analysis is not None else []:
+        try:
+            start = dt.datetime.fromisoformat(str(stall["start"]).replace("Z", "+00:00"))
+            end = dt.datetime.fromisoformat(str(stall["end"]).replace("Z", "+00:00"))
+        except (KeyError, TypeError, ValueError):
+            continue
+        causes = stall.get("causes") or []
+        cause = causes[0].get("cause", "") if causes and isinstance(causes[0], dict) else ""
+        out.append((start, end, f"{stall.get('kind', '?')} {cause}".strip()))
+    return out
+
+
+def _measured(client: pl.DataFrame | None) -> list[int]:
+    """The measured seconds (epoch): all jobs, not warmup, not partial."""
+    if client is None or client.is_empty():
+        return []
+    whole = client.filter(pl.col("job").is_null() & ~pl.col("warmup") & ~pl.col("partial"))
+    return [int(s) for s in whole["t"].dt.epoch("s").to_list()]
 
 
 __all__ = ["ReportModel", "build_model"]

@@ -426,6 +426,16 @@ def _settings(model: ReportModel) -> str:
                    f"{_table(['parameter', 'value', 'set by'], rows(others))}</details>")
 
 
+def _flames(model: ReportModel) -> str:
+    """The flame graphs' place (flame.js draws them), when os.profile recorded the run."""
+    if model.profile is None:
+        return ""
+    return ('<h2>On-CPU flame graphs <span class="unit">os.profile, per node and kind of '
+            "process: the whole run, then each stall against the healthy seconds · click a "
+            "frame to zoom, search to highlight</span></h2>"
+            '<div id="flames"></div>')
+
+
 def render(model: ReportModel) -> str:
     """The whole page as one string."""
     notes = "".join(f"<li>{escape(n)}</li>" for n in model.notes)
@@ -446,6 +456,7 @@ all charts move together · red bands are stalls</span></h2>
 <div class="toolbar"><span id="view-label"></span><button id="reset-zoom">reset zoom</button></div>
 <div id="timelines"></div>
 {"<p class='empty'>Not shown:</p><ul class='empty'>" + notes + "</ul>" if notes else ""}
+{_flames(model)}
 <div class="grid">
 <div class="panel"><h3>Top wait events</h3>{_top_waits(model)}</div>
 <div class="panel"><h3>Per-statement latency</h3>{_statements(model)}</div>
@@ -459,7 +470,11 @@ all charts move together · red bands are stalls</span></h2>
 <footer>pglab {escape(__version__)} · report generated {generated} UTC from
 {escape(str(model.run.path))}</footer>
 </main>"""
-    data = {"timeline": model.timeline}
+    data: dict[str, Any] = {"timeline": model.timeline}
+    flame_js = ""
+    if model.profile is not None:
+        data["profile"] = model.profile
+        flame_js = f"<script>{asset('flame.js')}</script>"
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -469,6 +484,7 @@ all charts move together · red bands are stalls</span></h2>
 {body}
 <script type="application/json" id="pglab-data">{_json_for_script(data)}</script>
 <script>{asset("report.js")}</script>
+{flame_js}
 </body></html>
 """
 

@@ -23,6 +23,7 @@ SCENARIO = "scenario.toml"  # the scenario file as given (a dsn's password redac
 CLIENT = "client.parquet"
 TIMESERIES = "timeseries.parquet"
 EVENTS = "events.parquet"
+PROFILE = "profile.parquet"  # os.profile's on-CPU stacks, when the probe ran
 ANALYSIS = "analysis.json"
 REPORT = "report.html"
 RAW = "raw"  # pgbench's own output and logs

@@ -64,3 +64,14 @@ EVENTS_SCHEMA: SchemaType = {
     "kind": pl.Utf8,
     "attrs": pl.Utf8,
 }
+
+# profile.parquet (os.profile, opt-in): on-CPU stack samples per second, node and kind of
+# process; `stack` is a folded chain, outermost frame first, `;`-separated
+# (probes/perf_script.py names the frames).
+PROFILE_SCHEMA: SchemaType = {
+    "t": pl.Datetime("us", "UTC"),
+    "node": pl.Utf8,  # a node's name, or "client" for pgbench
+    "kind": pl.Utf8,  # backends, walwriter, ..., postmaster; pgbench
+    "stack": pl.Utf8,
+    "samples": pl.Int64,
+}

@@ -453,6 +453,9 @@ class Telemetry(StrictModel):
     wait_sampling_hz: int = Field(10, ge=1, le=100)
     exclude: list[str] = Field(default_factory=list)  # probe names, see `pglab probes`
     include: list[str] = Field(default_factory=list)  # opt-in probes to turn on (os.kernel)
+    # os.profile's samples per second of each CPU (so of each process on it): an odd
+    # rate, off the beat of anything that runs at 10, 50 or 100 Hz
+    profile_hz: int = Field(49, ge=1, le=999)
 
     @field_validator("interval")
     @classmethod

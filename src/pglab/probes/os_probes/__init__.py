@@ -79,6 +79,9 @@ from pglab.probes.os_probes.processes import (
     tree_of,
     walk_tree,
 )
+from pglab.probes.os_probes.profile import (
+    ProfileProbe,
+)
 from pglab.probes.os_probes.tcp import (
     SS_FALLBACKS,
     TcpProbe,
@@ -94,6 +97,7 @@ OS_PROBES: tuple[type[OsProbe], ...] = (
     ProcessesProbe,
     TcpProbe,
     KernelProbe,
+    ProfileProbe,
 )
 
 
@@ -122,6 +126,7 @@ __all__ = [
     "OsProbe",
     "PressureProbe",
     "ProcessesProbe",
+    "ProfileProbe",
     "TcpProbe",
     "Tree",
     "available",
