@@ -34,6 +34,14 @@ out = _Console()
 err = _Console(stderr=True)
 
 
+def warn_damaged(problem: object) -> None:
+    """A damaged optional file of a run folder, for the commands that show the rest
+    (`load_run(..., on_damaged=warn_damaged)`): one line, as errors are."""
+    import click
+
+    click.echo(f"pglab: warning: {problem}; left out", err=True)
+
+
 def load_scenario(source: str, overrides: tuple[str, ...]) -> LoadedScenario:
     """A scenario file (a path or a name ending in .toml) or a built-in scenario's name."""
     from pglab.scenario import load
