@@ -61,6 +61,7 @@ class Inputs:
     empty_file: Path
     garbage: Path
     empty_dir: Path
+    wrong_toml: Path  # TOML, a scenario of the wrong shape
     scenario: Path  # valid
     run: Path  # an intact copy of a sample run
     summary: Path  # pgbench's stdout
@@ -68,7 +69,8 @@ class Inputs:
 
     def path_cases(self) -> dict[str, str]:
         return {"missing path": str(self.missing), "empty file": str(self.empty_file),
-                "binary garbage": str(self.garbage), "empty folder": str(self.empty_dir)}
+                "binary garbage": str(self.garbage), "empty folder": str(self.empty_dir),
+                "TOML of the wrong shape": str(self.wrong_toml)}
 
 
 def _garbage(size: int, seed: int) -> bytes:
@@ -102,12 +104,13 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> Inputs:
     (root / "empty").write_bytes(b"")
     (root / "garbage.bin").write_bytes(_garbage(4096, 1))
     (root / "empty-dir").mkdir()
+    (root / "wrong.toml").write_text('name = "wrong"\nworkload = 5\n[[faults]]\nat = []\n')
     scenario = root / "ok.toml"
     scenario.write_text('name = "ok"\n[workload]\nscale = 1\nduration = "3s"\n')
     run = root / "intact" / RUNS[0].name
     shutil.copytree(RUNS[0], run)
     return Inputs(root, root / "absent" / "nothing", root / "empty", root / "garbage.bin",
-                  root / "empty-dir", scenario, run,
+                  root / "empty-dir", root / "wrong.toml", scenario, run,
                   SAMPLES / "pgbench" / "18" / "agg_plain.summary.txt",
                   SAMPLES / "serverlog" / "pg18" / "postgresql.log")
 
