@@ -3,12 +3,13 @@ or value and what is wrong, never a traceback, never silence.
 
 The commands come from the click group, so a command added later is fuzzed from its
 first day: each positional argument gets a missing path, an empty file, a file of binary
-garbage and an empty folder (a file where a folder is expected, and the other way round);
-each option a value its type refuses, or nonsense for a free-text one; each command an
-unknown flag. The run-folder readers (show, report, analyze, compare) also get copies of
-the committed sample runs (tests/samples/runs/) with one file truncated, corrupted, emptied
-or replaced by a folder. The commands that start servers (SERVER_COMMANDS) get only inputs
-that their validation refuses, so nothing starts.
+garbage and an empty folder (a file where a folder is expected, and the other way round),
+a scenario argument also a TOML file of the wrong shape; each option a value its type
+refuses, or nonsense for a free-text one; each command an unknown flag. The run-folder
+readers (show, report, analyze, compare) also get copies of the committed sample runs
+(tests/samples/runs/) with one file truncated, corrupted, of the wrong shape or replaced
+by a folder. The commands that start servers (SERVER_COMMANDS) get only inputs that their
+validation refuses, so nothing starts.
 
 A case fails on a traceback, on "internal error" (cli.py's last resort for an exception
 no command foresaw), on an exit code outside 0/1/2/3, and on a non-zero exit with nothing
@@ -44,11 +45,11 @@ SERVER_CHECKED_OPTIONS = {"--set", "--duration"}
 UNREACHABLE_DSN = "host=/nonexistent-pglab-socket-dir port=1 connect_timeout=1"
 # The files of a run folder and how each is damaged.
 DAMAGES = {
-    files.MANIFEST: ("truncated", "corrupt", "empty", "wrong-shape"),
+    files.MANIFEST: ("truncated", "corrupt", "wrong-shape"),
     files.CLIENT: ("truncated", "corrupt", "folder"),
-    files.TIMESERIES: ("truncated", "corrupt", "empty"),
-    files.EVENTS: ("truncated", "corrupt", "folder"),
-    files.ANALYSIS: ("truncated", "corrupt", "wrong-shape"),
+    files.TIMESERIES: ("truncated", "corrupt"),
+    files.EVENTS: ("truncated", "corrupt"),
+    files.ANALYSIS: ("corrupt", "wrong-shape"),
     files.SCENARIO: ("garbage",),
 }
 RUN_READERS = ("show", "report", "analyze", "compare")
@@ -67,10 +68,12 @@ class Inputs:
     summary: Path  # pgbench's stdout
     log: Path  # a server log
 
-    def path_cases(self) -> dict[str, str]:
-        return {"missing path": str(self.missing), "empty file": str(self.empty_file),
-                "binary garbage": str(self.garbage), "empty folder": str(self.empty_dir),
-                "TOML of the wrong shape": str(self.wrong_toml)}
+    def path_cases(self, scenario: bool) -> dict[str, str]:
+        cases = {"missing path": str(self.missing), "empty file": str(self.empty_file),
+                 "binary garbage": str(self.garbage), "empty folder": str(self.empty_dir)}
+        if scenario:
+            cases["TOML of the wrong shape"] = str(self.wrong_toml)
+        return cases
 
 
 def _garbage(size: int, seed: int) -> bytes:
@@ -84,8 +87,6 @@ def _damage(path: Path, how: str, seed: int) -> None:
     elif how == "corrupt":  # the middle overwritten: a footer or a brace may survive
         start = len(data) // 3
         path.write_bytes(data[:start] + _garbage(len(data) // 3, seed) + data[2 * start:])
-    elif how == "empty":
-        path.write_bytes(b"")
     elif how == "garbage":
         path.write_bytes(_garbage(2048, seed))
     elif how == "folder":
@@ -158,7 +159,7 @@ def cases(inputs: Inputs) -> Iterator[tuple[str, list[str]]]:
             if name == "observe":
                 values = {"a malformed DSN": "host=", "a DSN of nothing": "bogus"}
             else:
-                values = inputs.path_cases()
+                values = inputs.path_cases(argument.name == "scenario")
             for what, value in values.items():
                 args = list(base)
                 if index < len(args):
