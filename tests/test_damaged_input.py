@@ -311,8 +311,9 @@ def test_a_file_where_a_folder_is_expected_is_named_for_what_it_is(tmp_path: Pat
         assert (result.returncode, result.stderr.strip()) == (2, f"pglab: {expected}"), argv
 
 
-@pytest.mark.parametrize("argv", [["scenarios"], ["faults"], ["ls", "--json", str(SAMPLES)],
-                                  ["show", "--json", str(RUNS[0])]])
+@pytest.mark.parametrize("argv", [["scenarios"], ["--help"], ["ls", "--json", str(SAMPLES)],
+                                  ["show", "--json", str(RUNS[0])],
+                                  ["compare", str(RUNS[0]), str(RUNS[1])]])
 def test_a_closed_pipe_ends_a_command_silently(argv: list[str]) -> None:
     """`pglab scenarios | head -1`: once the reader has gone, pglab stops as SIGPIPE stops a
     Unix tool: exit 141, nothing said (it printed "interrupted by SIGPIPE; cleaned up").

@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,20 +42,32 @@ pg_bin_option = click.option(
 )
 
 
+@contextlib.contextmanager
+def _unlike_click() -> Iterator[None]:
+    """What a command (or the help) raises that click would misreport: click turns an
+    EOFError into "Aborted!" (as if interrupted) and a closed output pipe into a silent
+    exit 1."""
+    try:
+        yield
+    except BrokenPipeError:
+        # the reader of our output went away (`pglab ... | head`): as SIGPIPE would
+        drop_closed_outputs()
+        raise Interrupted("SIGPIPE") from None
+    except EOFError as exc:  # a compressed or binary file that ends early
+        raise BadInput(f"a file ended before its end (truncated?): {exc}") from None
+
+
 class _Commands(click.Group):
-    """The command group, with what a command raises that click would misreport: click
-    turns an EOFError into "Aborted!" (as if interrupted) and a closed output pipe into a
-    silent exit 1."""
+    """The command group, with `_unlike_click` around the help and the commands."""
+
+    def make_context(self, info_name: str | None, args: list[str],
+                     parent: click.Context | None = None, **extra: Any) -> click.Context:
+        with _unlike_click():
+            return super().make_context(info_name, args, parent, **extra)
 
     def invoke(self, ctx: click.Context) -> Any:
-        try:
+        with _unlike_click():
             return super().invoke(ctx)
-        except BrokenPipeError:
-            # the reader of our output went away (`pglab ... | head`): as SIGPIPE would
-            drop_closed_outputs()
-            raise Interrupted("SIGPIPE") from None
-        except EOFError as exc:  # a compressed or binary file that ends early
-            raise BadInput(f"a file ended before its end (truncated?): {exc}") from None
 
 
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})

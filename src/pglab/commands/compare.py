@@ -6,9 +6,8 @@ import os
 from pathlib import Path
 
 import click
-from rich.console import Console
 
-from pglab.commands.console import err, out
+from pglab.commands.console import PglabConsole, err, out
 from pglab.compare import comparison as cmp
 from pglab.compare import render_terminal
 from pglab.compare.groups import load_group
@@ -39,7 +38,7 @@ def compare(base: str, contenders: tuple[str, ...], fail_if: tuple[str, ...], fm
         # Into a pipe or a file (a CI log), rich would wrap the table at 80 columns and
         # split a verdict over three lines: whole lines there, unless COLUMNS says a width.
         wide = not out.is_terminal and not os.environ.get("COLUMNS", "").isdigit()
-        render_terminal.render(Console(width=UNWRAPPED) if wide else out, result)
+        render_terminal.render(PglabConsole(width=UNWRAPPED) if wide else out, result)
     elif output is None:
         click.echo(render_text(result, fmt), nl=False)
     else:

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from pglab.scenario import LoadedScenario
 
 
-class _Console(Console):
+class PglabConsole(Console):
     def on_broken_pipe(self) -> None:
         """Rich's own answer is SystemExit(1), which failed a run as an internal error and
         left its lab to a half cleanup: drop what else this console would write (its
@@ -30,8 +30,8 @@ class _Console(Console):
         output_closed()
 
 
-out = _Console()
-err = _Console(stderr=True)
+out = PglabConsole()
+err = PglabConsole(stderr=True)
 
 
 def warn_damaged(problem: object) -> None:
