@@ -18,6 +18,7 @@ on stderr.
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import random
@@ -347,3 +348,23 @@ def test_a_library_warning_is_one_line_and_the_runtime_dir_one_is_left_out() -> 
                             env=env, timeout=60)
     assert (result.returncode, result.stderr) == (
         0, "pglab: warning: UserWarning: a library's own warning\n")
+
+
+def test_a_file_that_ends_early_is_bad_input_not_an_interrupt(tmp_path: Path) -> None:
+    """click turns an EOFError (gzip's, of a truncated .gz) into "Aborted!", which pglab
+    printed as `pglab: aborted` with exit 130, as if the user had pressed Ctrl-C. A
+    command reading a real truncated gzip file through the real gzip module."""
+    cut = tmp_path / "cut.gz"
+    cut.write_bytes(gzip.compress(random.Random(0).randbytes(100_000))[:2000])
+    code = (
+        "import gzip, sys\n"
+        "from pglab.cli import cli, main\n"
+        "@cli.command()\n"
+        "def unpack() -> None:\n"
+        "    gzip.open(sys.argv[1]).read()\n"
+        "main(['unpack'])\n")
+    result = subprocess.run([sys.executable, "-c", code, str(cut)], capture_output=True,
+                            text=True, timeout=60)
+    assert (result.returncode, result.stderr) == (
+        2, "pglab: a file ended early (truncated?): Compressed file ended before the "
+           "end-of-stream marker was reached\n")

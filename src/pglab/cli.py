@@ -54,7 +54,7 @@ def _unlike_click() -> Iterator[None]:
         drop_closed_outputs()
         raise Interrupted("SIGPIPE") from None
     except EOFError as exc:  # a compressed or binary file that ends early
-        raise BadInput(f"a file ended before its end (truncated?): {exc}") from None
+        raise BadInput(f"a file ended early (truncated?): {exc}") from None
 
 
 class _Commands(click.Group):
