@@ -102,7 +102,9 @@ def _damage(path: Path, how: str, seed: int) -> None:
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory: pytest.TempPathFactory) -> Inputs:
-    root = tmp_path_factory.mktemp("fuzz")
+    # "[/b]" in every path: rich, which prints most of pglab's lines, reads it as a tag
+    root = tmp_path_factory.mktemp("fuzz") / "markup[" / "b]"
+    root.mkdir(parents=True)
     (root / "empty").write_bytes(b"")
     (root / "garbage.bin").write_bytes(_garbage(4096, 1))
     (root / "empty-dir").mkdir()

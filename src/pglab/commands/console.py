@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.errors import MarkupError
+from rich.text import Text
 
 from pglab.processes import output_closed
 
@@ -16,7 +19,35 @@ if TYPE_CHECKING:
     from pglab.scenario import LoadedScenario
 
 
+# The styles pglab's own lines are marked up with. Any other [...] in a line is text (a
+# path, a value, a message): rich would print "results/[test]/x" as "results//x" and stop
+# on the "[/x]" of "results/r[/x]" with a MarkupError.
+_OWN_STYLES = frozenset({"bold", "dim", "cyan", "red", "green", "yellow", "white",
+                         "bold red", "bold cyan"})
+_TAG = re.compile(r"(?<!\\)\[(/?)([^\[\]]*)\]")
+
+
+def own_markup_only(text: str) -> str:
+    """`text` with every [...] that is not one of pglab's own styles escaped."""
+    def tag(match: re.Match[str]) -> str:
+        own = match.group(2) in _OWN_STYLES or (match.group(1) and not match.group(2))
+        return match.group(0) if own else "\\" + match.group(0)
+
+    return _TAG.sub(tag, text)
+
+
 class PglabConsole(Console):
+    """The console every command prints with: markup only of pglab's own styles, and a
+    reader that goes away ends pglab as SIGPIPE would."""
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        marked = own_markup_only(text) if kwargs.get("markup") is not False \
+            and self._markup else text
+        try:
+            return super().render_str(marked, **kwargs)
+        except MarkupError:  # a closing tag of pglab's own styles inside a path
+            return super().render_str(text, **{**kwargs, "markup": False})
+
     def on_broken_pipe(self) -> None:
         """Rich's own answer is SystemExit(1), which failed a run as an internal error and
         left its lab to a half cleanup: drop what else this console would write (its
