@@ -22,6 +22,7 @@ import gzip
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -38,6 +39,7 @@ from conftest import SAMPLES, run_cli
 from pglab.cli import cli
 from pglab.results import files
 
+ROOT_SRC = Path(__file__).resolve().parent.parent / "src" / "pglab"
 RUNS = sorted(p for p in (SAMPLES / "runs").iterdir() if (p / files.MANIFEST).is_file())
 # Started servers are never fuzzed with input they could accept (module docstring).
 SERVER_COMMANDS = {"run", "demo", "tune", "observe"}
@@ -370,3 +372,15 @@ def test_a_file_that_ends_early_is_bad_input_not_an_interrupt(tmp_path: Path) ->
     assert (result.returncode, result.stderr) == (
         2, "pglab: a file ended early (truncated?): Compressed file ended before the "
            "end-of-stream marker was reached\n")
+
+
+def test_every_style_pglab_marks_up_is_one_its_console_keeps() -> None:
+    """PglabConsole keeps only pglab's own styles as markup (a path's [...] is text): a
+    style added to a line but not to that list would print as text, tag and all."""
+    from pglab.commands.console import _OWN_STYLES, own_markup_only
+
+    closing = {m.group(1) for path in ROOT_SRC.rglob("*.py")
+               if path.name != "console.py"  # its comment shows a path's "[/x]"
+               for m in re.finditer(r"\[/([a-z][a-z ]*)\]", path.read_text())}
+    assert closing and closing <= _OWN_STYLES, closing - _OWN_STYLES
+    assert own_markup_only("[bold]r/[test]/x[/bold] [/x]") == r"[bold]r/\[test]/x[/bold] \[/x]"
