@@ -168,8 +168,15 @@ def test_missing_file(tmp_path: Path) -> None:
 
 
 def test_unknown_builtin_scenario_name() -> None:
-    result = run_cli("run", "no-such-scenario")
-    assert result.returncode == 2 and "(built-in: " in result.stderr and "demo" in result.stderr
+    """A misspelt name gets the one it is close to, not a list of all twenty."""
+    result = run_cli("run", "chekpoint-flush-storm")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip() == ("pglab: chekpoint-flush-storm: no such scenario file, "
+                                      "and no built-in scenario of that name (did you mean "
+                                      "'checkpoint-flush-storm'?)")
+    far = run_cli("validate", "no-such-scenario")
+    assert far.returncode == 2 and "`pglab scenarios` lists" in far.stderr
+    assert "demo" not in far.stderr
 
 
 def test_unwritable_results_dir(tmp_path: Path) -> None:

@@ -206,7 +206,8 @@ def write(path: Path, text: str) -> Path:
     (["{summary}", "{bad_agg}"], "{bad_agg}:3: not an --aggregate-interval log line"),
     (["{summary}", "{not_a_log}"], "{not_a_log}: not a pgbench log"),
     (["{summary}", "{txlog}", "{agg}"], "a mix of per-transaction and aggregate logs"),
-    (["{summary}", "{tmp}/missing.0"], "{tmp}/missing.0: no such file"),
+    (["{summary}", "{tmp}/missing.0"], "{tmp}/missing.0: no such pgbench log file"),
+    (["{summary}", "{tmp}"], "{tmp}: a folder, not a pgbench log file"),
 ])
 def test_bad_input_is_one_line(tmp_path: Path, files: list[str], expected: str) -> None:
     sample = PGBENCH / "18"

@@ -217,11 +217,17 @@ def test_a_report_failure_is_recorded_not_fatal(run_dir: Path, tmp_path: Path) -
     copy = tmp_path / run_dir.name
     shutil.copytree(run_dir, copy)
     (copy / "report.html").unlink()
-    (copy / "client.parquet").write_bytes(b"not parquet")  # a damaged file, as after a crash
+    (copy / "report.html").mkdir()  # cannot be replaced by a file
     _write_report(RunFolder(copy), read_manifest(copy))
     recorded = json.loads((copy / "manifest.json").read_text())
-    assert recorded["status"] == "completed" and recorded["report_error"]
-    assert not (copy / "report.html").exists()
+    assert recorded["status"] == "completed" and "cannot write" in recorded["report_error"]
+    # a damaged file, as after a crash, is no failure: the report says it left it out
+    damaged = tmp_path / "damaged" / run_dir.name
+    shutil.copytree(run_dir, damaged)
+    (damaged / "client.parquet").write_bytes(b"not parquet")
+    _write_report(RunFolder(damaged), read_manifest(damaged))
+    assert "report_error" not in json.loads((damaged / "manifest.json").read_text())
+    assert "client.parquet: unreadable Parquet file" in (damaged / "report.html").read_text()
 
 
 def test_sweep_and_its_study_report(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import polars as pl
 
 from conftest import SAMPLES
+from pglab.results.folder import load_run
 from pglab.terminal.telemetry_summary import summarize, summary_lines
 
 RUNS = SAMPLES / "runs"
@@ -18,7 +19,7 @@ def _writes(run: str) -> pl.DataFrame:
 
 
 def test_a_run_on_a_volume_peaks_on_its_device() -> None:
-    summary = summarize(RUNS / "power-loss-honest")
+    summary = summarize(load_run(RUNS / "power-loss-honest"))
     assert summary is not None and summary.peak_disk_devices == ["loop0"]
     loop = _writes("power-loss-honest").filter(pl.col("label") == "loop0")
     assert summary.peak_disk_write_mbps == round(float(loop["value"].max()), 1)  # type: ignore[arg-type]
@@ -28,7 +29,7 @@ def test_a_run_on_a_volume_peaks_on_its_device() -> None:
 
 
 def test_a_run_on_the_host_directory_peaks_over_its_disks() -> None:
-    summary = summarize(RUNS / "checkpoint")
+    summary = summarize(load_run(RUNS / "checkpoint"))
     assert summary is not None and summary.peak_disk_devices == []
     per_second = _writes("checkpoint").group_by("t").agg(pl.col("value").sum())
     assert summary.peak_disk_write_mbps == round(float(per_second["value"].max()), 1)  # type: ignore[arg-type]

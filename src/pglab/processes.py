@@ -12,6 +12,7 @@ import concurrent.futures
 import contextlib
 import ctypes
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -221,6 +222,25 @@ def output_closed() -> None:
     else:
         _output_closed.set()
         _thread.interrupt_main(signal.SIGINT)
+
+
+def drop_closed_outputs() -> None:
+    """Point stdout and stderr, where their reader went away, at /dev/null: what pglab
+    writes there later (cleanup's lines, the interpreter's last flush) then goes nowhere
+    instead of failing again."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            fd = stream.fileno()
+            poll = select.poll()
+            poll.register(fd, select.POLLOUT)
+            # a pipe's write end polls POLLERR once its reader has closed it
+            if not any(events & select.POLLERR for _, events in poll.poll(0)):
+                continue
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, fd)
+            os.close(devnull)
+        except (AttributeError, OSError, ValueError):
+            continue
 
 
 def _keep_dropped_interrupts(unraisable: Any) -> None:

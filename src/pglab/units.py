@@ -31,9 +31,11 @@ def parse_duration(value: str | int | float) -> float:
     if isinstance(value, bool):
         raise ValueError(DURATION_HINT)
     if isinstance(value, int | float):
-        if value < 0:
+        if not 0 <= value < math.inf:  # NaN and infinity too: a run has an end
             raise ValueError(DURATION_HINT)
         return float(value)
+    if not isinstance(value, str):  # a list or a table where a duration belongs
+        raise ValueError(DURATION_HINT)
     text = value.strip().replace(" ", "")
     if re.fullmatch(r"\d+(\.\d+)?", text):
         return float(text)
@@ -44,7 +46,7 @@ def parse_duration(value: str | int | float) -> float:
             raise ValueError(DURATION_HINT)
         total += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
         pos = match.end()
-    if pos == 0 or pos != len(text):
+    if pos == 0 or pos != len(text) or not math.isfinite(total):
         raise ValueError(DURATION_HINT)
     return total
 
@@ -57,6 +59,8 @@ def parse_size(value: str | int) -> int:
         if value < 0:
             raise ValueError(SIZE_HINT)
         return value
+    if not isinstance(value, str):
+        raise ValueError(SIZE_HINT)
     match = _SIZE.fullmatch(value.strip())
     if not match:
         raise ValueError(SIZE_HINT)

@@ -12,7 +12,7 @@ from pglab.compare import render_terminal
 from pglab.compare.groups import load_group
 from pglab.compare.metrics import BY_NAME
 from pglab.compare.render import render_text
-from pglab.errors import BadInput, ExitCode
+from pglab.errors import BadInput, ExitCode, did_you_mean
 from pglab.results.files import write_text
 
 
@@ -24,8 +24,8 @@ def compare(base: str, contenders: tuple[str, ...], fail_if: tuple[str, ...], fm
     conditions = [cmp.parse_condition(text) for text in fail_if]
     for name in metric_names:
         if name not in BY_NAME:
-            raise BadInput(f"--metric {name!r}: unknown metric; expected one of "
-                           f"{', '.join(BY_NAME)}")
+            raise BadInput(f"--metric {name!r}: unknown metric{did_you_mean(name, BY_NAME)}; "
+                           f"expected one of {', '.join(BY_NAME)}")
     names = list(dict.fromkeys([*metric_names, *(c.metric for c in conditions)])) \
         if metric_names else None
     result = cmp.compare(load_group(base), [load_group(c) for c in contenders],

@@ -8,8 +8,8 @@ from typing import Any
 
 import click
 
-from pglab.commands.console import err, out
-from pglab.errors import ExitCode, PglabError
+from pglab.commands.console import err, out, warn_damaged
+from pglab.errors import ExitCode, PglabError, expect_path
 from pglab.results.folder import RunFilter, StoredRun, find_runs, load_run
 from pglab.terminal.tables import Column, print_table
 
@@ -37,13 +37,15 @@ def _show_json(run: StoredRun) -> dict[str, Any]:
     from pglab.terminal.telemetry_summary import summarize
 
     info = summary_json(run)
-    telemetry = summarize(run.path)
+    telemetry = summarize(run)
     info["telemetry"] = telemetry.to_dict() if telemetry is not None else None
+    info["damaged"] = run.damaged  # the files left out, each as its one-line error
     return info
 
 
 def show(run_dir: Path, as_json: bool) -> int:
-    run = load_run(run_dir)
+    # a damaged Parquet file: a warning, and the rest of the run shown (docs/RESULTS.md)
+    run = load_run(run_dir, on_damaged=warn_damaged)
     if as_json:
         click.echo(json.dumps(_show_json(run), indent=2))
     else:
@@ -63,8 +65,7 @@ def _source(run: StoredRun) -> str:
 
 def list_runs(root: Path, as_json: bool, scenario_glob: str | None, statuses: tuple[str, ...],
               since: str | None, until: str | None) -> int:
-    if not root.exists():
-        raise PglabError(f"{root}: no such directory", ExitCode.BAD_INPUT)
+    expect_path(root, "folder", "folder of runs")
     keep = RunFilter.parse(scenario_glob, statuses, since, until)
     runs = []
     for path in find_runs(root):

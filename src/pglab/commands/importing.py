@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from pglab.commands.console import err, out
-from pglab.errors import BadInput, ExitCode
+from pglab.errors import BadInput, ExitCode, expect_path
 from pglab.importer import import_run
 from pglab.results import files
 from pglab.terminal.run_display import print_summary
@@ -17,9 +17,9 @@ from pglab.units import parse_duration
 
 def import_(summary: Path, logs: tuple[Path, ...], name: str, results: Path, warmup: str,
             sampling_rate: float, this_host: bool, as_json: bool = False) -> int:
-    for path in (summary, *logs):
-        if not path.is_file():
-            raise BadInput(f"{path}: no such file")
+    expect_path(summary, "file", "pgbench or sysbench output file")
+    for path in logs:
+        expect_path(path, "file", "pgbench log file")
     try:
         warmup_s = int(parse_duration(warmup))
     except ValueError as exc:

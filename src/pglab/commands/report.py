@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from pglab.commands.console import err, out
+from pglab.commands.console import err, out, warn_damaged
 from pglab.errors import ExitCode, PglabError
 from pglab.report.study import find_study, write_study_report
 
@@ -23,7 +23,9 @@ def report(target: str, open_it: bool, png_dir: Path | None, results: Path,
         from pglab.report.page import render
         from pglab.results import files
 
-        model = build_model(path)
+        model = build_model(path)  # damaged optional files: left out, noted in the report
+        for problem in model.run.damaged:
+            warn_damaged(problem)
         out_path = path / files.REPORT
         files.write_text(out_path, render(model))
         say.print(f"report: {out_path} ({out_path.stat().st_size / 1024:,.0f} kB)")

@@ -50,7 +50,9 @@ def run(scenario: str, overrides: tuple[str, ...], results: Path, keep: bool,
 
 def demo(duration: str | None, overrides: tuple[str, ...], results: Path,
          pg_bin: str | None) -> int:
-    extra = list(overrides) + ([f"workload.duration='{duration}'"] if duration else [])
+    # '' is a duration too (refused by validation), not "the default"
+    extra = list(overrides) + ([f"workload.duration='{duration}'"] if duration is not None
+                               else [])
     return run_loaded(load_builtin("demo", extra), results, False, pg_bin)
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pglab.compare.rundata import RunData
-from pglab.errors import BadInput, PglabError
+from pglab.errors import BadInput, PglabError, expect_path
 from pglab.results.folder import find_runs, is_run_folder, load_run
 
 
@@ -51,8 +51,7 @@ def load_group(spec: str) -> Group:
     found: list[Path] = []
     for part in parts:
         for path in _paths(part):
-            if not path.exists():
-                raise BadInput(f"{path}: no such run folder")
+            expect_path(path, "folder", "run folder or folder of runs")
             if is_run_folder(path):
                 found.append(path)
                 continue

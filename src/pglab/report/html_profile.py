@@ -135,11 +135,8 @@ def profile_section(run: StoredRun, stalls: list[tuple[dt.datetime, dt.datetime,
     """What flame.js draws: the table of names, one graph per node and kind (primary
     first) and the stall windows' differential ones; None when the run has no
     profile.parquet. `measured`: the measured seconds (epoch), for the healthy ones."""
-    path = run.file(files.PROFILE)
-    if not path.is_file():
-        return None
-    frame = pl.read_parquet(path)
-    if frame.is_empty():
+    frame = run.parquet(files.PROFILE)  # damaged: as the run's reader chose (left out)
+    if frame is None or frame.is_empty():
         return None
     names = _Names()
     graphs = []

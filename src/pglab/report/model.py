@@ -14,7 +14,6 @@ from typing import Any
 
 import polars as pl
 
-from pglab.errors import BadInput
 from pglab.report.html_events import event_lanes
 from pglab.report.html_kernel import kernel_charts
 from pglab.report.html_postgres import postgres_charts
@@ -43,10 +42,6 @@ class ReportModel:
     top_waits: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # charts left out, and why
     profile: dict[str, Any] | None = None  # os.profile's flame graphs (flame.js), if recorded
-
-
-def _read(path: Path) -> pl.DataFrame | None:
-    return pl.read_parquet(path) if path.is_file() else None
 
 
 def _t0_us(client: pl.DataFrame | None, ts: pl.DataFrame | None) -> int | None:
@@ -200,17 +195,15 @@ def _started_us(manifest: Manifest) -> int:
 
 
 def build_model(run_dir: Path) -> ReportModel:
-    """Everything the report shows, from the folder alone; BadInput if it is not a run."""
-    run = load_run(run_dir)
-    client = _read(run.file(files.CLIENT))
-    ts = _read(run.file(files.TIMESERIES))
-    events = _read(run.file(files.EVENTS))
+    """Everything the report shows, from the folder alone; BadInput if it is not a run.
+    A damaged Parquet file or analysis is left out, and the report says so (a note;
+    `run.damaged` lists them)."""
     notes: list[str] = []
-    try:
-        analysis = run.analysis()
-    except BadInput as exc:  # the report still shows the run; it says why no verdict
-        analysis = None
-        notes.append(str(exc))
+    run = load_run(run_dir, on_damaged=lambda exc: notes.append(f"{exc}; left out"))
+    client = run.parquet(files.CLIENT)
+    ts = run.parquet(files.TIMESERIES)
+    events = run.parquet(files.EVENTS)
+    analysis = run.analysis()  # the report still shows the run; a note says why no verdict
     t0_us = _t0_us(client, ts)
     if t0_us is None:  # e.g. failed before the load: the report still says what happened
         notes.append("No client or telemetry data: the run " + run.status

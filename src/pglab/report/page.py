@@ -364,7 +364,9 @@ def _scenario(model: ReportModel) -> str:
                                 model.run.manifest.overrides.items())),
     ]
     toml = model.run.file(files.SCENARIO)
-    source = (f"<details><summary>scenario.toml</summary><pre>{escape(toml.read_text())}</pre>"
+    # errors="replace": a damaged copy's bytes are shown as such, not a failed report
+    text = toml.read_text(errors="replace") if toml.is_file() else ""
+    source = (f"<details><summary>scenario.toml</summary><pre>{escape(text)}</pre>"
               "</details>") if toml.is_file() else ""
     return _kv(rows) + source
 

@@ -144,6 +144,8 @@ def read_analysis(folder: Path) -> AnalysisDocument | None:
     torn, foreign or newer than this pglab."""
     path = folder / ANALYSIS
     if not path.is_file():
+        if path.exists():
+            raise BadInput(f"{path}: not a file (expected the run's {ANALYSIS})")
         return None
     try:
         data = json.loads(path.read_text())

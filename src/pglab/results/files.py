@@ -1,18 +1,24 @@
-"""The names inside a results folder, atomic writes, run ids and timestamps.
+"""The names inside a results folder, atomic writes, run ids and timestamps, and the one
+reader of its Parquet files.
 
 Every file is written to a temporary name in the same folder and renamed into place, so
 a reader never sees half a file and an interrupted run leaves only whole files behind.
+A file can still arrive damaged (a copy cut short, a disk's error, another tool's file
+under the name): `read_parquet` turns that into one BadInput naming the file.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import json
 import os
 import secrets
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from pglab.errors import BadInput, ExitCode, PglabError
 
 if TYPE_CHECKING:  # loaded by the writers that need it: `pglab ls` does not
     import polars as pl
@@ -55,8 +61,20 @@ def new_run_id(now: dt.datetime | None = None) -> str:
     return f"{now:%Y%m%dT%H%M%SZ}-{secrets.token_hex(2)}"
 
 
+def _cannot_write(path: Path, exc: OSError) -> PglabError:
+    """One line for a file pglab cannot write: a path that cannot be one (no such folder,
+    a folder of that name) is the user's to fix (exit 2), a full or read-only disk or a
+    permission the machine's (exit 3)."""
+    code = (ExitCode.BAD_INPUT if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.EISDIR)
+            else ExitCode.ENVIRONMENT)
+    return PglabError(f"{path}: cannot write it ({exc.strerror or exc})", code)
+
+
 def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise _cannot_write(path, exc) from None
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -64,6 +82,9 @@ def _atomic_write(path: Path, data: bytes) -> None:
             os.fsync(handle.fileno())
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise _cannot_write(path, exc) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -89,3 +110,33 @@ def write_parquet(path: Path, frame: pl.DataFrame) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def read_parquet(path: Path) -> pl.DataFrame | None:
+    """A run folder's Parquet file; None if there is none; BadInput naming the file if it
+    is unreadable (torn, corrupt, not Parquet) or lacks a column its readers need
+    (`schemas.REQUIRED_COLUMNS`, cast to their types)."""
+    import polars as pl
+
+    from pglab.results.schemas import REQUIRED_COLUMNS
+
+    if not path.is_file():
+        if path.exists():
+            raise BadInput(f"{path}: not a file (expected {path.name} of a run folder)")
+        return None
+    try:
+        frame = pl.read_parquet(path)
+    except (OSError, pl.exceptions.PolarsError) as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise BadInput(f"{path}: unreadable Parquet file (truncated or damaged?): "
+                       f"{reason}") from None
+    required = REQUIRED_COLUMNS.get(path.name, {})
+    absent = [c for c in required if c not in frame.columns]
+    if absent:
+        raise BadInput(f"{path}: not a pglab {path.name} (no column {', '.join(absent)})")
+    try:
+        return frame.with_columns(pl.col(c).cast(t) for c, t in required.items())
+    except pl.exceptions.PolarsError:
+        wrong = [f"{c} is {frame.schema[c]}, expected {t}" for c, t in required.items()
+                 if frame.schema[c] != t]
+        raise BadInput(f"{path}: not a pglab {path.name} ({'; '.join(wrong)})") from None

@@ -3,16 +3,22 @@
 results/<scenario>/<run-id>/ holds everything about one run (docs/RESULTS.md). The
 manifest is written when the run starts (status "running", with pglab's pid) and
 rewritten as it ends; a reader treats "running" with a dead pid as interrupted.
+
+Every reader of a folder's files goes through `StoredRun`: the manifest must be
+readable (else BadInput), and what a damaged optional file (a Parquet file, the
+analysis) does is the reader's choice, made once when it loads the run (`on_damaged`):
+fail with the file's one-line error (the default), or be told it and go on without the
+file (docs/RESULTS.md says which command does which).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import fnmatch
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psutil
 
@@ -23,6 +29,8 @@ from pglab.results.manifest import Manifest, read_manifest
 
 if TYPE_CHECKING:  # loaded by the readers that need it: `pglab ls` does not
     import polars as pl
+
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -67,12 +75,19 @@ def create_run_folder(results_root: Path, scenario_name: str) -> RunFolder:
     return RunFolder(path)
 
 
+# Told of a damaged optional file (its one-line error); the file then reads as absent.
+OnDamaged = Callable[[BadInput], None]
+
+
 @dataclass(frozen=True)
 class StoredRun:
     """A run folder as written, read back."""
 
     path: Path
     manifest: Manifest
+    # None: a damaged optional file raises its BadInput; else it is told once per file
+    on_damaged: OnDamaged | None = field(default=None, compare=False, repr=False)
+    _damaged: dict[str, BadInput] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def status(self) -> str:
@@ -96,24 +111,41 @@ class StoredRun:
         return self.parquet(files.CLIENT)
 
     def parquet(self, name: str) -> pl.DataFrame | None:
-        """One of the folder's Parquet files as written, or None if it has none."""
-        import polars as pl
-
-        path = self.path / name
-        return pl.read_parquet(path) if path.is_file() else None
+        """One of the folder's Parquet files (`files.read_parquet`), or None if it has
+        none, or if it is damaged and `on_damaged` took the error."""
+        return self._optional(name, lambda: files.read_parquet(self.path / name))
 
     def analysis(self) -> AnalysisDocument | None:
-        """See `read_analysis`: None if not analysed, BadInput if unreadable."""
-        return read_analysis(self.path)
+        """See `read_analysis`: None if not analysed (or damaged and `on_damaged` took
+        the error), BadInput if unreadable."""
+        return self._optional(files.ANALYSIS, lambda: read_analysis(self.path))
+
+    def _optional(self, name: str, read: Callable[[], _T]) -> _T | None:
+        if name in self._damaged:
+            return None
+        try:
+            return read()
+        except BadInput as exc:
+            if self.on_damaged is None:
+                raise
+            self._damaged[name] = exc
+            self.on_damaged(exc)
+            return None
+
+    @property
+    def damaged(self) -> list[str]:
+        """The optional files found damaged so far, each as its one-line error."""
+        return [str(exc) for exc in self._damaged.values()]
 
 
 def _alive(pid: Any) -> bool:
     return isinstance(pid, int) and psutil.pid_exists(pid)
 
 
-def load_run(path: Path) -> StoredRun:
-    """A run folder; BadInput if `path` is not one (see read_manifest)."""
-    return StoredRun(path, read_manifest(path))
+def load_run(path: Path, on_damaged: OnDamaged | None = None) -> StoredRun:
+    """A run folder; BadInput if `path` is not one (see read_manifest). `on_damaged`: see
+    StoredRun."""
+    return StoredRun(path, read_manifest(path), on_damaged)
 
 
 def is_run_folder(path: Path) -> bool:

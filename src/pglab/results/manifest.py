@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pglab import __version__
-from pglab.errors import BadInput
+from pglab.errors import BadInput, expect_path
 from pglab.results.files import MANIFEST
 
 # Manifest format history:
@@ -76,32 +76,33 @@ class Manifest:
     @property
     def measured(self) -> dict[str, Any]:
         """Statistics of the measured window (tps, lat_*_ms, seconds...), or {}."""
-        return dict(self.results.get("measured") or {})
+        return _object(self.results.get("measured"))
 
     @property
     def pgbench(self) -> dict[str, Any]:
         """pgbench's own summary, parsed, or {}."""
-        return dict(self.results.get("pgbench") or {})
+        return _object(self.results.get("pgbench"))
 
     def node(self, name: str = "primary") -> dict[str, Any]:
-        return dict(self.nodes.get(name) or {})
+        return _object(self.nodes.get(name))
 
     def node_settings(self, name: str = "primary") -> dict[str, Any]:
         """The node's non-default settings: name -> {setting, unit, source}."""
-        return dict(self.node(name).get("settings") or {})
+        return _object(self.node(name).get("settings"))
 
     def node_envelope(self, name: str = "primary") -> dict[str, Any]:
         """The envelope applied to the node (limits, measured figures), or {}."""
-        return dict(self.node(name).get("envelope") or {})
+        return _object(self.node(name).get("envelope"))
 
     def node_storage(self, name: str = "primary") -> list[dict[str, Any]]:
         """The volumes the run made for the node (storage/): one record each, with its
         role (data, wal), filesystem, options and device; [] on the host's directory."""
-        return [v for v in self.node(name).get("storage") or [] if isinstance(v, dict)]
+        volumes = self.node(name).get("storage")
+        return [v for v in volumes if isinstance(v, dict)] if isinstance(volumes, list) else []
 
     @property
     def scenario_workload(self) -> dict[str, Any]:
-        return dict(self.scenario.get("workload") or {})
+        return _object(self.scenario.get("workload"))
 
     @property
     def clients(self) -> Any:
@@ -169,16 +170,41 @@ class Manifest:
                     "workload", "results"):
             if known.get(key) is None:  # written as null by a hand or a foreign tool
                 known.pop(key, None)
+        for key, value in known.items():
+            expected = _SHAPES.get(key)
+            if expected is not None and value is not None and not isinstance(value, expected):
+                raise BadInput(f"{where}: not a pglab manifest ({key} is "
+                               f"{type(value).__name__}, expected {expected.__name__})")
         extra = {k: v for k, v in data.items() if k not in names}
         return Manifest(**known, extra=extra)
+
+
+def _object(value: Any) -> dict[str, Any]:
+    """A section's part as a new dict; {} when absent or not an object (a hand's edit)."""
+    return dict(value) if isinstance(value, dict) else {}
+
+
+# The JSON type of each field (None allowed where the field is optional): readers use
+# the sections as objects, so a manifest edited by hand or written by another tool is
+# refused here with the key, not deep inside a reader.
+_SHAPES: dict[str, type] = {
+    **dict.fromkeys(("run_id", "scenario_name", "status", "reason", "started_at", "ended_at",
+                     "scenario_source", "study_id", "report_error", "pglab_version"), str),
+    **dict.fromkeys(("overrides", "variant", "scenario", "envelope", "host", "nodes",
+                     "workload", "results", "kernel", "durability", "telemetry", "source",
+                     "analysis"), dict),
+    "faults": list,
+    "pid": int,
+}
 
 
 def read_manifest(folder: Path) -> Manifest:
     """The manifest of a run folder; BadInput naming the file when there is none, it is
     unreadable, or its format is newer than this pglab."""
     path = folder / MANIFEST
-    if not folder.is_dir():
-        raise BadInput(f"{folder}: no such run folder")
+    expect_path(folder, "folder", "run folder",
+                f"give its folder, {folder.parent}" if folder.name == MANIFEST
+                else f"expected a folder holding {MANIFEST}")
     if not path.is_file():
         raise BadInput(f"{folder}: not a pglab run folder (no manifest.json)")
     try:

@@ -3,7 +3,7 @@
 The writers (workload.txlog and the importer for client.parquet, the telemetry sink for
 the other two) build their frames to these schemas, and readers cast to them, so a
 column added here reaches both sides at once. A reader of an older folder that lacks a
-column says so (analysis.loading) rather than guessing.
+column says so (analysis.loading, `files.read_parquet`) rather than guessing.
 """
 
 from __future__ import annotations
@@ -74,4 +74,15 @@ PROFILE_SCHEMA: SchemaType = {
     "kind": pl.Utf8,  # backends, walwriter, ..., postmaster; pgbench
     "stack": pl.Utf8,
     "samples": pl.Int64,
+}
+
+
+# The columns every reader of a run folder's Parquet file relies on, by file name:
+# `files.read_parquet` refuses a file without them (a foreign or older file), naming the
+# column, and casts them, so no reader meets a column of another type.
+REQUIRED_COLUMNS: dict[str, SchemaType] = {
+    "client.parquet": {c: CLIENT_SCHEMA[c] for c in ("t", "job", "warmup", "partial", "tps")},
+    "timeseries.parquet": TIMESERIES_SCHEMA,
+    "events.parquet": EVENTS_SCHEMA,
+    "profile.parquet": PROFILE_SCHEMA,
 }

@@ -141,7 +141,7 @@ def print_summary(console: Console, run: StoredRun) -> None:
     if series:
         console.print(f"  TPS/s  {sparkline(series)}  "
                       f"(min {min(series):,.0f}, max {max(series):,.0f})")
-    telemetry = summarize(run.path)
+    telemetry = summarize(run)
     if telemetry is not None:
         for line in summary_lines(telemetry):
             console.print(f"  {line}", highlight=False)

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from pglab.errors import BadInput
 from pglab.results import files
-from pglab.results.manifest import read_manifest
+from pglab.results.folder import StoredRun
 
 
 @dataclass(frozen=True)
@@ -48,19 +46,25 @@ class TelemetrySummary:
         }
 
 
+def _attrs(text: str | None) -> dict[str, Any]:
+    """An event's attrs; {} for one that is not a JSON object (a damaged file's)."""
+    try:
+        attrs = json.loads(text or "{}")
+    except ValueError:
+        return {}
+    return attrs if isinstance(attrs, dict) else {}
+
+
 def _metric(ts: pl.DataFrame, source: str, metric: str) -> pl.DataFrame:
     return ts.filter((pl.col("source") == source) & (pl.col("metric") == metric))
 
 
-def _volume_devices(run_dir: Path, node: str) -> list[str]:
+def _volume_devices(run: StoredRun, node: str) -> list[str]:
     """The node's storage volume devices (loop2...); none for a node on the host's
-    directory, an older manifest or an unreadable one."""
-    try:
-        volumes = read_manifest(run_dir).node_storage(node)
-    except BadInput:
-        return []
+    directory or an older manifest."""
+    volumes = run.manifest.node_storage(node)
     return sorted({str(v["device"]["name"]) for v in volumes
-                   if (v.get("device") or {}).get("name")})
+                   if isinstance(v.get("device"), dict) and v["device"].get("name")})
 
 
 def _peak_total(ts: pl.DataFrame, source: str, metric: str,
@@ -75,13 +79,15 @@ def _peak_total(ts: pl.DataFrame, source: str, metric: str,
     return round(float(per_t["value"].max()), 1)  # type: ignore[arg-type]
 
 
-def summarize(run_dir: Path, node: str = "primary") -> TelemetrySummary | None:
-    """None when the run has no telemetry files."""
-    ts_path, ev_path = run_dir / files.TIMESERIES, run_dir / files.EVENTS
-    if not ts_path.is_file() and not ev_path.is_file():
+def summarize(run: StoredRun, node: str = "primary") -> TelemetrySummary | None:
+    """None when the run has no (readable) telemetry files; a damaged one is the run's
+    `on_damaged`'s to report."""
+    ts = run.parquet(files.TIMESERIES)
+    events = run.parquet(files.EVENTS)
+    if ts is None and events is None:
         return None
-    ts = pl.read_parquet(ts_path) if ts_path.is_file() else pl.DataFrame()
-    events = pl.read_parquet(ev_path) if ev_path.is_file() else pl.DataFrame()
+    ts = pl.DataFrame() if ts is None else ts
+    events = pl.DataFrame() if events is None else events
     checkpoints = 0
     reasons: dict[str, int] = {}
     wal_added = 0
@@ -91,14 +97,17 @@ def summarize(run_dir: Path, node: str = "primary") -> TelemetrySummary | None:
             counts[kind] = counts.get(kind, 0) + 1
             if kind != "checkpoint":
                 continue
-            attrs = json.loads(attrs_text or "{}")
-            if attrs.get("restartpoint") or "shutdown" in attrs.get("flags", []):
+            attrs = _attrs(attrs_text)
+            flags = attrs.get("flags")
+            flags = flags if isinstance(flags, list) else []
+            if attrs.get("restartpoint") or "shutdown" in flags:
                 continue
             checkpoints += 1
-            for flag in attrs.get("flags", []) or ["?"]:
+            for flag in flags or ["?"]:
                 if flag in ("time", "wal", "force", "immediate"):
                     reasons[flag] = reasons.get(flag, 0) + 1
-            wal_added += int(attrs.get("wal_added") or 0)
+            added = attrs.get("wal_added")
+            wal_added += int(added) if isinstance(added, (int, float)) else 0
     top: list[tuple[str, float]] = []
     volumes: list[str] = []
     wal_rate = peak_write = peak_dirty = peak_iowait = None
@@ -112,7 +121,7 @@ def summarize(run_dir: Path, node: str = "primary") -> TelemetrySummary | None:
         wal = _metric(ts, "db.wal", "wal_lsn_bytes").filter(pl.col("node") == node)
         if not wal.is_empty():
             wal_rate = round(float(wal["value"].mean()) / 1e6, 2)  # type: ignore[arg-type]
-        volumes = _volume_devices(run_dir, node)
+        volumes = _volume_devices(run, node)
         peak_write = _peak_total(ts, "os.disk", "write_mbps", volumes)
         peak_dirty = _peak_total(ts, "os.memory", "dirty_mb")
         peak_iowait = _peak_total(ts, "os.cpu", "iowait_pct")

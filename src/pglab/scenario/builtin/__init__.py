@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from importlib import resources
 
-from pglab.errors import BadInput
+from pglab.errors import BadInput, did_you_mean
 from pglab.scenario.loading import LoadedScenario, load_text
 
 
@@ -16,7 +16,8 @@ def builtin_names() -> list[str]:
 def load_builtin(name: str, overrides: list[str] | None = None) -> LoadedScenario:
     names = builtin_names()
     if name not in names:
-        raise BadInput(f"{name}: no such scenario file, and no built-in scenario of that name "
-                       f"(built-in: {', '.join(names)})")
+        hint = did_you_mean(name, names) or " (`pglab scenarios` lists the built-in ones)"
+        raise BadInput(f"{name}: no such scenario file, and no built-in scenario of that "
+                       f"name{hint}")
     text = resources.files(__package__).joinpath(f"{name}.toml").read_text(encoding="utf-8")
     return load_text(text, f"built-in scenario '{name}'", overrides)
