@@ -125,6 +125,8 @@ def run_variant(loaded: LoadedScenario, variant: Variant, options: RunOptions, u
                 manifest.nodes.setdefault(node, {})["envelope"] = envelope
             for node, volumes in lab.storage.manifest().items():
                 manifest.nodes.setdefault(node, {})["storage"] = volumes
+            if lab.network is not None:
+                manifest.network = lab.network.manifest()
             if lab.template is not None:
                 manifest.nodes["primary"]["template"] = {
                     "key": lab.template.key, "reused": lab.template.reused,

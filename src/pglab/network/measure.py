@@ -1,0 +1,133 @@
+"""A link measured from pglab's own sockets, one end in each host's namespace.
+
+A socket belongs to the network namespace of the thread that made it: a short thread
+enters a host's namespace, makes the socket and ends, and pglab's main thread then uses
+it. The figures are those of the link itself: the round trip of one byte each way (TCP
+with Nagle off: what a commit's confirmation waits for at least), and the bytes a second
+that cross it once a token bucket's burst is spent.
+"""
+
+from __future__ import annotations
+
+import socket
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from pglab.processes import enter_netns
+
+T = TypeVar("T")
+
+ROUND_TRIPS = 50
+MEASURE_S = 0.3  # seconds of a limited link's rate, after its burst
+UNLIMITED_BYTES = 16 * 2**20
+TIMEOUT_S = 10.0
+
+
+def in_netns(netns: str, make: Callable[[], T]) -> T:
+    """`make()` run in a thread inside `netns`: a socket made there stays there."""
+    made: list[T] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            enter_netns(netns)
+            made.append(make())
+        except BaseException as exc:
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, name=f"netns-{netns}", daemon=True)
+    thread.start()
+    thread.join()
+    if failed:
+        raise failed[0]
+    return made[0]
+
+
+def _pair(server_ns: str, server_addr: str, client_ns: str) -> tuple[socket.socket,
+                                                                     socket.socket]:
+    listener = in_netns(server_ns, lambda: socket.create_server((server_addr, 0)))
+    try:
+        port = listener.getsockname()[1]
+        client = in_netns(client_ns, socket.socket)
+        client.settimeout(TIMEOUT_S)
+        client.connect((server_addr, port))
+        listener.settimeout(TIMEOUT_S)
+        accepted, _ = listener.accept()
+        accepted.settimeout(TIMEOUT_S)
+    finally:
+        listener.close()
+    for sock in (client, accepted):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return client, accepted
+
+
+def round_trip_ms(ns_a: str, addr_a: str, ns_b: str) -> dict[str, float]:
+    """p50 and p99 of ROUND_TRIPS one-byte round trips from b to a, in milliseconds."""
+    client, server = _pair(ns_a, addr_a, ns_b)
+    times = []
+    try:
+        for _ in range(ROUND_TRIPS):
+            started = time.perf_counter()
+            client.sendall(b"p")
+            server.recv(1)
+            server.sendall(b"q")
+            client.recv(1)
+            times.append((time.perf_counter() - started) * 1000)
+    finally:
+        client.close()
+        server.close()
+    times.sort()
+    return {"p50": round(statistics.median(times), 4),
+            "p99": round(times[int(len(times) * 0.99) - 1], 4)}
+
+
+# What a full segment carries on the wire besides its payload: Ethernet (14), IPv4 (20),
+# TCP (20) and its timestamp option (12). A link's rate (tbf's) counts these bytes too.
+SEGMENT_OVERHEAD = 14 + 20 + 20 + 12
+
+
+def throughput_mbps(ns_to: str, addr_to: str, ns_from: str, limit_mbps: float,
+                    burst_bytes: int) -> dict[str, float]:
+    """From `ns_from` to `ns_to`: the payload's Mbit/s over MEASURE_S of the limit's worth
+    after the bucket's burst (or UNLIMITED_BYTES on an unlimited link), timed by the
+    receiver, and the wire's (payload with each full segment's headers: what the link's
+    rate is a rate of)."""
+    sender, receiver = _pair(ns_to, addr_to, ns_from)
+    mss = sender.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG)
+    skip = burst_bytes if limit_mbps else 0
+    total = (skip + int(limit_mbps * 1e6 / 8 * MEASURE_S)) if limit_mbps else UNLIMITED_BYTES
+    failed: list[BaseException] = []
+
+    def send() -> None:
+        chunk = b"\0" * 65536
+        left = total
+        try:
+            while left > 0:
+                left -= sender.send(chunk[:min(left, len(chunk))])
+        except OSError as exc:
+            failed.append(exc)
+
+    thread = threading.Thread(target=send, name="link-measure", daemon=True)
+    thread.start()
+    got, started, counted_from = 0, 0.0, 0
+    try:
+        while got < total:
+            data = receiver.recv(1 << 20)
+            if not data:
+                break
+            got += len(data)
+            if not started and got >= max(skip, 1):
+                started, counted_from = time.perf_counter(), got
+        elapsed = time.perf_counter() - started
+    finally:
+        thread.join(TIMEOUT_S)
+        sender.close()
+        receiver.close()
+    if failed:
+        raise failed[0]
+    payload = (got - counted_from) * 8 / elapsed / 1e6 if elapsed > 0 else 0.0
+    return {"payload": round(payload, 2),
+            "wire": round(payload * (mss + SEGMENT_OVERHEAD) / mss, 2)}
