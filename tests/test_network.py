@@ -35,6 +35,11 @@ hosts = "separate"
 [workload]
 scale = 1
 """
+# An envelope on one host: its processes join their cgroups and their namespace before exec.
+ENVELOPED = """
+[nodes.standby1.envelope]
+memory = "512MB"
+"""
 
 
 UPDATE = "UPDATE pgbench_branches SET bbalance = bbalance + 1 WHERE bid = 1"
@@ -59,7 +64,7 @@ def nft() -> Path:
 def separate_lab(pglab_home: Path, nft: Path) -> Iterator[Lab]:
     if os.geteuid() != 0:
         pytest.skip("network namespaces need root")
-    loaded = load_text(SEPARATE, "sep.toml")
+    loaded = load_text(SEPARATE + ENVELOPED, "sep.toml")
     with Lab(loaded.scenario, "sep.toml", f"net-{time.time_ns()}") as lab:
         yield lab
     assert lab.network is not None
@@ -71,8 +76,9 @@ def separate_lab(pglab_home: Path, nft: Path) -> Iterator[Lab]:
 
 def test_each_node_runs_on_its_host_and_replication_crosses_the_link(
         separate_lab: Lab) -> None:
-    """3 s: the postmasters in their own namespaces, the standby streaming from the
-    primary's address on their link (the primary listens on its links alone)."""
+    """3 s: the postmasters in their own namespaces (the standby inside its memory
+    envelope too), the standby streaming from the primary's address on their link (the
+    primary listens on its links alone)."""
     network, primary = separate_lab.network, separate_lab.primary
     assert network is not None and primary is not None and primary.process is not None
     standby = separate_lab.standbys[0]
@@ -82,6 +88,9 @@ def test_each_node_runs_on_its_host_and_replication_crosses_the_link(
         assert server.process is not None
         inode = _netns_inode(f"/proc/{server.process.pid}/ns/net")
         assert inode == _netns_inode(f"/run/netns/{network.netns(server.name)}") != ours
+    joined = [int(pid) for procs in separate_lab.resources.memory_cgroup("standby1")
+              for pid in procs.read_text().split()]
+    assert standby.process.pid in joined  # the envelope holds on a host of its own
     link = network.plan.link("primary", "standby1")
     with primary.connect() as conn:
         row = conn.execute("SELECT client_addr::text, state, sync_state "
