@@ -14,10 +14,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from conftest import apt_install, processes_under, run_cli, write_scenario
-from pglab.lab.fault_actions import NetworkPartition
+from pglab.lab.fault_actions import NetworkLatency, NetworkPartition
 from pglab.lab.lab import Lab, reap_stale_labs
 from pglab.network.hosts import LabNetwork, pglab_namespaces
 from pglab.network.plan import plan_network
@@ -35,8 +36,12 @@ hosts = "separate"
 [workload]
 scale = 1
 """
-# An envelope on one host: its processes join their cgroups and their namespace before exec.
-ENVELOPED = """
+# A standby 2 ms away, in a memory envelope (its processes join their cgroups and their
+# namespace before exec).
+STANDBY_2MS = """
+[[network.links]]
+between = ["primary", "standby1"]
+rtt = "2ms"
 [nodes.standby1.envelope]
 memory = "512MB"
 """
@@ -64,7 +69,7 @@ def nft() -> Path:
 def separate_lab(pglab_home: Path, nft: Path) -> Iterator[Lab]:
     if os.geteuid() != 0:
         pytest.skip("network namespaces need root")
-    loaded = load_text(SEPARATE + ENVELOPED, "sep.toml")
+    loaded = load_text(SEPARATE + STANDBY_2MS, "sep.toml")
     with Lab(loaded.scenario, "sep.toml", f"net-{time.time_ns()}") as lab:
         yield lab
     assert lab.network is not None
@@ -104,6 +109,37 @@ def test_each_node_runs_on_its_host_and_replication_crosses_the_link(
         assert conn.execute("SELECT v FROM crossed").fetchone() == (42,)
 
 
+def test_a_synchronous_commit_waits_for_the_links_round_trip(separate_lab: Lab) -> None:
+    """1 s: one client's commit through a synchronous standby 2 ms away takes at least
+    that round trip, and not much more (the flush on RAM is fast)."""
+    primary, network = separate_lab.primary, separate_lab.network
+    assert primary is not None and network is not None
+    measured = network.measured["primary-standby1"]["rtt_ms"]["p50"]
+    times = []
+    with primary.connect() as conn:
+        for _ in range(30):
+            started = time.perf_counter()
+            conn.execute(UPDATE)
+            times.append((time.perf_counter() - started) * 1000)
+    times.sort()
+    median = times[len(times) // 2]
+    # A commit is the round trip, a flush and a little work: never under the link's rtt.
+    assert measured <= median < measured + 1.5 and times[0] >= 0.9 * 2.0, (times, measured)
+
+
+def test_network_latency_changes_a_links_round_trip_for_a_while(separate_lab: Lab) -> None:
+    """~1.5 s: 10 ms on the standby's link to the primary, then its own 2 ms back, each
+    measured on the link."""
+    target = separate_lab.fault_target("standby1")
+    latency = NetworkLatency({"rtt": "10ms", "peer": "primary"})
+    try:
+        during = latency.begin(target)["measured_rtt_ms"]["primary-standby1"]["p50"]
+    finally:
+        after = latency.end(target)["measured_rtt_ms"]["primary-standby1"]["p50"]
+    assert abs(during - 10.0) <= 0.1 * 10.0, during
+    assert abs(after - 2.0) <= 0.05 * 2.0 + 0.05, after
+
+
 def test_a_partition_stops_a_synchronous_commit_and_heals(separate_lab: Lab) -> None:
     """~5 s: with every link of the standby dropping packets a commit waits on SyncRep and
     the replication session stays open; once healed, the commit returns."""
@@ -112,7 +148,7 @@ def test_a_partition_stops_a_synchronous_commit_and_heals(separate_lab: Lab) -> 
     target = separate_lab.fault_target("standby1")
     partition = NetworkPartition({})
     attrs = partition.begin(target)
-    assert attrs == {"links": ["primary-standby1", "standby1-client"]}
+    assert attrs == {"links": ["primary-standby1", "standby1-client"]}  # a wire, a veth
     done: list[float] = []
 
     def commit() -> None:
@@ -167,6 +203,30 @@ def test_a_links_bandwidth_holds_each_way(pglab_home: Path) -> None:
     assert "mbps" not in unlimited and unlimited["rtt_ms"]["p50"] < 1.0
 
 
+@pytest.mark.cpu_exclusive
+def test_a_links_round_trip_holds(pglab_home: Path) -> None:
+    """~3 s: links 0.5, 2 and 20 ms long (pglab's wire, no netem here), each measured on the
+    link by one-byte round trips: the median within 5% + 50 us of the configured rtt."""
+    if os.geteuid() != 0:
+        pytest.skip("network namespaces need root")
+    scenario = load_text(SEPARATE + "[[network.links]]\nbetween = ['primary', 'standby1']\n"
+                         "rtt = '0.5ms'\n[[network.links]]\nbetween = ['primary', 'client']\n"
+                         "rtt = '2ms'\n[[network.links]]\nbetween = ['standby1', 'client']\n"
+                         "rtt = '20ms'\n", "rtt.toml").scenario
+    network = LabNetwork(plan_network(scenario), lambda _msg: None)
+    try:
+        network.create()
+        network.shape()
+        wires = [proc.pid for proc in network.wires.values()]
+        measured = network.manifest()["links"]
+    finally:
+        network.close()
+    assert _left(network) == [] and not [p for p in wires if psutil.pid_exists(p)]
+    for link in measured:
+        rtt, p50 = link["configured"]["rtt_ms"], link["measured"]["rtt_ms"]["p50"]
+        assert abs(p50 - rtt) <= 0.05 * rtt + 0.05, link
+
+
 def test_a_run_on_separate_hosts_completes_with_its_links_in_the_manifest(
         tmp_path: Path, nft: Path) -> None:
     """~15 s: pgbench from the client's host over TCP (the primary accepts the clients'
@@ -200,12 +260,13 @@ bandwidth_mbps = 50
 
 
 def test_the_next_pglab_removes_the_hosts_of_a_killed_one(tmp_path: Path, nft: Path) -> None:
-    """~10 s: pglab killed with -9 while its load runs leaves namespaces (its servers die
-    with it); the next pglab's reaper removes them."""
+    """~5 s: pglab killed with -9 while its load runs leaves namespaces (its servers and
+    its link's wire process die with it); the next pglab's reaper removes them."""
     if os.geteuid() != 0:
         pytest.skip("network namespaces need root")
     path = write_scenario(tmp_path, SEPARATE.replace('name = "sep"\n', "")
-                          + 'duration = "60s"\nwarmup = "0s"\nclients = 1\nrate = 50\n')
+                          + 'duration = "60s"\nwarmup = "0s"\nclients = 1\nrate = 50\n'
+                          + STANDBY_2MS)  # a wire process, too
     before = set(pglab_namespaces())
     proc = subprocess.Popen([sys.executable, "-m", "pglab", "run", str(path), "--results",
                              str(tmp_path / "results")], stdout=subprocess.DEVNULL,

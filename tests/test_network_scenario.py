@@ -55,6 +55,7 @@ def test_the_plan_is_a_full_mesh_of_30s_with_the_configured_figures() -> None:
     assert plan.address_of("primary", "client") == "10.213.0.5"
     assert plan.link("client", "standby1").bandwidth_mbps == 0
     assert link.iface("primary") == "pglab-standby1"  # named after the other end
+    assert not any(link.wired for link in plan.links)  # veth pairs: no delay to add
     addresses = [a for link in plan.links for a in (link.address_a, link.address_b)]
     assert len(set(addresses)) == len(addresses)
 
@@ -83,9 +84,10 @@ def test_the_plan_is_a_full_mesh_of_30s_with_the_configured_figures() -> None:
      "network.links[1].between = ['client', 'primary']: the same two hosts as "
      "network.links[0]"),
     ('[network]\nhosts = "separate"\n[[network.links]]\nbetween = ["primary", "standby1"]\n'
-     'rtt = "2ms"\n', "network.links[0].rtt = '2ms' is not implemented yet"),
+     'rtt = "2ms"\njitter = "3ms"\n', "network.links[0].jitter = '3ms' is larger than rtt = "
+     "'2ms': expected at most the rtt"),
     ('[network]\nhosts = "separate"\n[[network.links]]\nbetween = ["primary", "standby1"]\n'
-     'jitter = "0.2ms"\n', "network.links[0].jitter = '0.2ms' is not implemented yet"),
+     'jitter = "0.2ms"\n', "network.links[0].jitter = '0.2ms' is larger than rtt = '0ms'"),
     ('[network]\nhosts = "lan"\n', "network.hosts = 'lan' is not valid: expected one of"),
     ('path = "unix"\n[network]\nhosts = "separate"\n',  # BASE ends in [workload]
      "workload.path = 'unix' cannot be used with network.hosts = 'separate'"),
@@ -98,12 +100,21 @@ def test_the_plan_is_a_full_mesh_of_30s_with_the_configured_figures() -> None:
      "'client'?)"),
     ('[[faults]]\nat = "1s"\naction = "network-partition"\nnode = "standby1"\n'
      'duration = "2s"\n', "faults[0]: 'network-partition' of 'standby1': the node has no "
-     "links to cut"),
+     "links (network.hosts = 'shared'"),
     ('[network]\nhosts = "separate"\n[[faults]]\nat = "1s"\naction = "network-partition"\n'
      'node = "standby1"\n', "faults[0]: 'network-partition' needs a duration"),
     ('[network]\nhosts = "separate"\n[[faults]]\nat = "1s"\naction = "network-latency"\n'
      'node = "standby1"\nduration = "2s"\n',
-     "faults[0]: action 'network-latency' is not implemented yet"),
+     "faults[0]: 'network-latency' needs args.rtt, the round trip for the while"),
+    ('[network]\nhosts = "separate"\n[[faults]]\nat = "1s"\naction = "network-latency"\n'
+     'node = "standby1"\nduration = "2s"\nargs = { rtt = "slow" }\n',
+     "faults[0]: args.rtt = 'slow' is not valid: expected a duration like"),
+    ('[network]\nhosts = "separate"\n[[faults]]\nat = "1s"\naction = "network-latency"\n'
+     'node = "standby1"\nduration = "2s"\nargs = { rtt = "1ms", jitter = "2ms" }\n',
+     "faults[0]: args.jitter = '2ms' is larger than args.rtt = '1ms'"),
+    ('[[faults]]\nat = "1s"\naction = "network-latency"\nnode = "standby1"\n'
+     'duration = "2s"\nargs = { rtt = "1ms" }\n',
+     "faults[0]: 'network-latency' of 'standby1': the node has no links"),
 ])
 def test_bad_network_input_is_one_line(body: str, expected: str) -> None:
     assert expected in _error(body)
@@ -114,6 +125,18 @@ def test_a_pooler_on_separate_hosts_is_refused_for_now() -> None:
         load_text('name = "p"\n[topology]\npooler = "pgbouncer"\n[workload]\npath = "tcp"\n'
                   '[network]\nhosts = "separate"\n', "p.toml")
     assert "with topology.pooler = 'pgbouncer' is not supported yet" in str(caught.value)
+
+
+def test_links_with_a_delay_now_or_from_a_fault_are_wired() -> None:
+    scenario = load_text(BASE.replace("[workload]", '[workload]\nduration = "10s"') +
+                         '[network]\nhosts = "separate"\n[[network.links]]\n'
+                         'between = ["primary", "client"]\nrtt = "1ms"\n[[faults]]\n'
+                         'at = "1s"\naction = "network-latency"\nnode = "standby1"\n'
+                         'duration = "2s"\nargs = { rtt = "5ms", peer = "primary" }\n',
+                         "net.toml").scenario
+    wired = {link.name: link.wired for link in plan_network(scenario).links}
+    assert wired == {"primary-standby1": True, "primary-client": True,
+                     "standby1-client": False}
 
 
 def test_validate_exits_2_on_a_bad_link(tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ from pglab.errors import PglabError
 from pglab.lab.local import LocalServer
 from pglab.network.hosts import LabNetwork
 from pglab.processes import in_keeper_thread, kill_tree, spawn
+from pglab.units import parse_duration
 
 ArgSpec = tuple[type, Any]  # (type, default)
 
@@ -491,8 +492,31 @@ class NetworkPartition(FaultAction):
         return {}
 
 
+class NetworkLatency(FaultAction):
+    name = "network-latency"
+    help = ("the node's links (args: peer = a host: only the link to it) get a round trip "
+            "of `rtt` (args: rtt = '20ms', jitter = '0ms') for `duration`, then their own "
+            "back; the round trip measured at each change is recorded (needs network.hosts "
+            "= 'separate')")
+    duration = "required"
+    args: ClassVar[dict[str, ArgSpec]] = {"rtt": (str, ""), "jitter": (str, "0ms"),
+                                          "peer": (str, "")}
+
+    def begin(self, target: FaultTarget) -> dict[str, Any]:
+        assert target.network is not None  # checked before the run
+        return {"measured_rtt_ms": target.network.delay(
+            target.node, str(self.values["peer"]) or None,
+            parse_duration(self.values["rtt"]), parse_duration(self.values["jitter"]))}
+
+    def end(self, target: FaultTarget) -> dict[str, Any]:
+        if target.network is None:
+            return {}
+        return {"measured_rtt_ms": target.network.delay(
+            target.node, str(self.values["peer"]) or None, None)}
+
+
 ACTIONS: tuple[type[FaultAction], ...] = (
     PauseStandby, ThrottleDisk, Vacuum, BulkUpdate, Checkpoint, SwitchWal, Crash, PowerLoss,
-    MemoryPressure, PauseDisk, FailDisk, SlowDisk, NetworkPartition,
+    MemoryPressure, PauseDisk, FailDisk, SlowDisk, NetworkPartition, NetworkLatency,
 )
 DEVICE_FAULTS = tuple(a.name for a in ACTIONS if issubclass(a, _DeviceState))

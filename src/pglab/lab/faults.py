@@ -20,6 +20,7 @@ from pglab.errors import BadInput
 from pglab.events import Event
 from pglab.lab.fault_actions import ACTIONS, FaultAction, FaultTarget
 from pglab.scenario import Fault, Scenario
+from pglab.units import DURATION_HINT, parse_duration
 
 ACTION_NAMES = [a.name for a in ACTIONS]
 CUT_ACTIONS = tuple(a.name for a in ACTIONS if a.cuts_node)  # crash, power-loss
@@ -42,10 +43,6 @@ def check_faults(scenario: Scenario, where: str) -> None:
     measured = scenario.workload.duration
     for index, fault in enumerate(scenario.faults):
         at = f"{where}: faults[{index}]"
-        if fault.action == NETWORK_LATENCY:
-            raise BadInput(f"{at}: action 'network-latency' is not implemented yet: this "
-                           "kernel has no netem and pglab's own delaying relay is still to "
-                           "come; network-partition and a link's bandwidth_mbps work")
         action = next((a for a in ACTIONS if a.name == fault.action), None)
         if action is None:
             raise BadInput(f"{at}: unknown action '{fault.action}'"
@@ -96,19 +93,34 @@ def check_faults(scenario: Scenario, where: str) -> None:
                           and value < 0):
                 raise BadInput(f"{at}: args.{name} = {value!r} is not valid: expected "
                                f"{'a number ≥ 0' if wanted in (int, float) else wanted.__name__}")
-        if fault.action == "network-partition":
-            _check_partition(scenario, fault, at)
+        if fault.action in ("network-partition", NETWORK_LATENCY):
+            _check_network_fault(scenario, fault, at)
         if fault.action == "pause-standby" and fault.args.get("part", "node") not in (
                 "node", "walreceiver"):
             raise BadInput(f"{at}: args.part = {fault.args['part']!r} is not valid: "
                            "expected 'node' or 'walreceiver'")
 
 
-def _check_partition(scenario: Scenario, fault: Fault, at: str) -> None:
+def _check_network_fault(scenario: Scenario, fault: Fault, at: str) -> None:
     if scenario.network.hosts != "separate":
-        raise BadInput(f"{at}: 'network-partition' of '{fault.node}': the node has no links "
-                       "to cut (network.hosts = 'shared': every node on this host's "
-                       "loopback); set network.hosts = 'separate'")
+        raise BadInput(f"{at}: '{fault.action}' of '{fault.node}': the node has no links "
+                       "(network.hosts = 'shared': every node on this host's loopback); set "
+                       "network.hosts = 'separate'")
+    if fault.action == NETWORK_LATENCY:
+        if "rtt" not in fault.args:
+            raise BadInput(f"{at}: 'network-latency' needs args.rtt, the round trip for the "
+                           "while, like args = { rtt = \"20ms\" }")
+        times = {}
+        for name in ("rtt", "jitter"):
+            value = fault.args.get(name, "0ms")
+            try:
+                times[name] = parse_duration(value)
+            except ValueError:
+                raise BadInput(f"{at}: args.{name} = {value!r} is not valid: expected "
+                               f"{DURATION_HINT}") from None
+        if times["jitter"] > times["rtt"]:
+            raise BadInput(f"{at}: args.jitter = {fault.args['jitter']!r} is larger than "
+                           f"args.rtt = {fault.args['rtt']!r}: expected at most the rtt")
     peer = fault.args.get("peer", "")
     hosts = scenario.host_names()
     if peer and peer not in hosts:

@@ -1,6 +1,7 @@
-"""A lab's hosts on this machine: a network namespace per host, a veth pair per link, token
-buckets (tbf) for bandwidth, nftables for partitions; all removed on every path, and by
-the next pglab after a kill -9.
+"""A lab's hosts on this machine: a network namespace per host, a veth pair per link (or,
+for a link with a round trip to add, two TUN devices joined by pglab's wire process:
+wire.py), token buckets (tbf) for bandwidth, nftables for partitions; all removed on every
+path, and by the next pglab after a kill -9.
 
 Names: each namespace is `pglab-<token>-<host>`; RUN_DIR/netns/<token>.json records the
 pglab that owns them (pid and start time) before the first is made, so that a namespace
@@ -15,8 +16,10 @@ import contextlib
 import json
 import os
 import secrets
+import select
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,12 +29,14 @@ import psutil
 from pglab.errors import EnvironmentProblem, PglabError
 from pglab.network import measure
 from pglab.network.plan import NetworkPlan, PlannedLink
+from pglab.network.wire import READY
 from pglab.paths import RUN_DIR
-from pglab.processes import NETNS_DIR
+from pglab.processes import NETNS_DIR, spawn, stop_child
 from pglab.system_parts import PARTS, root_problem
 
 PREFIX = "pglab-"
 RECORDS = RUN_DIR / "netns"
+WIRE_START_S = 10.0
 TBF_LATENCY_MS = 100  # how long a packet may wait in a link's bucket before it is dropped
 
 
@@ -95,6 +100,8 @@ class LabNetwork:
         self.token = secrets.token_hex(4)
         self.record = RECORDS / f"{self.token}.json"
         self.made: list[str] = []
+        self.wires: dict[str, subprocess.Popen[bytes]] = {}  # link name -> its wire process
+        self.overhead_s: dict[str, float] = {}  # link name -> its wire's own round trip
         self.measured: dict[str, dict[str, Any]] = {}
         self._partitions: dict[str, list[str]] = {}  # table -> namespaces it is in
         self._next_partition = 0
@@ -120,13 +127,43 @@ class LabNetwork:
             _run(["ip", "-n", name, "link", "set", "lo", "up"], f"{host}'s loopback")
         for link in self.plan.links:
             ns_a, ns_b = self.netns(link.a), self.netns(link.b)
-            _run(["ip", "link", "add", link.iface(link.a), "netns", ns_a, "type", "veth",
-                  "peer", "name", link.iface(link.b), "netns", ns_b], f"link {link.name}")
+            if link.wired:
+                self._start_wire(link)
+            else:
+                _run(["ip", "link", "add", link.iface(link.a), "netns", ns_a, "type", "veth",
+                      "peer", "name", link.iface(link.b), "netns", ns_b], f"link {link.name}")
             for host, ns in ((link.a, ns_a), (link.b, ns_b)):
                 iface = link.iface(host)
                 _run(["ip", "-n", ns, "addr", "add", f"{link.address(host)}/30", "dev",
                       iface], f"link {link.name}")
                 _run(["ip", "-n", ns, "link", "set", iface, "up"], f"link {link.name}")
+
+    def _start_wire(self, link: PlannedLink) -> None:
+        """A delayed link: pglab's wire process (wire.py) makes a TUN device in each end's
+        namespace and carries packets between them, rtt/2 (± jitter/2) each way."""
+        argv = [sys.executable, "-m", "pglab.network.wire", "--if-a", link.iface(link.a),
+                "--ns-b", self.netns(link.b), "--if-b", link.iface(link.b),
+                "--one-way-us", f"{link.rtt_s / 2 * 1e6:.1f}",
+                "--jitter-us", f"{link.jitter_s / 2 * 1e6:.1f}"]
+        proc = spawn(argv, netns=self.netns(link.a), stdin=subprocess.PIPE,
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.wires[link.name] = proc
+        assert proc.stdout is not None and proc.stderr is not None
+        ready, _, _ = select.select([proc.stdout], [], [], WIRE_START_S)
+        if not ready or proc.stdout.readline() != READY:
+            stop_child(proc)
+            said = proc.stderr.read().decode(errors="replace").strip().splitlines()
+            raise PglabError(f"link {link.name}: pglab's delaying wire did not start: "
+                             f"{said[-1] if said else f'not ready in {WIRE_START_S:g} s'}")
+
+    def set_delay(self, link: PlannedLink, rtt_s: float, jitter_s: float) -> None:
+        """The wired link's round trip from now on (jitter: its spread, ± half each way),
+        less the wire's own overhead measured by `shape`."""
+        proc = self.wires[link.name]
+        assert proc.stdin is not None
+        one_way = max(0.0, rtt_s - self.overhead_s.get(link.name, 0.0)) / 2
+        proc.stdin.write(f"{one_way * 1e6:.1f} {jitter_s / 2 * 1e6:.1f}\n".encode())
+        proc.stdin.flush()
 
     def shape(self) -> None:
         """Each limited link's bucket on both ends (each direction), then every link's
@@ -142,7 +179,23 @@ class LabNetwork:
                       f"{TBF_LATENCY_MS}ms"], f"the bandwidth of link {link.name}")
         self.on_status("measuring the links")
         for link in self.plan.links:
+            if link.wired:
+                self._calibrate(link)
             self.measured[link.name] = self.measure(link)
+
+    def _calibrate(self, link: PlannedLink) -> None:
+        """The wire's own share of a round trip (two TUN devices, a copy of each packet
+        and, above all, the wake-up after each wait: some 0.15 ms on this machine's kind),
+        measured at the configured delay without jitter and taken off the delay it adds,
+        so that the link's round trip is the configured one. Recorded with the link
+        (`wire_overhead_ms`)."""
+        self.overhead_s[link.name] = 0.0
+        if not link.rtt_s:
+            return  # no wait, nothing late: a delay added later is calibrated by no one
+        self.set_delay(link, link.rtt_s, 0.0)
+        got = measure.round_trip_ms(self.netns(link.a), link.address_a, self.netns(link.b))
+        self.overhead_s[link.name] = max(0.0, got["p50"] / 1000 - link.rtt_s)
+        self.set_delay(link, link.rtt_s, link.jitter_s)
 
     def measure(self, link: PlannedLink) -> dict[str, Any]:
         ns_a, ns_b = self.netns(link.a), self.netns(link.b)
@@ -150,11 +203,16 @@ class LabNetwork:
         try:
             figures: dict[str, Any] = {"rtt_ms": measure.round_trip_ms(
                 ns_a, link.address_a, ns_b)}
+            if link.wired:
+                figures["wire_overhead_ms"] = round(self.overhead_s.get(link.name, 0.0)
+                                                    * 1000, 4)
             if link.bandwidth_mbps:
+                # An Ethernet header on a veth; a TUN device carries bare IP packets.
+                l2 = 0 if link.wired else measure.ETHERNET_HEADER
                 ways = {f"{link.a}->{link.b}": measure.throughput_mbps(
-                            ns_b, link.address_b, ns_a, link.bandwidth_mbps, burst),
+                            ns_b, link.address_b, ns_a, link.bandwidth_mbps, burst, l2),
                         f"{link.b}->{link.a}": measure.throughput_mbps(
-                            ns_a, link.address_a, ns_b, link.bandwidth_mbps, burst)}
+                            ns_a, link.address_a, ns_b, link.bandwidth_mbps, burst, l2)}
                 figures["mbps"] = {way: f["wire"] for way, f in ways.items()}
                 figures["payload_mbps"] = {way: f["payload"] for way, f in ways.items()}
         except OSError as exc:
@@ -175,13 +233,33 @@ class LabNetwork:
         return {"hosts": "separate", "links": links,
                 "namespaces": {host: self.netns(host) for host in self.plan.hosts}}
 
-    # --- partitions ----------------------------------------------------------------------
+    # --- faults --------------------------------------------------------------------------
+
+    def links_for(self, host: str, peer: str | None) -> list[PlannedLink]:
+        """The links a fault of `host` acts on: the one to `peer`, or all of its links."""
+        return [self.plan.link(host, peer)] if peer else self.plan.links_of(host)
+
+    def delay(self, host: str, peer: str | None, rtt_s: float | None,
+              jitter_s: float = 0.0) -> dict[str, Any]:
+        """Change the round trip of `host`'s wired links (to `peer` alone if given); None
+        puts each link's own back. Each link's round trip is measured then (10 round
+        trips), independently of what was asked: link name -> p50 and p99 in ms."""
+        measured = {}
+        for link in self.links_for(host, peer):
+            if rtt_s is None:
+                self.set_delay(link, link.rtt_s, link.jitter_s)
+            else:
+                self.set_delay(link, rtt_s, jitter_s)
+            measured[link.name] = measure.round_trip_ms(
+                self.netns(link.a), link.address_a, self.netns(link.b), count=10)
+        return measured
+
 
     def partition(self, host: str, peer: str | None) -> str:
         """Drop every packet arriving over `host`'s links (to `peer` alone if given), on
         both ends: the sockets stay open and retransmit, as across a real network. The
         partition's name, for `heal`."""
-        links = [self.plan.link(host, peer)] if peer else self.plan.links_of(host)
+        links = self.links_for(host, peer)
         self._next_partition += 1
         table = f"pglab_partition{self._next_partition}"
         done: list[str] = []
@@ -212,6 +290,9 @@ class LabNetwork:
     def close(self) -> None:
         """Remove every namespace (their veths, qdiscs and nft tables go with them), then
         the record."""
+        for proc in self.wires.values():  # its TUN devices hold their namespaces
+            stop_child(proc)
+        self.wires = {}
         for name in reversed(self.made):
             remove_namespace(name)
         self.made = []

@@ -21,7 +21,7 @@ from pglab.processes import enter_netns
 T = TypeVar("T")
 
 ROUND_TRIPS = 50
-MEASURE_S = 0.3  # seconds of a limited link's rate, after its burst
+MEASURE_S = 0.4  # seconds of a limited link's rate, after its burst
 UNLIMITED_BYTES = 16 * 2**20
 TIMEOUT_S = 10.0
 
@@ -64,12 +64,13 @@ def _pair(server_ns: str, server_addr: str, client_ns: str) -> tuple[socket.sock
     return client, accepted
 
 
-def round_trip_ms(ns_a: str, addr_a: str, ns_b: str) -> dict[str, float]:
-    """p50 and p99 of ROUND_TRIPS one-byte round trips from b to a, in milliseconds."""
+def round_trip_ms(ns_a: str, addr_a: str, ns_b: str,
+                  count: int = ROUND_TRIPS) -> dict[str, float]:
+    """p50 and p99 of `count` one-byte round trips from b to a, in milliseconds."""
     client, server = _pair(ns_a, addr_a, ns_b)
     times = []
     try:
-        for _ in range(ROUND_TRIPS):
+        for _ in range(count):
             started = time.perf_counter()
             client.sendall(b"p")
             server.recv(1)
@@ -81,16 +82,18 @@ def round_trip_ms(ns_a: str, addr_a: str, ns_b: str) -> dict[str, float]:
         server.close()
     times.sort()
     return {"p50": round(statistics.median(times), 4),
-            "p99": round(times[int(len(times) * 0.99) - 1], 4)}
+            "p99": round(times[max(0, int(len(times) * 0.99) - 1)], 4)}
 
 
-# What a full segment carries on the wire besides its payload: Ethernet (14), IPv4 (20),
-# TCP (20) and its timestamp option (12). A link's rate (tbf's) counts these bytes too.
-SEGMENT_OVERHEAD = 14 + 20 + 20 + 12
+# What a full segment carries on the link besides its payload: IPv4 (20), TCP (20) and
+# its timestamp option (12), and on a veth an Ethernet header. A link's rate (tbf's)
+# counts these bytes too.
+SEGMENT_OVERHEAD = 20 + 20 + 12
+ETHERNET_HEADER = 14
 
 
 def throughput_mbps(ns_to: str, addr_to: str, ns_from: str, limit_mbps: float,
-                    burst_bytes: int) -> dict[str, float]:
+                    burst_bytes: int, l2_header: int = ETHERNET_HEADER) -> dict[str, float]:
     """From `ns_from` to `ns_to`: the payload's Mbit/s over MEASURE_S of the limit's worth
     after the bucket's burst (or UNLIMITED_BYTES on an unlimited link), timed by the
     receiver, and the wire's (payload with each full segment's headers: what the link's
@@ -119,7 +122,9 @@ def throughput_mbps(ns_to: str, addr_to: str, ns_from: str, limit_mbps: float,
             if not data:
                 break
             got += len(data)
-            if not started and got >= max(skip, 1):
+            # The slope from a fifth of the way on: the bucket's burst spent, and the
+            # bytes a delay holds in flight at both ends of the window alike.
+            if not started and got >= skip + (total - skip) // 5:
                 started, counted_from = time.perf_counter(), got
         elapsed = time.perf_counter() - started
     finally:
@@ -130,4 +135,4 @@ def throughput_mbps(ns_to: str, addr_to: str, ns_from: str, limit_mbps: float,
         raise failed[0]
     payload = (got - counted_from) * 8 / elapsed / 1e6 if elapsed > 0 else 0.0
     return {"payload": round(payload, 2),
-            "wire": round(payload * (mss + SEGMENT_OVERHEAD) / mss, 2)}
+            "wire": round(payload * (mss + SEGMENT_OVERHEAD + l2_header) / mss, 2)}

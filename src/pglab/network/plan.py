@@ -13,6 +13,7 @@ from __future__ import annotations
 import ipaddress
 import itertools
 from dataclasses import dataclass
+from typing import Any
 
 from pglab.scenario.model import Link, Scenario
 
@@ -33,6 +34,9 @@ class PlannedLink:
     rtt_s: float = 0.0
     jitter_s: float = 0.0
     bandwidth_mbps: float = 0.0  # each direction; 0: unlimited
+    # Carried by pglab's wire (a delay now, or one a network-latency fault adds), else a
+    # veth pair.
+    wired: bool = False
 
     @property
     def name(self) -> str:
@@ -68,17 +72,33 @@ class NetworkPlan:
         return self.link(host, seen_from).address(host)
 
 
+# The fault that changes a link's delay for a while (lab/fault_actions.py; named here, as
+# the plan does not import the lab).
+LATENCY_ACTION = "network-latency"
+
+
+def _fault_pairs(node: str, peer: Any, hosts: tuple[str, ...]) -> list[frozenset[str]]:
+    """The links a network fault of `node` acts on: the one to `peer`, or all of them."""
+    if isinstance(peer, str) and peer:
+        return [frozenset((node, peer))]
+    return [frozenset((node, other)) for other in hosts if other != node]
+
+
 def plan_network(scenario: Scenario) -> NetworkPlan:
     """Every pair of hosts gets a link; the scenario's [[network.links]] give figures."""
     hosts = tuple(scenario.host_names())
     configured: dict[frozenset[str], Link] = {
         frozenset(link.between): link for link in scenario.network.links}
+    delayed_later = {pair for fault in scenario.faults if fault.action == LATENCY_ACTION
+                     for pair in _fault_pairs(fault.node, fault.args.get("peer"), hosts)}
     links = []
     for index, (a, b) in enumerate(itertools.combinations(hosts, 2)):
         net = _BASE + 4 * index
-        spec = configured.get(frozenset((a, b)))
+        pair = frozenset((a, b))
+        spec = configured.get(pair)
+        rtt, jitter = (spec.rtt, spec.jitter) if spec else (0.0, 0.0)
         links.append(PlannedLink(
             index=index, a=a, b=b, address_a=str(net + 1), address_b=str(net + 2),
-            rtt_s=spec.rtt if spec else 0.0, jitter_s=spec.jitter if spec else 0.0,
-            bandwidth_mbps=spec.bandwidth_mbps if spec else 0.0))
+            rtt_s=rtt, jitter_s=jitter, bandwidth_mbps=spec.bandwidth_mbps if spec else 0.0,
+            wired=bool(rtt or jitter or pair in delayed_later)))
     return NetworkPlan(hosts, tuple(links))

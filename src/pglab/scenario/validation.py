@@ -155,9 +155,7 @@ def check_network(scenario: Scenario, where: str) -> None:
             raise BadInput(f"{where}: {key}.between = {link.between}: the same two hosts as "
                            f"network.links[{seen[pair]}]; one link per pair")
         seen[pair] = index
-        for name, value in (("rtt", link.rtt), ("jitter", link.jitter)):
-            if value > 0:
-                raise BadInput(f"{where}: {key}.{name} = '{_ms(value)}' is not implemented "
-                               "yet: this kernel has no netem and pglab's own delaying relay "
-                               "is still to come; use bandwidth_mbps and the "
-                               "network-partition fault, with rtt = '0ms'")
+        if link.jitter > link.rtt:
+            raise BadInput(f"{where}: {key}.jitter = '{_ms(link.jitter)}' is larger than "
+                           f"rtt = '{_ms(link.rtt)}': expected at most the rtt (each way "
+                           "adds rtt/2 ± jitter/2, never less than nothing)")
