@@ -496,8 +496,8 @@ class NetworkLatency(FaultAction):
     name = "network-latency"
     help = ("the node's links (args: peer = a host: only the link to it) get a round trip "
             "of `rtt` (args: rtt = '20ms', jitter = '0ms') for `duration`, then their own "
-            "back; the round trip measured at each change is recorded (needs network.hosts "
-            "= 'separate')")
+            "back; the round trip measured at each change is recorded (measured_rtt_ms, "
+            "restored_rtt_ms; needs network.hosts = 'separate')")
     duration = "required"
     args: ClassVar[dict[str, ArgSpec]] = {"rtt": (str, ""), "jitter": (str, "0ms"),
                                           "peer": (str, "")}
@@ -511,7 +511,7 @@ class NetworkLatency(FaultAction):
     def end(self, target: FaultTarget) -> dict[str, Any]:
         if target.network is None:
             return {}
-        return {"measured_rtt_ms": target.network.delay(
+        return {"restored_rtt_ms": target.network.delay(
             target.node, str(self.values["peer"]) or None, None)}
 
 
