@@ -231,7 +231,7 @@ def test_a_run_on_separate_hosts_completes_with_its_links_in_the_manifest(
         tmp_path: Path, nft: Path) -> None:
     """~15 s: pgbench from the client's host over TCP (the primary accepts the clients'
     role only from the client's link address), a 50 Mbit/s link to the standby, shown by
-    `pglab show`; nothing of the lab's left after it."""
+    `pglab show` and the report; nothing of the lab's left after it."""
     if os.geteuid() != 0:
         pytest.skip("network namespaces need root")
     path = write_scenario(tmp_path, SEPARATE.replace('name = "sep"\n', "") + """
@@ -257,6 +257,8 @@ bandwidth_mbps = 50
     assert left == set()
     shown = run_cli("show", str(manifest_path.parent))
     assert "link primary <-> standby1: 50 Mbit/s (measured primary->standby1" in shown.stdout
+    report = (manifest_path.parent / "report.html").read_text()
+    assert "primary &lt;-&gt; standby1: 50 Mbit/s (measured primary-&gt;standby1" in report
 
 
 def test_the_next_pglab_removes_the_hosts_of_a_killed_one(tmp_path: Path, nft: Path) -> None:

@@ -3,6 +3,10 @@ refused in one line before anything starts (no machine needed)."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,7 +14,7 @@ import pytest
 from conftest import run_cli, write_scenario
 from pglab.errors import BadInput
 from pglab.lab.faults import check_faults
-from pglab.network.describe import network_lines
+from pglab.network.describe import link_facts, network_lines
 from pglab.network.plan import plan_network
 from pglab.scenario import load_text
 
@@ -149,7 +153,7 @@ def test_validate_exits_2_on_a_bad_link(tmp_path: Path) -> None:
     assert "no host 'standby9'" in result.stderr
 
 
-def test_show_says_each_link_with_its_measured_figures() -> None:
+def test_show_and_compare_say_each_link_with_its_figures() -> None:
     lines = network_lines({"hosts": "separate", "links": [
         {"between": ["primary", "standby1"], "configured": {"bandwidth_mbps": 50.0},
          "measured": {"rtt_ms": {"p50": 0.015, "p99": 0.02},
@@ -161,3 +165,29 @@ def test_show_says_each_link_with_its_measured_figures() -> None:
         "standby1->primary 47.5 Mbit/s; rtt p50 0.015 ms, p99 0.02 ms)",
         "primary <-> client: unlimited"]
     assert network_lines(None) == []
+    assert link_facts({"links": [
+        {"between": ["primary", "standby1"], "configured": {"rtt_ms": 2.0, "jitter_ms": 0.0,
+                                                            "bandwidth_mbps": 0.0},
+         "measured": {"rtt_ms": {"p50": 2.01, "p99": 2.3}}},
+        {"between": ["primary", "client"], "configured": {"bandwidth_mbps": 0.0},
+         "measured": {"rtt_ms": {"p50": 0.015, "p99": 0.02}}}]}) == {
+        "primary-standby1": "unlimited, rtt 2 ms",
+        "primary-standby1.measured": "rtt p50 2.01 ms, p99 2.3 ms",
+        "primary-client": "unlimited"}  # compare's environment diff: no veth's noise
+    assert link_facts(None) == {}
+
+
+def test_validate_exits_3_where_namespaces_cannot_be_made(tmp_path: Path) -> None:
+    """As uid 65534 (a user namespace of its own when the suite is root): no network
+    namespaces, said in one line with what asks for them, exit 3."""
+    path = write_scenario(tmp_path, BASE.replace('name = "net"\n', "")
+                          + '[network]\nhosts = "separate"\n')
+    argv = [sys.executable, "-m", "pglab", "validate", str(path)]
+    if os.geteuid() == 0:
+        argv = [shutil.which("unshare") or "/usr/bin/unshare", "--user", *argv]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False,
+                          env={**os.environ, "NO_COLOR": "1", "COLUMNS": "200"})
+    assert done.returncode == 3, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert "lacks root (pglab runs as uid 65534) for network.hosts = 'separate' (network " \
+           "namespaces)" in done.stderr
