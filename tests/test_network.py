@@ -22,6 +22,10 @@ from pglab.lab.fault_actions import NetworkLatency, NetworkPartition
 from pglab.lab.lab import Lab, reap_stale_labs
 from pglab.network.hosts import LabNetwork, pglab_namespaces
 from pglab.network.plan import plan_network
+from pglab.probes.base import ProbeContext
+from pglab.probes.os_probes import TcpProbe
+from pglab.results.files import utc_now
+from pglab.runner import probe_nodes
 from pglab.scenario import load_text
 
 pytestmark = pytest.mark.live  # namespaces, links and servers of the machine's
@@ -125,6 +129,24 @@ def test_a_synchronous_commit_waits_for_the_links_round_trip(separate_lab: Lab) 
     median = times[len(times) // 2]
     # A commit is the round trip, a flush and a little work: never under the link's rtt.
     assert measured <= median < measured + 1.5 and times[0] >= 0.9 * 2.0, (times, measured)
+
+
+def test_the_tcp_probe_sees_the_replication_connection_from_both_hosts(
+        separate_lab: Lab) -> None:
+    """~1 s: `ss` run in each host's namespace: the walsender's and the walreceiver's
+    socket, each with the kernel's own RTT of the 2 ms link."""
+    probe = TcpProbe()
+    probe.start(ProbeContext(probe_nodes(separate_lab), lambda: None, time.time))
+    probe.sample(utc_now())
+    assert separate_lab.primary is not None
+    with separate_lab.primary.connect() as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS tcp_traffic AS SELECT repeat('x', 1000) AS v "
+                     "FROM generate_series(1, 1000)")
+    time.sleep(0.2)
+    out = probe.sample(utc_now())
+    rtts = {s.node: s.value for s in out.samples if s.metric == "rtt_ms"}
+    assert set(rtts) == {"primary", "standby1"}
+    assert all(rtt >= 1.9 for rtt in rtts.values()), rtts
 
 
 def test_network_latency_changes_a_links_round_trip_for_a_while(separate_lab: Lab) -> None:

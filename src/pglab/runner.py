@@ -221,7 +221,8 @@ def probe_nodes(lab: Lab) -> list[NodeHandle]:
             return proc.pid if proc is not None and proc.poll() is None else None
 
         return NodeHandle(server.name, server.connect, server.data_dir, postmaster_pid,
-                          server.log_dir, lab.storage.storage_paths(server.name))
+                          server.log_dir, lab.storage.storage_paths(server.name),
+                          netns=server.netns)
 
     return [handle(server) for server in lab.servers]
 
