@@ -174,6 +174,12 @@ def test_show_and_compare_say_each_link_with_its_figures() -> None:
         "primary-standby1": "unlimited, rtt 2 ms",
         "primary-standby1.measured": "rtt p50 2.01 ms, p99 2.3 ms",
         "primary-client": "unlimited"}  # compare's environment diff: no veth's noise
+    assert network_lines({"links": [
+        {"between": ["primary", "standby1"], "configured": {"rtt_ms": 2.0},
+         "measured": {"rtt_ms": {"p50": 2.01, "p99": 2.3},
+                      "wire_priority": "normal (Operation not permitted)"}}]}) == [
+        "primary <-> standby1: unlimited, rtt 2 ms (measured rtt p50 2.01 ms, p99 2.3 ms; "
+        "its wire at normal (Operation not permitted) priority)"]
     assert link_facts(None) == {}
 
 

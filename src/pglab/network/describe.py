@@ -27,6 +27,9 @@ def _measured(measured: dict[str, Any]) -> str:
     rtt = measured.get("rtt_ms") or {}
     if rtt:
         parts.append(f"rtt p50 {_mbps(rtt.get('p50'))} ms, p99 {_mbps(rtt.get('p99'))} ms")
+    priority = measured.get("wire_priority")
+    if priority and priority != "real-time":  # its delays wait for a CPU like any process
+        parts.append(f"its wire at {priority} priority")
     return "; ".join(parts)
 
 

@@ -101,7 +101,7 @@ class LabNetwork:
         self.record = RECORDS / f"{self.token}.json"
         self.made: list[str] = []
         self.wires: dict[str, subprocess.Popen[bytes]] = {}  # link name -> its wire process
-        self.overhead_s: dict[str, float] = {}  # link name -> its wire's own round trip
+        self.wire_priority: dict[str, str] = {}  # link name -> "real-time" or why not
         self.measured: dict[str, dict[str, Any]] = {}
         self._partitions: dict[str, list[str]] = {}  # table -> namespaces it is in
         self._next_partition = 0
@@ -150,18 +150,20 @@ class LabNetwork:
         self.wires[link.name] = proc
         assert proc.stdout is not None and proc.stderr is not None
         ready, _, _ = select.select([proc.stdout], [], [], WIRE_START_S)
-        if not ready or proc.stdout.readline() != READY:
+        line = proc.stdout.readline() if ready else b""
+        if line.startswith(READY):
+            self.wire_priority[link.name] = line[len(READY):].decode().strip()
+        else:
             stop_child(proc)
             said = proc.stderr.read().decode(errors="replace").strip().splitlines()
             raise PglabError(f"link {link.name}: pglab's delaying wire did not start: "
                              f"{said[-1] if said else f'not ready in {WIRE_START_S:g} s'}")
 
     def set_delay(self, link: PlannedLink, rtt_s: float, jitter_s: float) -> None:
-        """The wired link's round trip from now on (jitter: its spread, ± half each way),
-        less the wire's own overhead measured by `shape`."""
+        """The wired link's round trip from now on (jitter: its spread, ± half each way)."""
         proc = self.wires[link.name]
         assert proc.stdin is not None
-        one_way = max(0.0, rtt_s - self.overhead_s.get(link.name, 0.0)) / 2
+        one_way = rtt_s / 2
         proc.stdin.write(f"{one_way * 1e6:.1f} {jitter_s / 2 * 1e6:.1f}\n".encode())
         proc.stdin.flush()
 
@@ -179,23 +181,7 @@ class LabNetwork:
                       f"{TBF_LATENCY_MS}ms"], f"the bandwidth of link {link.name}")
         self.on_status("measuring the links")
         for link in self.plan.links:
-            if link.wired:
-                self._calibrate(link)
             self.measured[link.name] = self.measure(link)
-
-    def _calibrate(self, link: PlannedLink) -> None:
-        """The wire's own share of a round trip (two TUN devices, a copy of each packet
-        and, above all, the wake-up after each wait: some 0.15 ms on this machine's kind),
-        measured at the configured delay without jitter and taken off the delay it adds,
-        so that the link's round trip is the configured one. Recorded with the link
-        (`wire_overhead_ms`)."""
-        self.overhead_s[link.name] = 0.0
-        if not link.rtt_s:
-            return  # no wait, nothing late: a delay added later is calibrated by no one
-        self.set_delay(link, link.rtt_s, 0.0)
-        got = measure.round_trip_ms(self.netns(link.a), link.address_a, self.netns(link.b))
-        self.overhead_s[link.name] = max(0.0, got["p50"] / 1000 - link.rtt_s)
-        self.set_delay(link, link.rtt_s, link.jitter_s)
 
     def measure(self, link: PlannedLink) -> dict[str, Any]:
         ns_a, ns_b = self.netns(link.a), self.netns(link.b)
@@ -203,16 +189,15 @@ class LabNetwork:
         try:
             figures: dict[str, Any] = {"rtt_ms": measure.round_trip_ms(
                 ns_a, link.address_a, ns_b)}
-            if link.wired:
-                figures["wire_overhead_ms"] = round(self.overhead_s.get(link.name, 0.0)
-                                                    * 1000, 4)
+            if link.name in self.wire_priority:
+                figures["wire_priority"] = self.wire_priority[link.name]
             if link.bandwidth_mbps:
-                # An Ethernet header on a veth; a TUN device carries bare IP packets.
-                l2 = 0 if link.wired else measure.ETHERNET_HEADER
                 ways = {f"{link.a}->{link.b}": measure.throughput_mbps(
-                            ns_b, link.address_b, ns_a, link.bandwidth_mbps, burst, l2),
+                            ns_b, link.address_b, link.iface(link.b), ns_a,
+                            link.bandwidth_mbps, burst),
                         f"{link.b}->{link.a}": measure.throughput_mbps(
-                            ns_a, link.address_a, ns_b, link.bandwidth_mbps, burst, l2)}
+                            ns_a, link.address_a, link.iface(link.a), ns_b,
+                            link.bandwidth_mbps, burst)}
                 figures["mbps"] = {way: f["wire"] for way, f in ways.items()}
                 figures["payload_mbps"] = {way: f["payload"] for way, f in ways.items()}
         except OSError as exc:
@@ -242,7 +227,7 @@ class LabNetwork:
     def delay(self, host: str, peer: str | None, rtt_s: float | None,
               jitter_s: float = 0.0) -> dict[str, Any]:
         """Change the round trip of `host`'s wired links (to `peer` alone if given); None
-        puts each link's own back. Each link's round trip is measured then (10 round
+        puts each link's own back. Each link's round trip is measured then (20 round
         trips), independently of what was asked: link name -> p50 and p99 in ms."""
         measured = {}
         for link in self.links_for(host, peer):
@@ -251,7 +236,7 @@ class LabNetwork:
             else:
                 self.set_delay(link, rtt_s, jitter_s)
             measured[link.name] = measure.round_trip_ms(
-                self.netns(link.a), link.address_a, self.netns(link.b), count=10)
+                self.netns(link.a), link.address_a, self.netns(link.b), count=20)
         return measured
 
 

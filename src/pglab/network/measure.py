@@ -85,21 +85,35 @@ def round_trip_ms(ns_a: str, addr_a: str, ns_b: str,
             "p99": round(times[max(0, int(len(times) * 0.99) - 1)], 4)}
 
 
-# What a full segment carries on the link besides its payload: IPv4 (20), TCP (20) and
-# its timestamp option (12), and on a veth an Ethernet header. A link's rate (tbf's)
-# counts these bytes too.
-SEGMENT_OVERHEAD = 20 + 20 + 12
-ETHERNET_HEADER = 14
+class _RxCounter:
+    """The bytes an interface has received so far, from the kernel's counters of its own
+    namespace (/proc/net/dev, opened there, keeps showing that namespace's)."""
+
+    def __init__(self, netns: str, iface: str) -> None:
+        self.netns, self.iface = netns, iface
+        self.dev = in_netns(netns, lambda: open("/proc/thread-self/net/dev", "rb",  # noqa: SIM115
+                                                buffering=0))
+
+    def read(self) -> int:
+        self.dev.seek(0)
+        for line in self.dev.read().decode().splitlines():
+            name, _, counters = line.partition(":")
+            if name.strip() == self.iface:
+                return int(counters.split()[0])
+        raise OSError(f"no interface {self.iface} in network namespace {self.netns}")
+
+    def close(self) -> None:
+        self.dev.close()
 
 
-def throughput_mbps(ns_to: str, addr_to: str, ns_from: str, limit_mbps: float,
-                    burst_bytes: int, l2_header: int = ETHERNET_HEADER) -> dict[str, float]:
-    """From `ns_from` to `ns_to`: the payload's Mbit/s over MEASURE_S of the limit's worth
-    after the bucket's burst (or UNLIMITED_BYTES on an unlimited link), timed by the
-    receiver, and the wire's (payload with each full segment's headers: what the link's
-    rate is a rate of)."""
+def throughput_mbps(ns_to: str, addr_to: str, iface_to: str, ns_from: str,
+                    limit_mbps: float, burst_bytes: int) -> dict[str, float]:
+    """From `ns_from` to `ns_to`, MEASURE_S of the limit's worth after the bucket's burst
+    (or UNLIMITED_BYTES on an unlimited link): Mbit/s on the wire (what the receiving
+    interface `iface_to` counted: payload and headers, what a link's rate is a rate of)
+    and of payload (what the receiver read), both from a fifth of the way on."""
     sender, receiver = _pair(ns_to, addr_to, ns_from)
-    mss = sender.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG)
+    counter = _RxCounter(ns_to, iface_to)
     skip = burst_bytes if limit_mbps else 0
     total = (skip + int(limit_mbps * 1e6 / 8 * MEASURE_S)) if limit_mbps else UNLIMITED_BYTES
     failed: list[BaseException] = []
@@ -115,7 +129,7 @@ def throughput_mbps(ns_to: str, addr_to: str, ns_from: str, limit_mbps: float,
 
     thread = threading.Thread(target=send, name="link-measure", daemon=True)
     thread.start()
-    got, started, counted_from = 0, 0.0, 0
+    got, started, counted_from, wire_from = 0, 0.0, 0, 0
     try:
         while got < total:
             data = receiver.recv(1 << 20)
@@ -125,14 +139,18 @@ def throughput_mbps(ns_to: str, addr_to: str, ns_from: str, limit_mbps: float,
             # The slope from a fifth of the way on: the bucket's burst spent, and the
             # bytes a delay holds in flight at both ends of the window alike.
             if not started and got >= skip + (total - skip) // 5:
+                wire_from = counter.read()
                 started, counted_from = time.perf_counter(), got
+        wire_to = counter.read()
         elapsed = time.perf_counter() - started
     finally:
         thread.join(TIMEOUT_S)
         sender.close()
         receiver.close()
+        counter.close()
     if failed:
         raise failed[0]
-    payload = (got - counted_from) * 8 / elapsed / 1e6 if elapsed > 0 else 0.0
-    return {"payload": round(payload, 2),
-            "wire": round(payload * (mss + SEGMENT_OVERHEAD + l2_header) / mss, 2)}
+    if elapsed <= 0:
+        return {"payload": 0.0, "wire": 0.0}
+    return {"payload": round((got - counted_from) * 8 / elapsed / 1e6, 2),
+            "wire": round((wire_to - wire_from) * 8 / elapsed / 1e6, 2)}

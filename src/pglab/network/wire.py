@@ -22,6 +22,7 @@ import fcntl
 import os
 import random
 import select
+import statistics
 import struct
 import sys
 import time
@@ -33,7 +34,9 @@ IFF_NO_PI = 0x1000
 TUNSETIFF = 0x400454CA
 PR_SET_TIMERSLACK = 29
 READ_BATCH = 64  # packets read from one device before the other gets a turn
-READY = b"ready\n"
+READY = b"ready "  # then the priority it runs at
+WIRE_PRIORITY = 10  # SCHED_FIFO, 1-99
+LATENESS_WINDOW = 64  # waits whose lateness the median is of
 
 
 def open_tun(name: str) -> int:
@@ -55,10 +58,21 @@ def forward(fd_a: int, fd_b: int, one_way_s: float, jitter_s: float,
         fd_a: collections.deque(), fd_b: collections.deque()}
     last = {fd_a: 0.0, fd_b: 0.0}
     rng = random.Random()
+    # How late the kernel wakes this process after a wait (the median of the last waits:
+    # a stall of the whole machine is no wake-up cost): each wait ends that much early,
+    # and a packet is read that much after it arrived (the same wake-up), so its
+    # departure is counted from that much before it was read.
+    late = 0.0
+    lateness: collections.deque[float] = collections.deque(maxlen=LATENESS_WINDOW)
     while True:
         due = [queue[0][0] for queue in queues.values() if queue]
-        timeout = max(0.0, min(due) - time.monotonic()) if due else None
+        wake = min(due) - late if due else None
+        timeout = max(0.0, wake - time.monotonic()) if wake is not None else None
         readable, _, _ = select.select(watched, [], [], timeout)
+        if not readable and wake is not None:
+            lateness.append(max(0.0, time.monotonic() - wake))
+            if len(lateness) % 8 == 0 or len(lateness) == LATENESS_WINDOW:
+                late = statistics.median(lateness)
         if control is not None and control in readable:
             data = os.read(control, 4096)
             if not data:
@@ -78,10 +92,10 @@ def forward(fd_a: int, fd_b: int, one_way_s: float, jitter_s: float,
                     break
                 now = time.monotonic()
                 spread = rng.uniform(-jitter_s, jitter_s) if jitter_s else 0.0
-                depart = max(now + one_way_s + spread, last[fd])
+                depart = max(now - min(late, one_way_s) + one_way_s + spread, last[fd])
                 last[fd] = depart
                 queues[fd].append((depart, packet))
-        now = time.monotonic()
+        now = time.monotonic() + late
         for fd, queue in queues.items():
             while queue and queue[0][0] <= now:
                 _depart, packet = queue.popleft()
@@ -101,10 +115,19 @@ def main(argv: list[str] | None = None) -> int:
     # The kernel may wake a sleeper up to 50 us late by default: a delay of 0.25 ms
     # would be 20% off.
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0)
+    # netem delays in the kernel, unaffected by a busy machine; a user-space wire waits
+    # for the CPU like any process (a loaded 2-core machine held packets up to 0.4 s).
+    # A real-time priority (root) puts it first when a packet is due; it blocks in
+    # select between packets, and the kernel's real-time throttling bounds it anyway.
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(WIRE_PRIORITY))
+        priority = "real-time"
+    except OSError as exc:  # not root, or a cgroup with no real-time runtime (cgroup v1)
+        priority = f"normal ({exc.strerror})"
     fd_a = open_tun(args.if_a)
     enter_netns(args.ns_b)
     fd_b = open_tun(args.if_b)
-    sys.stdout.buffer.write(READY)
+    sys.stdout.buffer.write(READY + priority.encode() + b"\n")
     sys.stdout.flush()
     forward(fd_a, fd_b, args.one_way_us / 1e6, args.jitter_us / 1e6, sys.stdin.fileno())
     return 0
