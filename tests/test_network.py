@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import polars as pl
 import psutil
 import pytest
 
@@ -23,7 +24,7 @@ from pglab.lab.lab import Lab, reap_stale_labs
 from pglab.network.hosts import LabNetwork, pglab_namespaces
 from pglab.network.plan import plan_network
 from pglab.probes.base import ProbeContext
-from pglab.probes.os_probes import TcpProbe
+from pglab.probes.os_probes import LinksProbe, TcpProbe
 from pglab.results.files import utc_now
 from pglab.runner import probe_nodes
 from pglab.scenario import load_text
@@ -147,6 +148,28 @@ def test_the_tcp_probe_sees_the_replication_connection_from_both_hosts(
     rtts = {s.node: s.value for s in out.samples if s.metric == "rtt_ms"}
     assert set(rtts) == {"primary", "standby1"}
     assert all(rtt >= 1.9 for rtt in rtts.values()), rtts
+
+
+def test_the_links_probe_counts_each_way_on_both_hosts(separate_lab: Lab) -> None:
+    """~1 s: os.links reads each host's own interface counters: the WAL of a 1 MB table
+    leaves the primary towards standby1 and arrives there from the primary."""
+    probe = LinksProbe()
+    probe.start(ProbeContext(probe_nodes(separate_lab), lambda: None, time.time))
+    try:
+        probe.sample(utc_now())
+        assert separate_lab.primary is not None
+        with separate_lab.primary.connect() as conn:
+            conn.execute("CREATE TABLE links_traffic AS SELECT repeat('x', 1000) AS v "
+                         "FROM generate_series(1, 1000)")
+        time.sleep(0.3)
+        out = probe.sample(utc_now())
+    finally:
+        probe.stop()
+    got = {(s.node, s.label, s.metric): s.value for s in out.samples}
+    assert {label for _node, label, _metric in got} == {"primary", "standby1", "client"}
+    assert got[("primary", "standby1", "sent_mbit_s")] > 1.0  # ~1 MB in ~0.3 s
+    assert got[("standby1", "primary", "received_mbit_s")] > 1.0
+    assert got[("primary", "standby1", "dropped_per_s")] == 0
 
 
 def test_network_latency_changes_a_links_round_trip_for_a_while(separate_lab: Lab) -> None:
@@ -280,6 +303,13 @@ bandwidth_mbps = 50
     assert left == set()
     shown = run_cli("show", str(manifest_path.parent))
     assert "link primary <-> standby1: 50 Mbit/s (measured primary->standby1" in shown.stdout
+    series = pl.read_parquet(manifest_path.parent / "timeseries.parquet").filter(
+        (pl.col("source") == "os.links") & (pl.col("metric") == "sent_mbit_s"))
+    sent = series.group_by("node", "label").agg(pl.col("value").sum())
+    assert {tuple(r) for r in sent.select("node", "label").rows()} == {
+        ("primary", "standby1"), ("primary", "client"), ("standby1", "primary"),
+        ("standby1", "client")}
+    assert max(sent["value"]) > 0  # pgbench's traffic and the WAL crossed
     report = (manifest_path.parent / "report.html").read_text()
     assert "primary &lt;-&gt; standby1: 50 Mbit/s (measured primary-&gt;standby1" in report
 

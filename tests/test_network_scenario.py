@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli, write_scenario
+from conftest import SAMPLES, run_cli, write_scenario
 from pglab.errors import BadInput
 from pglab.lab.faults import check_faults
 from pglab.network.describe import link_facts, network_lines
 from pglab.network.plan import plan_network
+from pglab.probes.procfs.net import link_rates, parse_net_dev
 from pglab.scenario import load_text
 
 BASE = """
@@ -197,3 +198,15 @@ def test_validate_exits_3_where_namespaces_cannot_be_made(tmp_path: Path) -> Non
     assert len(done.stderr.strip().splitlines()) == 1
     assert "lacks root (pglab runs as uid 65534) for network.hosts = 'separate' (network " \
            "namespaces)" in done.stderr
+
+
+def test_net_dev_of_a_namespace_is_read_exactly() -> None:
+    """A real /proc/net/dev read inside a namespace of pglab's (tests/samples/procfs)."""
+    text = (SAMPLES / "procfs" / "net_dev_namespace.txt").read_text()
+    counters = parse_net_dev(text)
+    assert set(counters) == {"lo", "pglab-y"}
+    link = counters["pglab-y"]
+    assert (link.rx_bytes, link.rx_packets, link.tx_bytes, link.tx_packets) == (116, 2, 186, 3)
+    assert link_rates(counters["lo"], link, 2.0) == {
+        "sent_mbit_s": 186 * 8 / 2.0 / 1e6, "received_mbit_s": 116 * 8 / 2.0 / 1e6,
+        "dropped_per_s": 0.0}

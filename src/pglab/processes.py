@@ -63,6 +63,26 @@ def enter_netns(name: str) -> None:
         os.close(fd)
 
 
+def in_netns(netns: str, make: Callable[[], T]) -> T:
+    """`make()` run in a thread inside `netns`: a socket made there stays there."""
+    made: list[T] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            enter_netns(netns)
+            made.append(make())
+        except BaseException as exc:
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, name=f"netns-{netns}", daemon=True)
+    thread.start()
+    thread.join()
+    if failed:
+        raise failed[0]
+    return made[0]
+
+
 def _join_cgroups_then(
     procs_files: list[Path], uid: int | None, gid: int | None, then: Callable[[], None],
     netns: str | None = None,

@@ -13,37 +13,13 @@ import socket
 import statistics
 import threading
 import time
-from collections.abc import Callable
-from typing import TypeVar
 
-from pglab.processes import enter_netns
-
-T = TypeVar("T")
+from pglab.processes import in_netns
 
 ROUND_TRIPS = 50
 MEASURE_S = 0.4  # seconds of a limited link's rate, after its burst
 UNLIMITED_BYTES = 16 * 2**20
 TIMEOUT_S = 10.0
-
-
-def in_netns(netns: str, make: Callable[[], T]) -> T:
-    """`make()` run in a thread inside `netns`: a socket made there stays there."""
-    made: list[T] = []
-    failed: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            enter_netns(netns)
-            made.append(make())
-        except BaseException as exc:
-            failed.append(exc)
-
-    thread = threading.Thread(target=run, name=f"netns-{netns}", daemon=True)
-    thread.start()
-    thread.join()
-    if failed:
-        raise failed[0]
-    return made[0]
 
 
 def _pair(server_ns: str, server_addr: str, client_ns: str) -> tuple[socket.socket,
