@@ -314,6 +314,38 @@ bandwidth_mbps = 50
     assert "primary &lt;-&gt; standby1: 50 Mbit/s (measured primary-&gt;standby1" in report
 
 
+@pytest.mark.cpu_exclusive
+def test_a_standby_far_away_for_a_while_is_the_network_cause(tmp_path: Path) -> None:
+    """~18 s: a synchronous standby 1 ms away gets 25 ms for 4 s (network-latency): the
+    commits slow for that while, and the analysis names the network first, from the
+    round trip os.tcp saw on the replication connection inside the hosts' namespaces."""
+    if os.geteuid() != 0:
+        pytest.skip("network namespaces need root")
+    path = write_scenario(tmp_path, SEPARATE.replace('name = "sep"\n', "") + """
+clients = 4
+duration = "10s"
+warmup = "1s"
+[[network.links]]
+between = ["primary", "standby1"]
+rtt = "1ms"
+[[faults]]
+at = "3s"
+action = "network-latency"
+node = "standby1"
+duration = "4s"
+args = { rtt = "25ms", peer = "primary" }
+""")
+    result = run_cli("run", str(path), "--results", str(tmp_path / "results"))
+    assert result.returncode == 0, result.stderr
+    run_dir = next((tmp_path / "results").glob("t/*/"))
+    analysis = json.loads((run_dir / "analysis.json").read_text())
+    stalls = analysis["stalls"]
+    assert stalls, analysis["summary"]
+    top = stalls[0]["causes"][0]
+    assert top["cause"] == "network", stalls[0]["causes"]
+    assert any("round-trip time" in e for e in top["evidence"])
+
+
 def test_the_next_pglab_removes_the_hosts_of_a_killed_one(tmp_path: Path, nft: Path) -> None:
     """~5 s: pglab killed with -9 while its load runs leaves namespaces (its servers and
     its link's wire process die with it); the next pglab's reaper removes them."""
