@@ -32,6 +32,7 @@ from pglab.network.plan import NetworkPlan, PlannedLink
 from pglab.network.wire import READY
 from pglab.paths import RUN_DIR
 from pglab.processes import NETNS_DIR, spawn, stop_child
+from pglab.results.files import write_text
 from pglab.system_parts import PARTS, root_problem
 
 PREFIX = "pglab-"
@@ -79,8 +80,10 @@ def _write_record(token: str, namespaces: list[str]) -> Path:
     a pglab namespace without a record, or with a dead owner, is an orphan."""
     RECORDS.mkdir(parents=True, exist_ok=True)
     record = RECORDS / f"{token}.json"
-    record.write_text(json.dumps({"pid": os.getpid(), "started": psutil.Process().create_time(),
-                                  "namespaces": namespaces}))
+    # Whole or not at all: a reaper reading half a record would take its owner for dead.
+    write_text(record, json.dumps({"pid": os.getpid(),
+                                   "started": psutil.Process().create_time(),
+                                   "namespaces": namespaces}))
     return record
 
 
@@ -120,7 +123,8 @@ class LabNetwork:
     def create(self) -> None:
         names = [self.netns(h) for h in self.plan.hosts]
         self.record = _write_record(self.token, names)
-        self.on_status(f"making {len(names)} hosts and {len(self.plan.links)} links")
+        links = len(self.plan.links)
+        self.on_status(f"making {len(names)} hosts and {links} link{'s' if links > 1 else ''}")
         for host, name in zip(self.plan.hosts, names, strict=True):
             _run(["ip", "netns", "add", name], f"the namespace of {host}")
             self.made.append(name)
@@ -238,7 +242,6 @@ class LabNetwork:
             measured[link.name] = measure.round_trip_ms(
                 self.netns(link.a), link.address_a, self.netns(link.b), count=20)
         return measured
-
 
     def partition(self, host: str, peer: str | None) -> str:
         """Drop every packet arriving over `host`'s links (to `peer` alone if given), on
