@@ -36,21 +36,64 @@ _libc: Any = None
 def _parent_death_signal(sig: int) -> Callable[[], None]:
     def set_it() -> None:
         # Runs in the child after the user switch (which would clear it), before exec.
-        global _libc  # noqa: PLW0603 - loaded once per process
-        if _libc is None:
-            _libc = ctypes.CDLL(None, use_errno=True)
-        _libc.prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
+        _load_libc().prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
 
     return set_it
 
 
+_CLONE_NEWNET = 0x40000000
+NETNS_DIR = Path("/run/netns")  # where `ip netns` keeps a named namespace
+
+
+def _load_libc() -> Any:
+    global _libc  # noqa: PLW0603 - loaded once per process
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    return _libc
+
+
+def enter_netns(name: str) -> None:
+    """Move the calling thread into the named network namespace (root): a child before
+    exec, or a thread of pglab's that makes sockets there (they stay in it)."""
+    fd = os.open(NETNS_DIR / name, os.O_RDONLY)
+    try:
+        if _load_libc().setns(fd, _CLONE_NEWNET) != 0:
+            errno = ctypes.get_errno()
+            raise OSError(errno, f"setns into network namespace {name}: {os.strerror(errno)}")
+    finally:
+        os.close(fd)
+
+
+def in_netns(netns: str, make: Callable[[], T]) -> T:
+    """`make()` run in a thread inside `netns`: a socket made there stays there."""
+    made: list[T] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            enter_netns(netns)
+            made.append(make())
+        except BaseException as exc:
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, name=f"netns-{netns}", daemon=True)
+    thread.start()
+    thread.join()
+    if failed:
+        raise failed[0]
+    return made[0]
+
+
 def _join_cgroups_then(
-    procs_files: list[Path], uid: int | None, gid: int | None, then: Callable[[], None]
+    procs_files: list[Path], uid: int | None, gid: int | None, then: Callable[[], None],
+    netns: str | None = None,
 ) -> Callable[[], None]:
     def join() -> None:
         # In the child before exec, so the postmaster and every child it forks start
         # inside. Joining needs root, so the user switch Popen would have done before
         # preexec_fn is done here, after joining.
+        if netns is not None:
+            enter_netns(netns)
         pid = str(os.getpid()).encode()
         for procs in procs_files:
             fd = os.open(procs, os.O_WRONLY)
@@ -69,14 +112,16 @@ def _join_cgroups_then(
 
 def spawn(
     argv: list[str], death_signal: int = signal.SIGKILL,
-    cgroup_procs: list[Path] | None = None, **kwargs: Any
+    cgroup_procs: list[Path] | None = None, netns: str | None = None, **kwargs: Any
 ) -> subprocess.Popen[bytes]:
-    """Start a child in its own session that dies with pglab (inside cgroups if given)."""
+    """Start a child in its own session that dies with pglab (inside cgroups, and in a
+    network namespace of pglab's, if given)."""
+    _load_libc()  # in the parent: the child only calls it
     setup = _parent_death_signal(death_signal)
-    if cgroup_procs:
+    if cgroup_procs or netns:
         uid, gid = kwargs.pop("user", None), kwargs.pop("group", None)
         kwargs.pop("extra_groups", None)  # the switch below drops all supplementary groups
-        setup = _join_cgroups_then(cgroup_procs, uid, gid, setup)
+        setup = _join_cgroups_then(cgroup_procs or [], uid, gid, setup, netns)
     # With a preexec_fn, Popen runs the at-fork hooks (logging's among them) in the parent.
     # A signal handled inside one raises there, where Python prints the exception and
     # drops it: the Ctrl-C is lost and the hook half-done. Held back, it is raised here.

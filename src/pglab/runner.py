@@ -125,6 +125,8 @@ def run_variant(loaded: LoadedScenario, variant: Variant, options: RunOptions, u
                 manifest.nodes.setdefault(node, {})["envelope"] = envelope
             for node, volumes in lab.storage.manifest().items():
                 manifest.nodes.setdefault(node, {})["storage"] = volumes
+            if lab.network is not None:
+                manifest.network = lab.network.manifest()
             if lab.template is not None:
                 manifest.nodes["primary"]["template"] = {
                     "key": lab.template.key, "reused": lab.template.reused,
@@ -221,7 +223,8 @@ def probe_nodes(lab: Lab) -> list[NodeHandle]:
             return proc.pid if proc is not None and proc.poll() is None else None
 
         return NodeHandle(server.name, server.connect, server.data_dir, postmaster_pid,
-                          server.log_dir, lab.storage.storage_paths(server.name))
+                          server.log_dir, lab.storage.storage_paths(server.name),
+                          netns=server.netns)
 
     return [handle(server) for server in lab.servers]
 

@@ -90,7 +90,10 @@ PARTS: dict[str, Part] = {p.name: p for p in (
     Part("pgbouncer", ("pgbouncer",), "topology.pooler = 'pgbouncer'", env="PGLAB_PGBOUNCER"),
     Part("sysbench", ("sysbench",), "workload.driver = 'sysbench'", env="PGLAB_SYSBENCH"),
     Part("iproute2", ("ss", "ip", "tc"), "the os.tcp probe (ss: sockets' queues and "
-         "retransmits); ip and tc to tell whether netem can delay a standby's network"),
+         "retransmits); network.hosts = 'separate' (ip: namespaces and links, tc: their "
+         "bandwidth)"),
+    Part("nftables", ("nft",), "faults: network-partition (drops a link's packets inside "
+         "pglab's namespaces)"),
     Part("linux-perf", ("perf",), "the os.profile probe (telemetry.include = "
          "['os.profile']): on-CPU stacks of PostgreSQL's processes"),
     Part("zstd", ("zstd",), "reading zstd-compressed logs (pglab logs, observe --log)"),

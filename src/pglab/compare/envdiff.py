@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pglab.compare.rundata import RunData
+from pglab.network.describe import link_facts
 from pglab.storage.describe import describe as describe_volume
 from pglab.storage.describe import volumes as storage_volumes
 
@@ -81,6 +82,8 @@ def facts(run: RunData) -> dict[str, dict[str, str]]:
         "source": (m.source or {}).get("kind", "pglab run"),
     }
     _flatten("", shape, out["scenario"])
+    for key, value in link_facts(m.network).items():
+        out["scenario"][f"network.{key}"] = value
     return out
 
 

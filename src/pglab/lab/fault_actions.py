@@ -26,7 +26,9 @@ from psycopg import sql
 
 from pglab.errors import PglabError
 from pglab.lab.local import LocalServer
+from pglab.network.hosts import LabNetwork
 from pglab.processes import in_keeper_thread, kill_tree, spawn
+from pglab.units import parse_duration
 
 ArgSpec = tuple[type, Any]  # (type, default)
 
@@ -46,6 +48,8 @@ class FaultTarget:
     # seconds each mount took), when the node's data is on an emulated device.
     power_cut: Callable[[], dict[str, Any]] | None = None
     power_restore: Callable[[], dict[str, float]] | None = None
+    # The lab's hosts and links, when each node has a host of its own (network/).
+    network: LabNetwork | None = None
 
 
 class FaultAction(ABC):
@@ -505,8 +509,59 @@ class SlowDisk(_DeviceState):
         return {"restore": "latency_s"}
 
 
+class NetworkPartition(FaultAction):
+    name = "network-partition"
+    help = ("every link of the node carries nothing (args: peer = a host: only the link to "
+            "it) for `duration`: packets are dropped at both ends, sessions stay open and "
+            "retransmit, then the link heals (needs network.hosts = 'separate')")
+    duration = "required"
+    args: ClassVar[dict[str, ArgSpec]] = {"peer": (str, "")}
+
+    def __init__(self, args: dict[str, Any]) -> None:
+        super().__init__(args)
+        self._partition: str | None = None
+
+    def begin(self, target: FaultTarget) -> dict[str, Any]:
+        assert target.network is not None  # checked before the run
+        peer = str(self.values["peer"]) or None
+        self._partition = target.network.partition(target.node, peer)
+        links = ([f"{target.node}-{peer}"] if peer else
+                 [link.name for link in target.network.plan.links_of(target.node)])
+        return {"links": links}
+
+    def end(self, target: FaultTarget) -> dict[str, Any]:
+        if self._partition is not None and target.network is not None:
+            target.network.heal(self._partition)
+        self._partition = None
+        return {}
+
+
+class NetworkLatency(FaultAction):
+    name = "network-latency"
+    help = ("the node's links (args: peer = a host: only the link to it) get a round trip "
+            "of `rtt` (args: rtt = '20ms', jitter = '0ms') for `duration`, then their own "
+            "back; the round trip measured at each change is recorded (measured_rtt_ms, "
+            "restored_rtt_ms; needs network.hosts = 'separate')")
+    duration = "required"
+    args: ClassVar[dict[str, ArgSpec]] = {"rtt": (str, ""), "jitter": (str, "0ms"),
+                                          "peer": (str, "")}
+
+    def begin(self, target: FaultTarget) -> dict[str, Any]:
+        assert target.network is not None  # checked before the run
+        return {"measured_rtt_ms": target.network.delay(
+            target.node, str(self.values["peer"]) or None,
+            parse_duration(self.values["rtt"]), parse_duration(self.values["jitter"]))}
+
+    def end(self, target: FaultTarget) -> dict[str, Any]:
+        if target.network is None:
+            return {}
+        return {"restored_rtt_ms": target.network.delay(
+            target.node, str(self.values["peer"]) or None, None)}
+
+
 ACTIONS: tuple[type[FaultAction], ...] = (
     PauseStandby, ThrottleDisk, Vacuum, BulkUpdate, IdleInTransaction, Checkpoint, SwitchWal,
-    Crash, PowerLoss, MemoryPressure, PauseDisk, FailDisk, SlowDisk,
+    Crash, PowerLoss, MemoryPressure, PauseDisk, FailDisk, SlowDisk, NetworkPartition,
+    NetworkLatency,
 )
 DEVICE_FAULTS = tuple(a.name for a in ACTIONS if issubclass(a, _DeviceState))

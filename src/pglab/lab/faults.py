@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import datetime as dt
 import difflib
-import shutil
-import subprocess
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +20,7 @@ from pglab.errors import BadInput
 from pglab.events import Event
 from pglab.lab.fault_actions import ACTIONS, FaultAction, FaultTarget
 from pglab.scenario import Fault, Scenario
+from pglab.units import DURATION_HINT, parse_duration
 
 ACTION_NAMES = [a.name for a in ACTIONS]
 CUT_ACTIONS = tuple(a.name for a in ACTIONS if a.cuts_node)  # crash, power-loss
@@ -39,34 +37,12 @@ def _hint(word: str, choices: list[str]) -> str:
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
-def netem_problem() -> str | None:
-    """Why latency cannot be added on this machine, or None when it can."""
-    if shutil.which("ip") is None or shutil.which("tc") is None:
-        return "the `ip` and `tc` commands (iproute2) are missing"
-    name = f"pglab-probe-{uuid.uuid4().hex[:6]}"
-    try:
-        made = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
-        if made.returncode != 0:
-            return f"cannot create a network namespace ({made.stderr.strip() or 'ip netns'})"
-        tc = subprocess.run(["ip", "netns", "exec", name, "tc", "qdisc", "add", "dev", "lo",
-                             "root", "netem", "delay", "1ms"], capture_output=True, text=True)
-        if tc.returncode != 0:
-            return f"the kernel has no netem qdisc ({tc.stderr.strip()})"
-    finally:
-        subprocess.run(["ip", "netns", "del", name], capture_output=True)
-    return None
-
-
 def check_faults(scenario: Scenario, where: str) -> None:
     """Every fault's action, node, timing and args, before anything starts."""
     nodes = scenario.node_names()
     measured = scenario.workload.duration
     for index, fault in enumerate(scenario.faults):
         at = f"{where}: faults[{index}]"
-        if fault.action == NETWORK_LATENCY:
-            why = netem_problem() if scenario.topology.standbys else "it needs standbys"
-            raise BadInput(f"{at}: action 'network-latency' is unsupported here: "
-                           f"{why or 'standbys do not run in their own network namespace yet'}")
         action = next((a for a in ACTIONS if a.name == fault.action), None)
         if action is None:
             raise BadInput(f"{at}: unknown action '{fault.action}'"
@@ -117,10 +93,42 @@ def check_faults(scenario: Scenario, where: str) -> None:
                           and value < 0):
                 raise BadInput(f"{at}: args.{name} = {value!r} is not valid: expected "
                                f"{'a number ≥ 0' if wanted in (int, float) else wanted.__name__}")
+        if fault.action in ("network-partition", NETWORK_LATENCY):
+            _check_network_fault(scenario, fault, at)
         if fault.action == "pause-standby" and fault.args.get("part", "node") not in (
                 "node", "walreceiver"):
             raise BadInput(f"{at}: args.part = {fault.args['part']!r} is not valid: "
                            "expected 'node' or 'walreceiver'")
+
+
+def _check_network_fault(scenario: Scenario, fault: Fault, at: str) -> None:
+    if scenario.network.hosts != "separate":
+        raise BadInput(f"{at}: '{fault.action}' of '{fault.node}': the node has no links "
+                       "(network.hosts = 'shared': every node on this host's loopback); set "
+                       "network.hosts = 'separate'")
+    if fault.action == NETWORK_LATENCY:
+        if "rtt" not in fault.args:
+            raise BadInput(f"{at}: 'network-latency' needs args.rtt, the round trip for the "
+                           "while, like args = { rtt = \"20ms\" }")
+        times = {}
+        for name in ("rtt", "jitter"):
+            value = fault.args.get(name, "0ms")
+            try:
+                times[name] = parse_duration(value)
+            except ValueError:
+                raise BadInput(f"{at}: args.{name} = {value!r} is not valid: expected "
+                               f"{DURATION_HINT}") from None
+        if times["jitter"] > times["rtt"]:
+            raise BadInput(f"{at}: args.jitter = {fault.args['jitter']!r} is larger than "
+                           f"args.rtt = {fault.args['rtt']!r}: expected at most the rtt")
+    peer = fault.args.get("peer", "")
+    hosts = scenario.host_names()
+    if peer and peer not in hosts:
+        raise BadInput(f"{at}: args.peer = {peer!r}: no host '{peer}' in this topology"
+                       f"{_hint(peer, hosts)}; hosts: {', '.join(hosts)}")
+    if peer == fault.node:
+        raise BadInput(f"{at}: args.peer = {peer!r} is the node itself: expected another "
+                       f"host ({', '.join(h for h in hosts if h != fault.node)})")
 
 
 def _cuts_primary(fault: Fault) -> bool:

@@ -53,6 +53,8 @@ from pglab.lab.topology import (
     synchronous_standby_names,
     wait_for_replication,
 )
+from pglab.network.hosts import LabNetwork, reap_stale_networks, require_namespaces
+from pglab.network.plan import plan_network
 from pglab.paths import ensure_dir, labs_dir
 from pglab.processes import kill_tree, shielded
 from pglab.scenario import Scenario
@@ -125,6 +127,8 @@ def check_supported(scenario: Scenario, where: str,
         check_managed(scenario.server.settings, where)
     if problem := unmet_problem(needs or scenario_needs(scenario), where):
         raise EnvironmentProblem(problem)  # root and system parts, all in one line
+    if scenario.network.hosts == "separate":
+        require_namespaces()  # made and removed once: the kernel may still refuse
     check_resources(scenario, where)  # the cgroups this machine offers, once root
 
 
@@ -209,6 +213,8 @@ class Lab:
         self.template: Template | None = None
         self.lab_dir = labs_dir() / run_id
         self.storage = LabStorage(scenario, self.lab_dir, set(device_fault_nodes(scenario)))
+        # Each node and the clients on a host of their own (network.hosts = "separate").
+        self.network: LabNetwork | None = None
         self._dsn_env: dict[str, str] = {}
         # CLIENT_ROLE's password (workload.path = "tcp"): in memory and in the clients'
         # environment only, never in a file.
@@ -237,7 +243,9 @@ class Lab:
             return self.pooler.libpq_env()
         if path == "tcp" and self.primary is not None:
             assert self._client_password is not None
-            return {"PGHOST": "127.0.0.1", "PGPORT": str(self.primary.port),
+            host = (self.network.address_of("primary", "client") if self.network
+                    else "127.0.0.1")
+            return {"PGHOST": host, "PGPORT": str(self.primary.port),
                     "PGUSER": CLIENT_ROLE, "PGDATABASE": BENCH_DB,
                     "PGPASSWORD": self._client_password}
         if self.scenario.workload.on == "standbys" and self.standbys:
@@ -251,6 +259,11 @@ class Lab:
         if self.primary is not None:
             return self.primary.libpq_env()
         return dict(self._dsn_env)
+
+    @property
+    def client_netns(self) -> str | None:
+        """The network namespace the load generator runs in, when it has a host of its own."""
+        return self.network.netns("client") if self.network is not None else None
 
     def fault_target(self, node: str) -> FaultTarget:
         devices = self.storage.emulated(node)
@@ -279,7 +292,8 @@ class Lab:
                            self.resources.memory_cgroup(node),
                            set_device if devices else None,
                            power_cut if devices else None,
-                           power_restore if devices else None)
+                           power_restore if devices else None,
+                           network=self.network)
 
     def connect(self) -> psycopg.Connection[tuple[Any, ...]]:
         if self.primary is not None:
@@ -367,9 +381,15 @@ class Lab:
         ensure_dir(self.lab_dir)
         (self.lab_dir / "owner.json").write_text(json.dumps(
             {"pid": os.getpid(), "started": psutil.Process().create_time()}))
+        if self.scenario.network.hosts == "separate":
+            self.network = LabNetwork(plan_network(self.scenario), self.on_status)
+            self.network.create()
         volumes = self._make_volumes("primary")
         server = LocalServer("primary", self.bins, self.lab_dir / "primary", self.user,
                              data_root=volumes.get("data"))
+        if self.network is not None:
+            server.netns = self.network.netns("primary")
+            server.listen = ",".join(self.network.addresses("primary"))
         if volumes and self.bins.major >= 14 and any(
                 f.action in ("crash", "power-loss") for f in self.scenario.faults):
             # Crash recovery first fsyncs every file of the data dir, one device flush
@@ -387,10 +407,10 @@ class Lab:
         self.client_cgroup = self.resources.enter_envelope("client", server.data_dir)
         topo = self.scenario.topology
         if topo.standbys:
-            server.allow_replication_over_tcp()
+            server.allow_replication_over_tcp(self._sources_of(standby_names(topo.standbys)))
         tcp_clients = self.scenario.workload.path == "tcp"
         if tcp_clients:
-            server.allow_clients_over_tcp()
+            server.allow_clients_over_tcp(self._sources_of(["client"]))
         self.on_status(f"starting PostgreSQL {self.bins.version}")
         start_with_settings(server, server_spec.settings, self.where)
         if tcp_clients:
@@ -403,6 +423,15 @@ class Lab:
             self.pooler = PgBouncer(find_pgbouncer(), self.lab_dir / "pgbouncer", self.user,
                                     server, topo.pool_size, max_clients=clients + 20)
             self.pooler.start()
+        if self.network is not None:
+            self.on_status("shaping the links")
+            self.network.shape()
+
+    def _sources_of(self, hosts: list[str]) -> tuple[str, ...]:
+        """Where `hosts` reach the primary from: their ends of their links, or loopback."""
+        if self.network is None:
+            return ("127.0.0.1",)
+        return tuple(self.network.plan.link(h, "primary").address(h) for h in hosts)
 
     def _start_standbys(self, primary: LocalServer) -> None:
         topo = self.scenario.topology
@@ -410,8 +439,14 @@ class Lab:
         for name in standby_names(topo.standbys):
             volumes = self._make_volumes(name)
             self.on_status(f"pg_basebackup for {name}")
-            standby = make_standby(primary, name, self.lab_dir / name, password,
-                                   data_root=volumes.get("data"), wal_root=volumes.get("wal"))
+            network = self.network
+            standby = make_standby(
+                primary, name, self.lab_dir / name, password, data_root=volumes.get("data"),
+                wal_root=volumes.get("wal"),
+                primary_host=network.address_of("primary", name) if network else "127.0.0.1",
+                netns=network.netns(name) if network else None)
+            if network is not None:
+                standby.listen = ",".join(network.addresses(name))
             self.storage.apply_limits(name)
             self.standbys.append(standby)
             self._enter_envelope(standby)
@@ -510,6 +545,8 @@ class Lab:
                 with contextlib.suppress(OSError):
                     self.collect_logs(self.logs_to)
             try:
+                if self.network is not None:
+                    self.network.close()  # after every process that ran on its hosts
                 self.storage.close()  # volumes after their servers (logs copied first)
             finally:
                 self.resources.close()  # envelopes after their processes, knobs last
@@ -592,6 +629,7 @@ def reap_stale_labs(on_problem: StatusCallback | None = None) -> list[Path]:
     from pglab.lab.kernel import restore_stale_knobs
     reap_stale_cgroups()
     restore_stale_knobs()
+    reap_stale_networks()
     reap_orphan_socket_dirs()
     root = labs_dir()
     reaped: list[Path] = []

@@ -103,6 +103,10 @@ class LocalServer:
     cgroup_procs: list[Path] = field(default_factory=list)
     # The data dir's parent when it is on a volume of its own (storage/), else node_dir.
     data_root: Path | None = None
+    # On a host of its own (network/): the network namespace it runs in, and its addresses
+    # there that it listens on (else loopback).
+    netns: str | None = None
+    listen: str = "127.0.0.1"
     _socket_dir: Path | None = None
 
     @property
@@ -192,7 +196,7 @@ class LocalServer:
         """pglab's own settings, in pglab.conf included at the end of postgresql.conf."""
         lines = {
             "port": str(self.port),
-            "listen_addresses": "'127.0.0.1'",
+            "listen_addresses": f"'{self.listen}'",
             "unix_socket_directories": f"'{self.socket_dir}'",
             "logging_collector": "on",
             "log_destination": f"'{log_format_for(self.bins.major)}'",
@@ -236,6 +240,7 @@ class LocalServer:
                 # server, and it takes its backends with it.
                 death_signal=signal.SIGQUIT,
                 cgroup_procs=self.cgroup_procs,
+                netns=self.netns,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -314,25 +319,27 @@ class LocalServer:
     def is_running(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def allow_replication_over_tcp(self) -> None:
-        """Let standbys stream over loopback TCP (real sockets, visible to the TCP probe)
-        as REPLICATION_ROLE with a password (see topology.replication_login); every
-        other TCP login stays rejected."""
-        hba = self.data_dir / "pg_hba.conf"
-        line = f"host replication {REPLICATION_ROLE} 127.0.0.1/32 scram-sha-256\n"
-        text = hba.read_text()
-        if line not in text:
-            hba.write_text(line + text)
+    def allow_replication_over_tcp(self, sources: tuple[str, ...] = ("127.0.0.1",)) -> None:
+        """Let standbys stream over TCP (real sockets, visible to the TCP probe) from
+        `sources` (loopback, or each standby's address on its link) as REPLICATION_ROLE
+        with a password (see topology.replication_login); every other TCP login stays
+        rejected."""
+        self._allow_tcp("replication", REPLICATION_ROLE, sources)
 
-    def allow_clients_over_tcp(self) -> None:
-        """Let the load generator log in over loopback TCP (workload.path = "tcp") as
-        CLIENT_ROLE with a password (topology.client_login), to the bench database only;
-        the server listens on 127.0.0.1 alone, and every other TCP login stays rejected."""
+    def allow_clients_over_tcp(self, sources: tuple[str, ...] = ("127.0.0.1",)) -> None:
+        """Let the load generator log in over TCP (workload.path = "tcp") from `sources`
+        as CLIENT_ROLE with a password (topology.client_login), to the bench database
+        only; the server listens on loopback (or its own namespace's link addresses)
+        alone, and every other TCP login stays rejected."""
+        self._allow_tcp(BENCH_DB, CLIENT_ROLE, sources)
+
+    def _allow_tcp(self, database: str, role: str, sources: tuple[str, ...]) -> None:
         hba = self.data_dir / "pg_hba.conf"
-        line = f"host {BENCH_DB} {CLIENT_ROLE} 127.0.0.1/32 scram-sha-256\n"
         text = hba.read_text()
-        if line not in text:
-            hba.write_text(line + text)
+        lines = "".join(f"host {database} {role} {source}/32 scram-sha-256\n"
+                        for source in sources)
+        if lines not in text:
+            hba.write_text(lines + text)
 
     def reload(self) -> None:
         self.write_config()

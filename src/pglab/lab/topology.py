@@ -10,6 +10,7 @@ in the sync or quorum state the scenario asked for.
 
 from __future__ import annotations
 
+import os
 import secrets
 import shutil
 import subprocess
@@ -20,6 +21,7 @@ from psycopg import sql
 
 from pglab.errors import PglabError
 from pglab.lab.local import CLIENT_ROLE, REPLICATION_ROLE, SUPERUSER, LocalServer
+from pglab.processes import spawn, stop_child
 
 
 def standby_names(count: int) -> list[str]:
@@ -83,40 +85,53 @@ def _create_login(primary: LocalServer, role: str, attribute: str) -> str:
 
 
 def make_standby(primary: LocalServer, name: str, node_dir: Path, password: str,
-                 data_root: Path | None = None, wal_root: Path | None = None) -> LocalServer:
+                 data_root: Path | None = None, wal_root: Path | None = None,
+                 primary_host: str = "127.0.0.1", netns: str | None = None) -> LocalServer:
     """A hot standby of `primary` from pg_basebackup, configured but not started (its
-    data dir under `data_root` and pg_wal under `wal_root` when they are volumes)."""
-    standby = LocalServer(name, primary.bins, node_dir, primary.user, data_root=data_root)
+    data dir under `data_root` and pg_wal under `wal_root` when they are volumes). On a
+    host of its own (`netns`) it copies and streams over its link, from `primary_host`."""
+    standby = LocalServer(name, primary.bins, node_dir, primary.user, data_root=data_root,
+                          netns=netns)
     standby.prepare_dirs()
     if wal_root is not None:
         primary.user.chown(wal_root)
+    # libpq reads the password from a passfile only its owner can read; the conninfo
+    # (which the manifest records with the standby's settings) names only the file.
+    passfile = node_dir / "replication.pgpass"
+    passfile.write_text(f"{primary_host}:{primary.port}:*:{REPLICATION_ROLE}:{password}\n")
+    passfile.chmod(0o600)
+    primary.user.chown(passfile)
+    # From the primary's socket on a shared host; as the replication role over the link
+    # from a host of its own, where a copy is the first thing that crosses it.
+    source = (["-h", primary_host, "-U", REPLICATION_ROLE] if netns else
+              ["-h", str(primary.socket_dir), "-U", SUPERUSER])
     argv = [
         str(primary.bins.tool("pg_basebackup")), "-D", str(standby.data_dir),
-        "-h", str(primary.socket_dir), "-p", str(primary.port), "-U", SUPERUSER,
+        *source, "-p", str(primary.port),
         # Synced here, outside any envelope: a standby that starts on unsynced files would
         # fsync its whole data dir inside its (maybe throttled) envelope first.
         "-X", "stream", "-c", "fast",
         "-C", "-S", name,  # a physical slot named after the standby
         *([f"--waldir={wal_root / 'pg_wal'}"] if wal_root is not None else []),
     ]
-    result = subprocess.run(argv, capture_output=True, text=True, cwd=node_dir,
-                            **primary.user.popen_kwargs())
-    if result.returncode != 0:
-        last = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
+    proc = spawn(argv, netns=netns, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                 stdin=subprocess.DEVNULL, cwd=node_dir,
+                 env={**os.environ, "PGPASSFILE": str(passfile)},
+                 **primary.user.popen_kwargs())
+    try:
+        _out, err = proc.communicate()
+    except BaseException:
+        stop_child(proc)
+        raise
+    if proc.returncode != 0:
+        last = (err.decode(errors="replace").strip().splitlines() or ["(no output)"])[-1]
         raise PglabError(f"pg_basebackup for {name} failed: {last}")
     # The copy carries the primary's log files; the standby's log must be its own.
     shutil.rmtree(standby.log_dir, ignore_errors=True)
     (standby.data_dir / "standby.signal").touch()
     primary.user.chown(standby.data_dir / "standby.signal")
-    # libpq reads the password from a passfile only its owner can read; the conninfo
-    # (which the manifest records with the standby's settings) names only the file.
-    passfile = node_dir / "replication.pgpass"
-    passfile.write_text(f"127.0.0.1:{primary.port}:replication:{REPLICATION_ROLE}:"
-                        f"{password}\n")
-    passfile.chmod(0o600)
-    primary.user.chown(passfile)
     standby.extra_conf.update(
-        primary_conninfo=(f"'host=127.0.0.1 port={primary.port} user={REPLICATION_ROLE} "
+        primary_conninfo=(f"'host={primary_host} port={primary.port} user={REPLICATION_ROLE} "
                           f"passfile={passfile} application_name={name}'"),
         primary_slot_name=f"'{name}'",
         hot_standby="on",

@@ -48,6 +48,9 @@ class NodeHandle:
     # Block devices and image files under the node's volumes (storage/): their I/O is
     # the node's too, though no mount of its data dir shows them.
     storage_paths: list[Path] = field(default_factory=list)
+    # The network namespace the node runs in, when it is a host of its own (network/): its
+    # sockets are seen from there.
+    netns: str | None = None
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from typing import Any
 
 from pglab import __version__
 from pglab.analysis.durability import headline
+from pglab.network.describe import network_lines
 from pglab.report.html_series import WAIT_CLASS_COLORS
 from pglab.report.model import ReportModel, build_model
 from pglab.results import files
@@ -359,6 +360,8 @@ def _scenario(model: ReportModel) -> str:
          or "one server, no pooler"),
         ("envelope", _envelope(model.run.manifest.envelope or {})),
         ("storage", "; ".join(storage_lines(model.run.manifest)) or "the host's directory"),
+        ("network", "; ".join(network_lines(model.run.manifest.network))
+         or "one host (loopback)"),
         ("faults", "\n".join(_fault(f) for f in s.get("faults") or [] if isinstance(f, dict))),
         ("overrides", "\n".join(f"{k} = {_inline(v)}" for k, v in
                                 model.run.manifest.overrides.items())),

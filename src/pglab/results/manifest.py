@@ -36,7 +36,7 @@ RUN_STATUSES: tuple[RunStatus, ...] = ("running", "completed", "failed", "interr
 
 # Sections written only when they hold something, as format 1 always did.
 _OPTIONAL = ("pid", "kernel", "faults", "durability", "telemetry", "source", "analysis",
-             "report_error")
+             "report_error", "network")
 
 
 @dataclass
@@ -59,6 +59,8 @@ class Manifest:
     workload: dict[str, Any] = field(default_factory=dict)  # argv, jobs, times, returncode
     results: dict[str, Any] = field(default_factory=dict)  # pgbench, measured, errors
     kernel: dict[str, Any] | None = None  # the kernel knobs set for the run
+    # The hosts' links (network.hosts = "separate"): configured and measured figures.
+    network: dict[str, Any] | None = None
     faults: list[dict[str, Any]] | None = None  # fired faults, as event records
     # The integrity verdict of a run with crash or power-loss faults (durability.py):
     # one per cut and one at the end.

@@ -490,6 +490,32 @@ class Telemetry(StrictModel):
         return value
 
 
+class Link(StrictModel):
+    """One link between two hosts (network.hosts = "separate"): its figures each way."""
+
+    between: list[str]  # two node names: primary, standbyN, "client" (the load generator)
+    rtt: Duration = 0.0  # round-trip time added (not implemented yet: refused when > 0)
+    jitter: Duration = 0.0
+    bandwidth_mbps: float = Field(0.0, ge=0)  # each direction; 0: unlimited
+
+    @field_validator("between")
+    @classmethod
+    def _two_nodes(cls, value: list[str]) -> list[str]:
+        if len(value) != 2:
+            raise ValueError("expected two node names, like ['primary', 'standby1']")
+        if value[0] == value[1]:
+            raise ValueError(f"a link joins two different nodes, not '{value[0]}' with "
+                             "itself")
+        return value
+
+
+class Network(StrictModel):
+    # "shared": every node on this host's loopback; "separate": each node (and the load
+    # generator, "client") in a network namespace of its own, joined by links (network/).
+    hosts: Literal["shared", "separate"] = "shared"
+    links: list[Link] = Field(default_factory=list)
+
+
 # Fault actions that act on a standby only (lab/fault_actions.py: nodes = "standby"; a test
 # checks the two agree): named here, as the model does not import the lab.
 STANDBY_ACTIONS = ("pause-standby",)
@@ -532,6 +558,7 @@ class Scenario(StrictModel):
     kernel: Annotated[dict[str, int | str], BeforeValidator(_kernel_knobs)] = Field(
         default_factory=dict)
     topology: Topology = Topology()
+    network: Network = Network()
     workload: Workload = Workload()
     telemetry: Telemetry = Telemetry()
     faults: list[Fault] = Field(default_factory=list)
@@ -541,15 +568,20 @@ class Scenario(StrictModel):
     @model_validator(mode="before")
     @classmethod
     def _default_path(cls, data: Any) -> Any:
-        """workload.path defaults to the pooler when there is one: scenarios written
-        before the key existed sent their clients through it."""
+        """workload.path defaults to the pooler when there is one (scenarios written
+        before the key existed sent their clients through it), else to TCP when each node
+        is a host of its own."""
         if not isinstance(data, dict):
             return data
         topology, workload = data.get("topology"), data.get("workload")
-        if (isinstance(topology, dict) and topology.get("pooler") == "pgbouncer"
-                and (workload is None or (isinstance(workload, dict)
-                                          and "path" not in workload))):
+        if workload is not None and not (isinstance(workload, dict) and "path" not in workload):
+            return data
+        if isinstance(topology, dict) and topology.get("pooler") == "pgbouncer":
             return {**data, "workload": {**(workload or {}), "path": "pooler"}}
+        network = data.get("network")
+        if isinstance(network, dict) and network.get("hosts") == "separate":
+            # The clients' host reaches the primary over its link, as an application does.
+            return {**data, "workload": {**(workload or {}), "path": "tcp"}}
         return data
 
     @model_validator(mode="before")
@@ -567,6 +599,10 @@ class Scenario(StrictModel):
 
     def node_names(self) -> list[str]:
         return ["primary", *(f"standby{i}" for i in range(1, self.topology.standbys + 1))]
+
+    def host_names(self) -> list[str]:
+        """The hosts a network link may join: the servers and the load generator."""
+        return [*self.node_names(), "client"]
 
     def node_spec(self, name: str) -> NodeSpec:
         """A standby's own settings and envelope: [nodes.standbys], then [nodes.standbyN]."""

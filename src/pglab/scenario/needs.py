@@ -108,6 +108,11 @@ def _add_needs(scenario: Scenario, add: Callable[[str, str], None]) -> None:
             if volume_is_emulated(spec, node in faulted):
                 for part in EMULATED_DEVICE_PARTS:
                     add(part, f"{key}.device (emulated)")
+    if scenario.network.hosts == "separate":
+        add(ROOT, "network.hosts = 'separate' (network namespaces)")
+        add("iproute2", "network.hosts = 'separate'")
+    if any(f.action == "network-partition" for f in scenario.faults):
+        add("nftables", "faults: network-partition")
     if scenario.topology.pooler == "pgbouncer":
         add("pgbouncer", "topology.pooler = 'pgbouncer'")
     if scenario.workload.driver == "sysbench":

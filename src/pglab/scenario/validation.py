@@ -97,6 +97,7 @@ def validate(raw: dict[str, Any], where: str) -> Scenario:
             message += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
         raise BadInput(message) from None
     check_connection_path(scenario, where)
+    check_network(scenario, where)
     return scenario
 
 
@@ -113,3 +114,48 @@ def check_connection_path(scenario: Scenario, where: str) -> None:
     if path == "tcp" and scenario.workload.on == "standbys":
         raise BadInput(f"{where}: workload.path = 'tcp' reaches the primary only; it cannot "
                        "be used with workload.on = 'standbys'")
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:g}ms"
+
+
+def check_network(scenario: Scenario, where: str) -> None:
+    """[network] against the topology (the model checks each link alone): every link
+    joins two hosts of this topology, once; what separate hosts cannot do yet."""
+    network = scenario.network
+    if network.hosts == "shared":
+        if network.links:
+            raise BadInput(f"{where}: network.links needs network.hosts = 'separate' (with "
+                           "'shared' every node talks over this host's loopback)")
+        return
+    topo, workload = scenario.topology, scenario.workload
+    if scenario.server.target != "local":
+        raise BadInput(f"{where}: network.hosts = 'separate' needs server.target = 'local': "
+                       "pglab puts on hosts of their own only servers it starts")
+    if topo.pooler != "none":
+        raise BadInput(f"{where}: network.hosts = 'separate' with topology.pooler = "
+                       f"'{topo.pooler}' is not supported yet: run the pooler on shared "
+                       "hosts for now")
+    if workload.path != "tcp":
+        raise BadInput(f"{where}: workload.path = '{workload.path}' cannot be used with "
+                       "network.hosts = 'separate': the clients' host reaches the primary "
+                       "over its link, workload.path = 'tcp'")
+    hosts = scenario.host_names()
+    seen: dict[frozenset[str], int] = {}
+    for index, link in enumerate(network.links):
+        key = f"network.links[{index}]"
+        for name in link.between:
+            if name not in hosts:
+                raise BadInput(f"{where}: {key}.between = {link.between}: no host '{name}' in "
+                               f"this topology{did_you_mean(name, hosts)}; hosts: "
+                               f"{', '.join(hosts)}")
+        pair = frozenset(link.between)
+        if pair in seen:
+            raise BadInput(f"{where}: {key}.between = {link.between}: the same two hosts as "
+                           f"network.links[{seen[pair]}]; one link per pair")
+        seen[pair] = index
+        if link.jitter > link.rtt:
+            raise BadInput(f"{where}: {key}.jitter = '{_ms(link.jitter)}' is larger than "
+                           f"rtt = '{_ms(link.rtt)}': expected at most the rtt (each way "
+                           "adds rtt/2 ± jitter/2, never less than nothing)")

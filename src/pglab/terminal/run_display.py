@@ -12,6 +12,7 @@ import polars as pl
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
+from pglab.network.describe import network_lines
 from pglab.results.folder import StoredRun
 from pglab.storage.describe import lines as storage_lines
 from pglab.terminal.durability_summary import durability_lines
@@ -122,12 +123,17 @@ def print_summary(console: Console, run: StoredRun) -> None:
         if isinstance(clients, list) and len(clients) == 1:
             clients = clients[0]
         path = (manifest.workload or {}).get("path")  # absent in runs before the key
+        via = ("TCP over the clients' link (each node a host of its own)"
+               if manifest.network and path == "tcp"
+               else CONNECTION_PATH_NAMES.get(str(path), path))
         console.print(f"  PostgreSQL {node.get('server_version')} "
                       f"({node.get('bin_source', node.get('target'))})"
                       + (f", {clients} clients" if clients is not None else "")
-                      + (f" via {CONNECTION_PATH_NAMES.get(path, path)}" if path else ""))
+                      + (f" via {via}" if path else ""))
     for line in storage_lines(manifest):
         console.print(f"  storage {line}", highlight=False)
+    for line in network_lines(manifest.network):
+        console.print(f"  link {line}", highlight=False)
     if measured:
         print_table(console, [Column(name, justify="right") for name in (
             "TPS", "avg ms", "p50 ms", "p95 ms", "p99 ms", "max ms", "failed")], [(

@@ -142,7 +142,8 @@ class PgbenchLoad:
         handled = 0  # cuts whose node is back and verified
         while True:
             result = pgbench.run(segment, lab.client_env(), raw, hooks.progress,
-                                 on_started=hooks.started, cgroup_procs=lab.client_cgroup)
+                                 on_started=hooks.started, cgroup_procs=lab.client_cgroup,
+                                 netns=lab.client_netns)
             self.segments.append(result)
             if load_end is None:
                 load_end = result.started_at + self.cmd.total_s
@@ -273,7 +274,8 @@ class SysbenchLoad:
             verdicts: CutVerdicts | None) -> None:
         self.done = sysbench.run(self.cmd, lab.client_env(), raw,
                                  lambda line: hooks.progress(_as_progress(line)),
-                                 on_started=hooks.started, cgroup_procs=lab.client_cgroup)
+                                 on_started=hooks.started, cgroup_procs=lab.client_cgroup,
+                                 netns=lab.client_netns)
 
     def outcome(self, manifest: Manifest, timeline: FaultTimeline) -> None:
         """The summary into the manifest; PglabError when sysbench failed, naming the

@@ -251,6 +251,7 @@ def run(
     on_progress: Callable[[ProgressLine], None] | None = None,
     on_started: Callable[[int], None] | None = None,
     cgroup_procs: list[Path] | None = None,
+    netns: str | None = None,
 ) -> PgbenchRun:
     """Run pgbench to completion, streaming its progress lines to `on_progress`."""
     # The first segment's files keep their names; a restarted load's get its number.
@@ -263,7 +264,8 @@ def run(
     started = time.time()
     with open(stdout_path, "wb") as out:
         proc = spawn(cmd.argv, stdout=out, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                     cwd=raw_dir, env=pgbench_env(conn_env), cgroup_procs=cgroup_procs)
+                     cwd=raw_dir, env=pgbench_env(conn_env), cgroup_procs=cgroup_procs,
+                     netns=netns)
         assert proc.stderr is not None
         if on_started is not None:
             on_started(proc.pid)

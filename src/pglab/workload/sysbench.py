@@ -232,7 +232,7 @@ class SysbenchRun:
 def run(cmd: SysbenchCommand, conn_env: dict[str, str], raw_dir: Path,
         on_interval: Callable[[IntervalLine], None] | None = None,
         on_started: Callable[[int], None] | None = None,
-        cgroup_procs: list[Path] | None = None) -> SysbenchRun:
+        cgroup_procs: list[Path] | None = None, netns: str | None = None) -> SysbenchRun:
     """Run sysbench to completion, streaming its per-second lines to `on_interval`;
     stdout goes to raw/sysbench.stdout as it comes."""
     stdout_path = raw_dir / "sysbench.stdout"
@@ -243,7 +243,7 @@ def run(cmd: SysbenchCommand, conn_env: dict[str, str], raw_dir: Path,
     started = time.time()
     proc = spawn(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                  stdin=subprocess.DEVNULL, cwd=raw_dir, env=sysbench_env(conn_env),
-                 cgroup_procs=cgroup_procs)
+                 cgroup_procs=cgroup_procs, netns=netns)
     assert proc.stdout is not None
     if on_started is not None:
         on_started(proc.pid)

@@ -32,9 +32,12 @@ Metrics (node "host" unless said otherwise; MB = MiB = 2**20 bytes, as in Postgr
                walreceiver) on a node's port; node = node owning the socket: rtt_ms
                rttvar_ms recv_q_bytes send_q_bytes rcv_space_bytes rcv_buffer_fill_pct
                send_buffer_fill_pct (gauges), sent_mbps received_mbps (MiB/s), retrans_per_s
+  os.links     with network.hosts = "separate": node = node, label = the host at the link's
+               other end: sent_mbit_s received_mbit_s (10**6 bits a second, as links are
+               sized), dropped_per_s
 
 One module per source: common (OsProbe, reading files), cpu, disk, memory (memory and
-pressure), processes, tcp. The registry is pglab.probes.PROBES.
+pressure), processes, tcp, links. The registry is pglab.probes.PROBES.
 """
 
 from __future__ import annotations
@@ -64,6 +67,7 @@ from pglab.probes.os_probes.disk import (
 from pglab.probes.os_probes.kernel import (
     KernelProbe,
 )
+from pglab.probes.os_probes.links import LinksProbe
 from pglab.probes.os_probes.memory import (
     MemoryProbe,
     PressureProbe,
@@ -96,6 +100,7 @@ OS_PROBES: tuple[type[OsProbe], ...] = (
     PressureProbe,
     ProcessesProbe,
     TcpProbe,
+    LinksProbe,
     KernelProbe,
     ProfileProbe,
 )
@@ -122,6 +127,7 @@ __all__ = [
     "DeviceResolver",
     "DiskProbe",
     "KernelProbe",
+    "LinksProbe",
     "MemoryProbe",
     "OsProbe",
     "PressureProbe",

@@ -120,13 +120,22 @@ class TcpProbe(OsProbe):
         return nodes
 
     def run_ss(self, ports: dict[int, str], with_owners: bool = True) -> str:
+        """ss's lines for the nodes' ports: from this host's namespace, or from each host's
+        own when the nodes run on hosts of their own (both ends of each connection)."""
+        namespaces = sorted({node.netns for node in self.ctx.nodes if node.netns})
+        if not namespaces:
+            return self._run_ss([], ports, with_owners)
+        return "".join(self._run_ss(["ip", "netns", "exec", ns], ports, with_owners)
+                       for ns in namespaces)
+
+    def _run_ss(self, prefix: list[str], ports: dict[int, str], with_owners: bool) -> str:
         if self.ss is None:
             return ""
         wanted = " or ".join(f"sport = :{p} or dport = :{p}" for p in sorted(ports))
         try:
             result = subprocess.run(
-                [self.ss, "-tinmeH" + ("p" if with_owners else ""), "state", "established",
-                 f"( {wanted} )"],
+                [*prefix, self.ss, "-tinmeH" + ("p" if with_owners else ""), "state",
+                 "established", f"( {wanted} )"],
                 capture_output=True,
                 text=True,
                 timeout=2,
