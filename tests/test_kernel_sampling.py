@@ -281,8 +281,8 @@ def test_backend_blocked_in_fdatasync_on_a_paused_device(storage_packages: None)
             for thread in threads:
                 thread.start()
             # both in their calls, the commit's flush blocked on the paused device (beside
-            # the whole suite, 0.3 s was once not enough: the first whole second had no
-            # fdatasync). Seen from /proc: a session asking would be a third backend.
+            # the whole suite, a fixed 0.3 s is not enough: the first whole second can have
+            # no fdatasync). Seen from /proc: a session asking would be a third backend.
             _wait_for_disk_sleep(committing.info.backend_pid)
             end = time.time() + 2.2  # two whole seconds at least begin and end in it
             while time.time() < end:
