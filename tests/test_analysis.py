@@ -132,7 +132,7 @@ def test_a_queue_on_one_row_without_a_stall_is_lock_contention() -> None:
                      top["evidence"][0])
     assert share and int(share[1]) >= 50, top
     assert any("backends blocked on locks on average" in line for line in top["evidence"])
-    # one hot row: a lock timeout would only turn the queue into errors (issue 17)
+    # one hot row: a lock timeout would only turn the queue into errors
     assert "hot-row" in [r["rule"] for r in analysis["recommendations"]]
 
 
@@ -164,7 +164,7 @@ def test_lock_queue_behind_slow_commits_is_not_its_own_cause() -> None:
 
 def test_a_busy_machine_is_not_the_stall_of_backends_waiting_on_a_standby() -> None:
     """The sync-slow-disk run with the host's CPU saturated in its worst stall (idle 1%,
-    CPU pressure 90%), as other tests once kept it: its backends waited on IPC:SyncRep,
+    CPU pressure 90%), as other tests can keep it: its backends waited on IPC:SyncRep,
     not for the CPU, so cpu-saturation is halved and says why."""
     data = load_run_frames(RUNS / "sync-slow-disk")
     worst = _worst(build_analysis(data).to_json())
@@ -223,7 +223,7 @@ def test_a_server_down_for_most_of_the_run_is_one_stall_from_the_crash() -> None
     # A crash 1 s into a 15 s disk pause: the killed backends wait in the paused I/O, the
     # server is down until the pause ends, and the load does not come back (its clients
     # died with the server). 2 working seconds of 20: the 90th percentile of TPS is 0,
-    # which once left no reference at all and the run was "degraded 0%, 0 stalls".
+    # which as the reference would make the run "degraded 0%, 0 stalls".
     data = load_run_frames(RUNS / "crash-on-paused-disk")
     working = data.client.filter(~pl.col("warmup") & ~pl.col("partial") & (pl.col("tps") > 0))
     assert 1 <= working.height <= 2  # the sample is what it says
@@ -240,10 +240,10 @@ def test_a_server_down_for_most_of_the_run_is_one_stall_from_the_crash() -> None
 
 
 def test_an_unfinished_checkpoint_in_its_fsyncs_is_in_its_sync_phase() -> None:
-    # The dirty-writeback storm again, in a draw (a CI rehearsal) whose checkpoint was
-    # still fsyncing its piled-up writes when the run ended: no log line gives its phases,
-    # which once left the phase unknown and checkpoint-io ahead of memory-reclaim. Its
-    # checkpointer's own waits (10 Hz) say it was in IO:DataFileSync nearly throughout.
+    # The dirty-writeback storm again, in a draw whose checkpoint was still fsyncing its
+    # piled-up writes when the run ended: no log line gives its phases, and without them
+    # checkpoint-io would come ahead of memory-reclaim. Its checkpointer's own waits
+    # (10 Hz) say it was in IO:DataFileSync nearly throughout.
     (checkpoint,) = _events("dirty-storm-unfinished", "checkpoint").iter_rows(named=True)
     assert checkpoint["t_end"] is None and '"buffers": null' in checkpoint["attrs"]
     analysis = _analysis("dirty-storm-unfinished")
@@ -272,10 +272,10 @@ def test_the_second_before_a_stall_is_not_a_healthy_one() -> None:
 
 
 def test_a_run_whose_good_seconds_all_lead_into_stalls_keeps_a_baseline() -> None:
-    # The storm once more, in a CI run: two one-second dips before the checkpoint took
-    # the seconds after them, and the seconds before them and before the stall were left
+    # The storm once more, in a draw where two one-second dips before the checkpoint took
+    # the seconds after them, and the seconds before them and before the stall are left
     # out as lead-ins: no healthy second at all. Against that empty baseline every wait
-    # rose "from 0%", and the lock waits behind the stalled commits (46%) came first.
+    # would rise "from 0%", and the lock waits behind the stalled commits (46%) come first.
     # The seconds leading into stalls are the baseline then: 21% lock waits, as usual.
     worst = _worst(_analysis("dirty-storm-3"))
     assert worst["kind"] == "drop-to-zero" and worst["seconds"] >= 8
@@ -289,11 +289,11 @@ def test_a_run_whose_good_seconds_all_lead_into_stalls_keeps_a_baseline() -> Non
 
 
 def test_a_stall_is_not_compared_with_the_second_its_own_cause_began_in() -> None:
-    # The storm in a CI run on a busy machine: a dip before the checkpoint left only two
-    # undegraded seconds, each leading into a stall, and the checkpoint's fsync put 249 MB
-    # under writeback in the second before the 9-s drop. With both seconds as the
-    # baseline, the usual writeback was 124 MB, the drop's 225 MB was no burst, and
-    # checkpoint-io was the verdict. The drop is compared with the other lead-in only.
+    # The storm on a busy machine: a dip before the checkpoint left only two undegraded
+    # seconds, each leading into a stall, and the checkpoint's fsync put 249 MB under
+    # writeback in the second before the 9-s drop. With both seconds as the baseline, the
+    # usual writeback would be 124 MB, the drop's 225 MB no burst, and checkpoint-io the
+    # verdict. The drop is compared with the other lead-in only.
     analysis = _analysis("dirty-storm-ci")
     worst = _worst(analysis)
     assert worst["kind"] == "drop-to-zero" and worst["seconds"] >= 8, worst
@@ -304,10 +304,10 @@ def test_a_stall_is_not_compared_with_the_second_its_own_cause_began_in() -> Non
 
 
 def test_a_standby_that_does_not_read_its_socket_is_no_network_problem() -> None:
-    # A CI run of the sync-standby-on-a-slow-disk scenario blamed the network (0.80 over
-    # 0.78): the round trips on the replication connection rose from 0.3 to 8 ms, and
-    # both ends of the one connection were counted. But 4 MB of WAL sat in the
-    # walreceiver's receive queue: it had arrived, and the standby did not take it in.
+    # The sync-standby-on-a-slow-disk scenario looks like the network (0.80 over 0.78 when
+    # both ends of the one connection count): the round trips on the replication
+    # connection rise from 0.3 to 8 ms. But 4 MB of WAL sit in the walreceiver's receive
+    # queue: it has arrived, and the standby does not take it in.
     worst = _worst(_analysis("sync-slow-disk"))
     top = worst["causes"][0]
     assert top["cause"] == "sync-replication", worst
@@ -332,11 +332,10 @@ def test_a_stall_from_a_noisy_neighbour_is_said_to_come_from_outside() -> None:
 
 
 def test_a_flush_beside_backends_on_the_cpu_is_not_their_stall() -> None:
-    """A CI run of the tune test's connection-per-transaction load: in its one dip the
-    other tests took the CPU while the disk wrote back 152 MB of their page cache. The
+    """The tune test's connection-per-transaction load beside other tests: in its one
+    dip they took the CPU while the disk wrote back 152 MB of their page cache. The
     backends were on the CPU in every sample, so the flush is no cause of the dip, and
-    the run's answer stays the connections (the tune once tried dirty_background_bytes
-    on it first)."""
+    the run's answer stays the connections (not dirty_background_bytes first)."""
     analysis = _analysis("churn-neighbour-writeback")
     (stall,) = analysis["stalls"]
     assert [c["cause"] for c in stall["causes"]] == ["cpu-saturation"], stall
@@ -347,11 +346,11 @@ def test_a_flush_beside_backends_on_the_cpu_is_not_their_stall() -> None:
 
 
 def test_a_writeback_burst_beside_a_read_only_load_is_not_its_stall() -> None:
-    """A CI rehearsal's healthy control (select-only, 2 clients, 41,000 TPS): in its one
-    dip 237 MB of the suite's own page cache went under writeback at once. Its backends
-    never waited on the disk (the 10 Hz sampler found none active), so the burst is no
-    cause: the dip stays unattributed, and no kernel knob is recommended (it was
-    memory-reclaim and dirty-background-bytes)."""
+    """A healthy control beside the suite (select-only, 2 clients, 41,000 TPS): in its
+    one dip 237 MB of the suite's own page cache went under writeback at once. Its
+    backends never waited on the disk (the 10 Hz sampler found none active), so the
+    burst is no cause: the dip stays unattributed, and no kernel knob is recommended
+    (not memory-reclaim and dirty-background-bytes)."""
     analysis = _analysis("healthy-neighbour-writeback")
     (stall,) = analysis["stalls"]
     assert [c["cause"] for c in stall["causes"]] == ["unknown"], stall
@@ -359,10 +358,10 @@ def test_a_writeback_burst_beside_a_read_only_load_is_not_its_stall() -> None:
 
 
 def test_writeback_held_up_by_a_paused_device_is_the_pause() -> None:
-    """A CI rehearsal of test_storage's pause-disk run: while primary's emulated device
-    did not answer, its writes queued under writeback and went out after (86 MB at
-    once, 68 MB/s on the device against PostgreSQL's 8). That is the pause's doing, and
-    the stall is the device's (memory-reclaim once scored 0.99 on it, over 0.88)."""
+    """test_storage's pause-disk run: while primary's emulated device did not answer,
+    its writes queued under writeback and went out after (86 MB at once, 68 MB/s on the
+    device against PostgreSQL's 8). That is the pause's doing, and the stall is the
+    device's, not memory-reclaim's."""
     analysis = _analysis("pause-disk-writeback")
     (stall,) = analysis["stalls"]
     assert stall["causes"][0]["cause"] == "storage-device", stall
@@ -711,11 +710,11 @@ def test_a_checkpoint_started_by_wal_volume_gets_max_wal_size() -> None:
 
 
 def test_a_checkpoints_own_fsyncs_are_not_other_page_cache() -> None:
-    # The storm as test_builtin_scenarios runs it, in a CI rehearsal: its worst drop (5 s)
-    # came as the checkpoint's fsyncs flushed the ~400 MB of page cache left dirty by
-    # the data load and the run. PostgreSQL wrote nothing in the drop itself, and the
-    # disk's writes were once read as "the kernel flushing other dirty page cache": the
-    # verdict was memory-reclaim (0.99, over checkpoint-io's 0.76).
+    # The storm as test_builtin_scenarios runs it: its worst drop (5 s) came as the
+    # checkpoint's fsyncs flushed the ~400 MB of page cache left dirty by the data load
+    # and the run. PostgreSQL wrote nothing in the drop itself; read as "the kernel
+    # flushing other dirty page cache", the disk's writes would make the verdict
+    # memory-reclaim.
     analysis = _analysis("checkpoint-storm-ci")
     worst = _worst(analysis)
     assert worst["kind"] == "drop-to-zero" and worst["seconds"] >= 4, worst
@@ -764,8 +763,8 @@ def test_a_slow_wal_volume_is_no_evidence_for_the_checkpoint() -> None:
 
 
 def test_a_standby_silent_for_whole_seconds_is_unresponsive() -> None:
-    """A CI rehearsal's run of sync-standby-paused: the stall outlasted the 4-s pause
-    while the standby caught up, and over the window it answered more than half its
+    """A run of sync-standby-paused: the stall outlasted the 4-s pause while the standby
+    caught up, and over the window it answered more than half its
     healthy rate of samples. The whole seconds without an answer still say it stopped
     responding, so the first advice is quorum commit, not a faster standby disk."""
     analysis = _analysis("sync-paused-ci")
@@ -786,8 +785,8 @@ def test_no_advice_that_the_runs_own_series_rule_out(name: str) -> None:
     """Read from the series, not from the rules: wal-buffers is given only where the WAL
     buffers filled, wal-compression only where full-page images are a tenth of the WAL or
     more, dirty-background-bytes only where dirty memory reached the 64 MB it sets. The
-    committed sync-paused and dirty-storm samples got wal-buffers with wal_buffers_full 0
-    on every node (issue 29)."""
+    committed sync-paused and dirty-storm samples have wal_buffers_full 0 on every node:
+    no wal-buffers for them."""
     analysis = _analysis(name)
     given = {r["rule"] for r in analysis["recommendations"]}
     ts = pl.read_parquet(RUNS / name / "timeseries.parquet")

@@ -143,7 +143,7 @@ def test_healthy_control_has_no_low_second_and_no_finding(tmp_path: Path) -> Non
         assert stall["causes"][0].get("outside_the_lab") is True, stall
     assert analysis["steady_state"]["causes"] == []
     # No cause in the lab: no verdict, or "unknown" for a run whose stalls came from
-    # outside it (as the control-neighbour sample's; a rehearsal's offline tests beside it)
+    # outside it (as the control-neighbour sample's; the offline tests beside it)
     verdict = analysis["summary"]["verdict"]
     assert verdict is None or (verdict["cause"] == "unknown" and analysis["stalls"]), verdict
 
@@ -172,7 +172,7 @@ def test_hot_row_contention_is_dominated_by_lock_waits(tmp_path: Path) -> None:
 
 
 # Which seconds dip is a timing check: with three other workers' loads on two cores, a
-# second after the pause once dipped too (TPS 43, a 0.7 s commit) as the standby caught up.
+# second after the pause can dip too (TPS 43, a 0.7 s commit) as the standby catches up.
 # Exclusive, not cpu_exclusive: no second outside the pause may dip, and the primary's
 # commits wait on the host's disk, which the other tests' writes share.
 @pytest.mark.exclusive
@@ -231,8 +231,8 @@ def test_sysbench_read_intensive_is_80_20_and_its_study_is_side_by_side(
         summary = manifest["results"]["sysbench"]
         # 8 point selects and 2 updates a transaction: 4 reads per write, but sysbench
         # counts statements as they run, and a thread stopped by the end of the run can
-        # have done a transaction's reads and not its writes (a CI run read 96,592 for
-        # 24,147 writes: 4 more): exact up to one transaction's 8 reads per thread
+        # have done a transaction's reads and not its writes (96,592 reads for 24,147
+        # writes is 4 more): exact up to one transaction's 8 reads per thread
         reads, writes = summary["queries_read"], summary["queries_write"]
         assert writes > 0 and 0 <= reads - 4 * writes <= 8 * summary["threads"], summary
         assert manifest["results"]["measured"]["tps"] > 0
@@ -283,9 +283,9 @@ def test_checkpoint_flush_storm_drops_tps_during_checkpoints(tmp_path: Path) -> 
 
 # disk_exclusive: a new segment's zero-fill is writeback the backend submits itself, which
 # cgroup v1 throttles at 8 MB/s however the other tests write, but not how fast: beside
-# them (42 and 45 MB/s of other writers on the host's disk, in two rehearsals of 49 to 52)
-# the first segments took 10 s, a WAL-volume checkpoint began 4 s into that stall, and
-# the verdict was checkpoint-io.
+# them (42 and 45 MB/s of other writers on the host's disk, in two suites of four) the
+# first segments took 10 s, a WAL-volume checkpoint began 4 s into that stall, and the
+# verdict was checkpoint-io.
 @pytest.mark.disk_exclusive
 def test_wal_segment_init_stall_coincides_with_walinit_waits(tmp_path: Path) -> None:
     # Left alone, the shortened run needs some 20 s to fill its first segments; a WAL
@@ -320,7 +320,7 @@ def test_sync_standby_on_slow_disk_makes_commits_wait_on_syncrep(tmp_path: Path)
     # the standby's slow disk holds commits back once the bulk update's WAL reaches it,
     # and until it has written it (and the WAL of the vacuum the update sets off): the
     # low seconds come after it (7 of 8 in a run under a load average of 25; the eighth,
-    # the second before it; once 8 in its first 10 s and 3 more two seconds later)
+    # the second before it; in another, 8 in its first 10 s and 3 more two seconds later)
     assert inside(low, [window]) >= 5 and inside(low, [after]) >= 0.8 * len(low), low
     shares = wait_shares(run, start=window[0], end=window[1])
     assert max(shares, key=lambda k: shares[k]) == "IPC:SyncRep", shares

@@ -58,11 +58,11 @@ warmup = "1s"
 # Seconds enough for a verdict from one run: at 15 TPS, two identical runs are called
 # different at the default noise (10%) as often as Poisson arrivals part that far, in
 # simulated pairs of Poisson seconds through compare's bootstrap: 6.5% of 200 pairs of 6 s
-# runs, 0.9% of 1000 of 12 s, 0.2% of 1000 of 24 s. CI runs of 6 s and 12 s did (12
+# runs, 0.9% of 1000 of 12 s, 0.2% of 1000 of 24 s. Measured runs of 6 s and 12 s do (12
 # against 17 TPS; 11.6 against 16.3 TPS, with no second's latency over 4 ms, so no lag:
 # pgbench drew that few arrivals); commits that do not wait for the host's disk
 # flush (synchronous_commit = off), whose latency on this VM jumps from 2 ms to 160 ms for
-# seconds at a time: a run caught in that had a 20x p99, more than any assumed noise.
+# seconds at a time: a run caught in that has a 20x p99, more than any assumed noise.
 RATED = ["--set", "workload.duration=24s", "--set", "server.settings.synchronous_commit=off"]
 
 

@@ -53,7 +53,8 @@ def test_every_printed_estimate_lies_inside_its_interval(groups: dict[str, Group
     """Every ordered pair of sample runs, every metric, every format (JSON, Markdown, HTML;
 the terminal for four bases): the delta printed is
     of the statistic its interval is for, so it lies inside it (a stall run's whole-run
-    latency against the median of its seconds once read +6.1% [-56.0%, -9.4%] 'better')."""
+    latency beside an interval of the median of its seconds would read +6.1% [-56.0%,
+    -9.4%] 'better')."""
     assert len(groups) >= 20
     intervals = 0
     for name, base in groups.items():
@@ -86,9 +87,9 @@ the terminal for four bases): the delta printed is
 def test_a_stall_runs_whole_run_latency_is_not_the_headline(groups: dict[str, Group],
                                                             tmp_path: Path) -> None:
     """The `lock` run's 5-s lock wait raised its whole-run average latency (6.37 ->
-    6.76 ms against `checkpoint`, +6.1%) while its median second was 32% faster: the
-    printed delta once was the first, its interval the second's, and `--fail-if
-    "lat_avg>+5%"` failed a pipeline on a change called `better`."""
+    6.76 ms against `checkpoint`, +6.1%) while its median second was 32% faster: a
+    printed delta of the first with the second's interval would make `--fail-if
+    "lat_avg>+5%"` fail a pipeline on a change called `better`."""
     base_run, contender_run = (groups[name].runs[0].measured["lat_avg_ms"]
                                for name in ("checkpoint", "lock"))
     whole_run = 100 * (contender_run - base_run) / base_run

@@ -89,11 +89,11 @@ def test_connection_path_builtin_orders_the_layers(tmp_path: Path,
     # (tcp above pooler twice, unix above tcp once; on a quiet machine unix and tcp were
     # 6% apart once). unix < pooler held every time, and the quietest second of the
     # pooler's run was above both others' in all 14 sets whose series were kept. unix and
-    # tcp are not told apart: a later CI run's quietest seconds were 26.4 us by the socket
-    # and 26.0 by TCP (run averages 28.1 and 27.9), the loopback's extra cost under a
+    # tcp are not told apart: one run's quietest seconds were 26.4 us by the socket and
+    # 26.0 by TCP (run averages 28.1 and 27.9), the loopback's extra cost under a
     # microsecond of a select's 26. The pooler's extra hop (a second process, two more
     # socket round trips) is what every run measures: 42 us in that one. Above the socket,
-    # not always above TCP: in a rehearsal of the suite the quietest seconds were 12.9 us
+    # not always above TCP: beside the whole suite one run's quietest seconds were 12.9 us
     # by the socket, 20.9 by TCP and 20.8 through PgBouncer (averages 16.1, 22.8, 25.0).
     # The low weight the other tests run at keeps both CPUs busy, and a round trip between
     # processes on busy CPUs is quicker than one that wakes an idle CPU (28, 30 and 50 us

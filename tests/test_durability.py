@@ -1,5 +1,5 @@
 """The durability lab with real parts: power losses on honest and lying emulated devices
-under load, and a damaged page found by the integrity check (issue 13)."""
+under load, and a damaged page found by the integrity check."""
 
 from __future__ import annotations
 
@@ -134,8 +134,8 @@ def _detected(verdict: dict[str, Any]) -> bool:
 
 
 # cpu_exclusive: each cut falls after 1 s of load, and the cache holds that second's
-# writes only if the load wrote in it. At a low CPU weight beside a favoured run, two of a
-# rehearsal's ten cuts found 0 bytes in the cache.
+# writes only if the load wrote in it. At a low CPU weight beside a favoured run, two of
+# ten cuts can find 0 bytes in the cache.
 @pytest.mark.cpu_exclusive
 @root
 def test_lying_cache_loss_found_at_nine_of_ten_cuts(storage_packages: None,
@@ -328,8 +328,8 @@ def test_fsync_off_loses_acknowledged_commits(storage_packages: None,
 
 # cpu_exclusive: a crash on the host's storage (no volume, no root) whose load must restart
 # in time and whose outage must be the run's largest stall. At a low CPU weight beside a
-# favoured run, a rehearsal's integrity check took 8 s (amcheck 7.2 s) and left no time for
-# the second segment; another's second segment dipped for 7 s, more than the outage.
+# favoured run, the integrity check can take 8 s (amcheck 7.2 s) and leave no time for the
+# second segment, or the second segment dip for 7 s, more than the outage.
 @pytest.mark.cpu_exclusive
 def test_crash_under_load_outage_recovery_and_verdict(tmp_path: Path) -> None:
     # 2 s down, then the processes' death, crash recovery and the integrity check (each
@@ -380,7 +380,7 @@ def test_crash_without_a_restart_says_the_clients_died(tmp_path: Path) -> None:
 
 
 # 14 s: after the crash (3 s in), the exit wait, recovery and the verdict take up to 8 s on
-# a busy machine, and the load must have seconds left to run again (a 10 s run once had 1)
+# a busy machine, and the load must have seconds left to run again (a 10 s run can have 1)
 CRASH_ON_A_PAUSED_DISK = """[workload]
 scale = 1
 clients = 4
@@ -402,7 +402,7 @@ duration = "1s"
 
 
 # cpu_exclusive: the pause's end is pglab's timeline thread waking on time. At a low CPU
-# weight beside a favoured run, a rehearsal's 3 s pause was ended after 5.2 s.
+# weight beside a favoured run, a 3 s pause can end after 5.2 s.
 @pytest.mark.cpu_exclusive
 @root
 def test_a_crash_on_a_paused_disk_waits_for_its_processes(storage_packages: None,

@@ -272,8 +272,8 @@ os.register_at_fork(after_in_parent=_signal_after_fork_in_parent)
 
 
 def test_a_signal_handled_in_an_at_fork_hook_is_not_lost() -> None:
-    """A CI run's Ctrl-C landed in logging's at-fork hook while PgBouncer was spawned:
-    Python printed the exception and dropped it, and the run went on for its full
+    """A Ctrl-C can land in logging's at-fork hook while PgBouncer is spawned: Python
+    prints an exception raised there and drops it, and the run would go on for its full
     load. spawn() holds a signal back during the fork, stops the child and raises it."""
     from pglab.errors import Interrupted
     from pglab.processes import signals_as_exceptions, spawn
@@ -290,7 +290,7 @@ def test_a_signal_handled_in_an_at_fork_hook_is_not_lost() -> None:
 
 def _signal_once_while_the_lock_is_held(method: str, fired: list[bool]) -> Any:
     """A tracer that raises SIGTERM once, at a line of Popen's `method` run while the
-    Popen's waitpid lock is taken: the moment a CI run's signal landed in."""
+    Popen's waitpid lock is taken: the moment where a raised signal leaves it held."""
     def inside(frame: FrameType, event: str, arg: Any) -> Any:
         if event == "line" and not fired and frame.f_locals["self"]._waitpid_lock.locked():
             fired.append(True)
@@ -321,9 +321,9 @@ def _poll(child: subprocess.Popen[bytes]) -> None:
                                                  ("_internal_poll", _poll)])
 def test_a_signal_while_popen_holds_its_lock_leaves_the_child_stoppable(
         method: str, waiting: Callable[[subprocess.Popen[bytes]], None]) -> None:
-    """CI: a SIGTERM raised inside Popen.wait just after it took its lock left the lock
-    held; the cleanup then could not see pgbench exit, and pglab stopped on a traceback
-    instead of exiting 143. The signal is raised once the lock is let go."""
+    """A SIGTERM raised inside Popen.wait just after it took its lock would leave the
+    lock held; the cleanup could then not see pgbench exit, and pglab would stop on a
+    traceback instead of exiting 143. The signal is raised once the lock is let go."""
     from pglab.errors import Interrupted
     from pglab.processes import signals_as_exceptions, spawn, stop_child
 
@@ -362,8 +362,8 @@ def test_a_signal_python_dropped_is_raised_at_the_next_check() -> None:
 
 
 def test_a_thread_shielding_its_own_step_does_not_shield_the_main_thread() -> None:
-    """shielded() in another thread used to set the process-wide flag: a Ctrl-C in the
-    main thread meanwhile was held back, or for good when the two interleaved."""
+    """shielded() in another thread must not set the process-wide flag: a Ctrl-C in the
+    main thread meanwhile would be held back, or for good when the two interleave."""
     from pglab.errors import Interrupted
     from pglab.processes import shielded, signals_as_exceptions
 
@@ -390,7 +390,8 @@ def test_a_thread_shielding_its_own_step_does_not_shield_the_main_thread() -> No
 def test_a_signal_held_back_at_the_end_of_a_load_stops_the_sweep(tmp_path: Path,
                                                                   pglab_home: Path) -> None:
     """A Ctrl-C while the end of a load is cleaned up (shielded) is recorded, and the
-    sweep stops there: it used to mark the run interrupted and go on to the next point."""
+    sweep stops there, rather than marking the run interrupted and going on to the next
+    point."""
     from pglab.errors import Interrupted
     from pglab.processes import shielded, signals_as_exceptions
     from pglab.runner import QuietUI, RunOptions, run_scenario

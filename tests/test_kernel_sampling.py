@@ -22,6 +22,7 @@ from pglab.probes.base import NodeHandle, ProbeContext, ProbeOutput
 from pglab.probes.os_probes.kernel import KernelProbe
 from pglab.probes.procfs import kernel as kproc
 from pglab.probes.procfs.syscall_names import SYSCALL_NAMES
+from pglab.results import kernel_series
 
 SAMPLES = Path(__file__).resolve().parent / "samples" / "procfs" / "kernel"
 META = json.loads((SAMPLES / "meta.json").read_text())
@@ -65,7 +66,7 @@ def test_committing_backend_blocked_in_fdatasync_under_ext4() -> None:
     chain = kproc.top_frames(frames)
     assert chain == ("folio_wait_bit < folio_wait_writeback < __filemap_fdatawait_range < "
                      "file_write_and_wait_range < ext4_sync_file < do_fsync")
-    assert kproc.frames_summary(chain) == "folio_wait_bit ... ext4_sync_file"
+    assert kernel_series.frames_summary(chain) == "folio_wait_bit ... ext4_sync_file"
     io = kproc.parse_pid_io(COMMITTING["io"])
     assert io == kproc.ProcIo(rchar=580391, wchar=345128, syscr=116, syscw=189, read_bytes=0,
                               write_bytes=593920, cancelled_write_bytes=28672)
@@ -76,17 +77,17 @@ def test_idle_backend_waits_for_its_client_in_epoll() -> None:
     assert kproc.parse_syscall(IDLE["syscall"], X86) == "epoll_wait"
     chain = kproc.top_frames(kproc.parse_stack(IDLE["stack"]))
     assert chain == "do_epoll_wait"
-    assert kproc.frames_summary(chain) == "do_epoll_wait"
+    assert kernel_series.frames_summary(chain) == "do_epoll_wait"
     assert kproc.parse_wchan(IDLE["wchan"]) == "do_epoll_wait"
 
 
 def test_running_and_stopped_processes() -> None:
     running, stopped = SPINNER[0], SPINNER[-1]
     assert kproc.parse_state(running["stat"]) == "R"
-    assert kproc.parse_syscall(running["syscall"], X86) == kproc.ON_CPU
+    assert kproc.parse_syscall(running["syscall"], X86) == kernel_series.ON_CPU
     assert kproc.parse_wchan(running["wchan"]) is None  # "0": not waiting
     assert kproc.parse_state(stopped["stat"]) == "T"
-    assert kproc.parse_syscall(stopped["syscall"], X86) == kproc.USER  # "-1 SP PC"
+    assert kproc.parse_syscall(stopped["syscall"], X86) == kernel_series.USER  # "-1 SP PC"
     assert kproc.parse_wchan(stopped["wchan"]) == "do_signal_stop"
 
 
@@ -280,8 +281,8 @@ def test_backend_blocked_in_fdatasync_on_a_paused_device(storage_packages: None)
             for thread in threads:
                 thread.start()
             # both in their calls, the commit's flush blocked on the paused device (beside
-            # the whole suite, 0.3 s was once not enough: the first whole second had no
-            # fdatasync). Seen from /proc: a session asking would be a third backend.
+            # the whole suite, a fixed 0.3 s is not enough: the first whole second can have
+            # no fdatasync). Seen from /proc: a session asking would be a third backend.
             _wait_for_disk_sleep(committing.info.backend_pid)
             end = time.time() + 2.2  # two whole seconds at least begin and end in it
             while time.time() < end:

@@ -61,7 +61,7 @@ def test_every_builtin_declares_root_where_the_lab_needs_it() -> None:
         assert (ROOT in _needs(name)) == wants_root, name
         rooted += [name] if wants_root else []
     assert "checkpoint-flush-storm" in rooted
-    assert len(rooted) == 13, rooted  # issue 28: 13 of the 20 built-ins
+    assert len(rooted) == 13, rooted  # 13 of the 20 built-ins
 
 
 def test_every_builtin_declares_the_packages_its_keys_use() -> None:

@@ -195,7 +195,7 @@ def test_a_row_lock_held_outside_is_named_by_the_analysis(observed: Observed,
     assert "idle in transaction" in named[0]
     assert "UPDATE pgbench_branches SET bbalance = bbalance WHERE bid = ?" in named[0]
     # one session idle in its transaction for seconds: a long holder, whose fix the lab
-    # can test, not a hot row (issue 29)
+    # can test, not a hot row
     assert lock.get("sub_cause") == "long-holder", lock
     rules = [r["rule"] for r in analysis["recommendations"]]
     assert "idle-in-transaction-timeout" in rules and "hot-row" not in rules, rules
@@ -423,8 +423,8 @@ def test_a_paused_synchronous_standby_is_named(replicated: tuple[Observed, Obser
     series = pl.read_parquet(folder / "timeseries.parquet")
     assert series.filter(pl.col("node") == "standby1")["source"].n_unique() > 3
     analysis = json.loads((folder / "analysis.json").read_text())
-    # the pause's stall (a second of SyncRep waits before it, with the machine busy, is a
-    # stall of its own: a CI rehearsal's first window, 1 s at 0.40, named no standby)
+    # the pause's stall (a second of SyncRep waits before it, with the machine busy, can be
+    # a stall of its own, 1 s at 0.40, that names no standby)
     zero = [w for w in analysis["stalls"] if w["kind"] == "drop-to-zero"
             and w["causes"][0]["cause"] == "sync-replication"
             and dt.datetime.fromisoformat(w["start"].replace("Z", "+00:00")) < resumed_at

@@ -93,8 +93,8 @@ def test_a_counter_that_went_back_gives_no_rate() -> None:
 @pytest.mark.live  # a real node_exporter process
 def test_live_node_exporter(node_exporter_url: str) -> None:
     first = scrape(node_exporter_url)
-    # the seconds the rates are over: two scrapes at once can read the same CPU counters
-    # (a CI rehearsal's had no os.cpu)
+    # the seconds the rates are over: two scrapes at once can read the same CPU counters,
+    # and give no os.cpu
     time.sleep(0.5)
     second = scrape(node_exporter_url)
     rows = os_metrics(first, second, 0.5)

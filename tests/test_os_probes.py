@@ -670,7 +670,7 @@ def test_walking_a_tree_finds_what_reading_every_process_finds() -> None:
 
 
 # a spinner's share of a CPU, measured: beside the other tests at a low CPU weight
-# (cpu_exclusive) its checkpointer was once seen at 0.0 cores
+# (cpu_exclusive) its checkpointer can be seen at 0.0 cores
 @pytest.mark.exclusive
 def test_processes_live_postgres_kinds(fake_postmaster: int) -> None:
     ctx = context([node("primary", None, lambda: fake_postmaster)])
@@ -711,7 +711,7 @@ def test_tcp_live_loopback(tmp_path: Path) -> None:
             client_port = client.getsockname()[1]
             label = f"127.0.0.1:{port}->127.0.0.1:{client_port}"
             # Until accept() the server's socket is in no process's fds, so the first
-            # sample would miss it and the second have no rates (a CI failure).
+            # sample would miss it and the second have no rates.
             assert server.stdout.readline().strip() == "accepted"
             ctx = context([node("primary", tmp_path, lambda: server.pid)])
             replication = TcpProbe()

@@ -27,8 +27,8 @@ from pglab.report.model import build_model
 from pglab.results.manifest import read_manifest
 
 # real runs, a real browser; on the host's disk (`disk`), so that the shared run's disk
-# charts draw its own writes: in RAM they drew whatever the host's disk did, and a
-# rehearsal's were blank in a quiet second
+# charts draw its own writes: in RAM they draw whatever the host's disk does, which can be
+# blank in a quiet second
 pytestmark = [pytest.mark.live, pytest.mark.disk]
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -258,7 +258,7 @@ def test_sweep_and_its_study_report(tmp_path: Path) -> None:
     assert sorted(study["axes"]) == ["server.settings.synchronous_commit", "workload.clients"]
     assert len(study["runs"]) == 4
     # each entry carries its run's own measured figures (a run's one measured second can
-    # hold no transaction: in a CI rehearsal pgbench got no CPU for 1.7 s)
+    # hold no transaction: on a busy machine pgbench can get no CPU for 1.7 s)
     for entry in study["runs"]:
         measured = read_manifest(study_file.parent / entry["path"]).measured
         assert entry["tps"] == measured["tps"] and entry["tps"] is not None, (entry, measured)

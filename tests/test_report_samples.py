@@ -38,7 +38,7 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> ReportModel:
 
 
 def test_the_scenario_table_shows_nested_tables_as_rows() -> None:
-    """Topology, envelope and faults once read as raw JSON ({"cpus": null, ...})."""
+    """Topology, envelope and faults are rows, not raw JSON ({"cpus": null, ...})."""
     for run in RUNS:
         rows = _rows(run)
         text = "\n".join(rows.values())

@@ -36,7 +36,7 @@ root_only = pytest.mark.skipif(os.geteuid() != 0, reason="storage volumes need r
 
 # The tests that make volumes are on the host's disk (`disk`): a volume's file, under a loop
 # device, is where a user's would be. In RAM (a tmpfs file under the loop device), an ext4
-# volume with data=journal once stopped every commit for 5 s, in a run that measured none.
+# volume with data=journal can stop every commit for 5 s, in a run that measures none.
 # The tests that share the module's pglab_home follow them.
 
 

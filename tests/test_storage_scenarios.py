@@ -42,10 +42,10 @@ def _volume(run: Path, node: str = "primary", role: str = "data") -> dict[str, A
 def test_wal_init_zero_on_and_off(storage_packages: None, tmp_path: Path) -> None:
     # Two of the four points (XFS; the filesystem axis is the same code path), with WAL
     # switches so that the shortened run needs new segments at once: the first as the
-    # measured seconds begin. A first switch at 2 s left two seconds on the segments that
-    # already existed, the same ~4,000 TPS either way; in a CI rehearsal they were 89% of the
-    # zero-filling run's transactions, and its mean TPS 1.3 times below the other's where
-    # the seconds after the switch were 5.9 times below.
+    # measured seconds begin. A first switch at 2 s leaves two seconds on the segments that
+    # already exist, the same ~4,000 TPS either way; they made 89% of the zero-filling
+    # run's transactions in one such run, and its mean TPS 1.3 times below the other's
+    # where the seconds after the switch were 5.9 times below.
     runs = _run(tmp_path, "wal-init-ext4-vs-xfs", "workload.duration=10s",
                 "workload.warmup=2s", "storage.filesystem=xfs",
                 'matrix={"server.settings.wal_init_zero" = ["on", "off"]}',

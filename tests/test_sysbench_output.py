@@ -157,8 +157,8 @@ def test_series_of_percentile_99_and_of_nothing() -> None:
 
 
 def test_a_line_printed_late_keeps_its_second() -> None:
-    # A rehearsal's run beside the whole suite: the fourth line came late and took the
-    # label 5, then the final flush printed `[ 5s ]` again with nothing in it
+    # A run beside the whole suite: the fourth line comes late and takes the label 5,
+    # then the final flush prints `[ 5s ]` again with nothing in it
     out = parse_output(sample("run_late_report.txt"))
     assert [line.second for line in out.intervals] == [1, 2, 3, 5, 5]
     series = per_second_series(out.intervals, 1_764_000_000.0, warmup_s=1)

@@ -228,10 +228,10 @@ def _faults(run_dir: Path) -> list[dict[str, object]]:
 
 def test_faults_fire_on_the_timeline_and_are_recorded(tmp_path: Path) -> None:
     # The crash comes 5 s after the rest: a timeline begun late on a loaded machine fires
-    # every fault already due at once (a rehearsal's checkpoint, bulk update and vacuum of
-    # 1, 2 and 3 s began at 4.1 s), and a crash due at 4 s then killed the bulk update.
-    # Due at 6 s, it killed one more: begun 1 s late beside the checkpoint, the vacuum and
-    # the WAL switch, the update of 20,000 rows was still running 3 s later.
+    # every fault already due at once (faults at 1, 2 and 3 s can all begin at 4.1 s), and
+    # a crash due at 4 s would kill the bulk update. Due at 6 s, it can kill one more: begun
+    # 1 s late beside the checkpoint, the vacuum and the WAL switch, the update of 20,000
+    # rows can still be running 3 s later.
     scenario = write_scenario(tmp_path, """
 [workload]
 scale = 1
@@ -364,9 +364,9 @@ def test_pgbouncer_listens_on_its_private_socket_only(pgbouncer_binary: str) -> 
 
 @pytest.mark.live
 def test_a_fault_that_begins_late_says_by_how_much() -> None:
-    """A timeline begun 2 s after its window opened (a rehearsal's loaded machine had all
-    of a run's faults of 1 to 4 s begin at 4 s): the checkpoint due at 0.5 s begins at
-    once and records that it began 1.5 s late; the one due at 3.5 s is on time."""
+    """A timeline begun 2 s after its window opened (on a loaded machine all of a run's
+    faults of 1 to 4 s can begin at 4 s): the checkpoint due at 0.5 s begins at once and
+    records that it began 1.5 s late; the one due at 3.5 s is on time."""
     from pglab.lab.faults import FaultTimeline
     from pglab.scenario.model import Fault
 

@@ -1,4 +1,4 @@
-"""Every built-in completes a tune (issue 17): shortened runs on the least data, one round,
+"""Every built-in completes a tune: shortened runs on the least data, one round,
 one candidate. About 3 minutes on two workers of a loaded 2-core machine (6.5 minutes of
 test time, most of it the standby and storage scenarios: baseline, the candidate's check
 and a round each make a lab with its volumes and standbys).
@@ -45,10 +45,10 @@ EXTRA = {
 def _on_the_disk(name: str) -> pytest.MarkDecorator | tuple[()]:
     """`disk` for a built-in whose nodes have disk limits: they need a block device.
     `disk_exclusive` for one that sets kernel knobs (dirty-writeback-storm's
-    vm.dirty_ratio = 60, machine-wide): run beside the other tests on the disk, the
-    seconds after its tune ended stopped another test's load for 5 s in two rehearsals (an
-    ext4 volume's, and a demo's in RAM); the same knob in the disk chain, where only tests
-    in RAM run beside it, never did in eight."""
+    vm.dirty_ratio = 60, machine-wide): beside the other tests on the disk, the seconds
+    after its tune ends can stop another test's load for 5 s (seen twice: an ext4
+    volume's, and a demo's in RAM); in the disk chain, where only tests in RAM run beside
+    it, the same knob did not in eight suites."""
     scenario = load_builtin(name).scenario
     if scenario.kernel:
         return pytest.mark.disk_exclusive

@@ -1,4 +1,4 @@
-"""pglab tune on the paths that used to end it: a candidate that cannot start, a change
+"""pglab tune on the paths that could end it: a candidate that cannot start, a change
 that needs others to go with it, a Ctrl-C. Each still leaves its <tune-id>.tune.json.
 
 Real servers, real pgbench; a candidate that "cannot start" is made real by pointing

@@ -333,7 +333,7 @@ def observe(dsn: str | None, host: str | None, port: str | None, user: str | Non
     DSN is a connection string, a URI or a database name, as psql takes it; -h, -p, -U
     and -d add to it or stand for it, and what none gives comes from libpq's environment
     (PGHOST, PGPORT, PGUSER, PGDATABASE, PGSERVICE, PGPASSWORD) and ~/.pgpass."""
-    from pglab.observe import command
+    from pglab.commands import observe as command
     from pglab.observe.target import connection_string
 
     return command.observe(connection_string(dsn, host, port, user, dbname), standbys,

@@ -217,9 +217,9 @@ _output_gone = threading.Event()  # output_closed() has stopped pglab already
 
 # Popen holds its waitpid lock for the few lines that reap the child, and an exception
 # raised there leaves it held for good: every later wait on that child times out and
-# poll() says it runs. A CI run's SIGTERM landed just after Popen.wait took the lock;
-# pglab's cleanup then waited on a pgbench that had exited and stopped on a traceback.
-# Such a signal is raised again a moment later, once the lock is let go.
+# poll() says it runs: a SIGTERM just after Popen.wait took the lock would leave pglab's
+# cleanup waiting on a pgbench that has exited, until it stops on a traceback. Such a
+# signal is raised again a moment later, once the lock is let go.
 _RETRY_SIGNAL_S = 0.01
 
 

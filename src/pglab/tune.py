@@ -432,7 +432,7 @@ def _run_steps(tuner: _Tuner, base: LoadedScenario, base_overrides: list[str],
         step = tuner.step(number, overrides, first, tried)
         winner = step.winner
         # A change kept but beaten by the winner is tried again on the new baseline: fixes
-        # of one cause can add up (the Kubernetes report ended on 1 GB segments *and*
+        # of one cause can add up (slow WAL file creation takes 1 GB segments *and*
         # wal_init_zero = off); one that did not help is not.
         tried.extend(c.candidate.change for c in step.candidates if not c.kept or c is winner)
         if winner is None:

@@ -34,8 +34,8 @@ from pglab.results.files import ANALYSIS, iso
 
 # A run held back over its whole length whose stalls cover less than this share of its
 # seconds: the whole-run cause is its verdict, as sure as the stalls' cause or more. A
-# one-second dip would otherwise decide (a CI draw of 1 MB WAL segments: checkpoint-io
-# for one dip, where the run next to it, without the dip, said wal-segment-init).
+# one-second dip would otherwise decide (a run of 1 MB WAL segments would be checkpoint-io
+# for one dip, and the same run without the dip wal-segment-init).
 MINOR_STALLS_PCT = 10.0
 
 

@@ -472,9 +472,9 @@ def memory_reclaim(ev: WindowEvidence) -> Finding | None:
     _writeback_burst(s, ev)
     # In a checkpoint's sync phase its fsyncs flush what PostgreSQL wrote before the
     # window, which the window's own write counters do not show: the disk then writes
-    # PostgreSQL's pages, not "other" page cache (in a CI rehearsal of checkpoint-flush-storm
-    # the fsyncs flushed ~400 MB left dirty by the data load and the run, and that claim
-    # gave memory-reclaim 0.5 of its 0.99, over checkpoint-io's 0.76).
+    # PostgreSQL's pages, not "other" page cache (checkpoint-flush-storm's fsyncs flush
+    # ~400 MB left dirty by the data load and the run: read as other page cache, they would
+    # give memory-reclaim half its score and put it over checkpoint-io).
     if not _syncing(ev):
         foreign_writeback(s, ev)
     _beside_a_device_fault(s, ev)
@@ -484,9 +484,9 @@ def memory_reclaim(ev: WindowEvidence) -> Finding | None:
 
 def _beside_a_device_fault(s: Score, ev: WindowEvidence) -> None:
     """A window with a fault of a volume's device in it: the writeback seen then is that
-    device's queue, held up by the fault and let go after it (a rehearsal's pause-disk
-    run scored memory-reclaim 0.99 from it, over the pause itself); storage-device names
-    the window."""
+    device's queue, held up by the fault and let go after it (read as other page cache,
+    it would put memory-reclaim over the pause itself); storage-device names the
+    window."""
     fault = _device_fault(ev)
     if fault is not None:
         _halve(s, f"{fault.node}'s storage device had a fault ({fault.attrs.get('action')}) "
@@ -497,9 +497,9 @@ def _writeback_burst(s: Score, ev: WindowEvidence) -> None:
     """Dirty page cache written back all at once: the kernel had not started background
     writeback (its threshold is above what piled up), and an fsync, typically the
     checkpoint's, forced it out; worse when PostgreSQL's write-back hints are off. Only
-    where the client backends waited on the disk (a CI rehearsal: 237 MB of the suite's page
-    cache under writeback in a dip of a read-only load whose backends never waited on
-    it made a healthy control's verdict memory-reclaim)."""
+    where the client backends waited on the disk: other programs' page cache goes under
+    writeback too (237 MB at once beside a test suite), and a read-only load whose
+    backends never wait on it is not held up by it."""
     burst = ev.inside.peak("host", "os.memory", "writeback_mb") or 0.0
     # the healthy seconds' mean, not their peak: the usual level, not one odd second
     usual = ev.healthy.mean("host", "os.memory", "writeback_mb") or 0.0
@@ -546,9 +546,9 @@ ELSEWHERE_SHARE, ON_CPU_SHARE = 0.5, 0.25
 
 def _backends_waited_elsewhere(s: Score, ev: WindowEvidence) -> None:
     """A busy CPU explains the stall of backends that wanted it, not of those the sampler
-    found waiting on one thing (a CI rehearsal: a standby's slow disk held commits, 64% of
-    the window's samples were in IPC:SyncRep, and the machine, kept busy by other tests,
-    made cpu-saturation outscore sync-replication)."""
+    found waiting on one thing (commits held by a standby's slow disk put 64% of a
+    window's samples in IPC:SyncRep, whatever else keeps the machine's CPU busy: that
+    is sync-replication, not cpu-saturation)."""
     top = ev.top_waits(ev.nodes[0], 1)
     if not top:
         return  # no waits sampled, or no backend active: no evidence either way

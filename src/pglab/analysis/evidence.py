@@ -352,8 +352,8 @@ def run_evidence(data: RunFrames, report: StallReport) -> tuple[list[WindowEvide
 def baselines(segments: dict[int, Segment], count: int) -> list[Segment]:
     """What each window is compared with: the healthy seconds; in a run whose only
     undegraded seconds lead into windows, the other windows' lead-ins. Its own lead-in
-    only when there is no other: a writeback burst that began in it made the usual level
-    of a CI run's baseline 124 MB, and hid the burst of 249 MB that stalled commits.
+    only when there is no other: a writeback burst that begins in it raises the usual
+    level (to 124 MB, beside a stalling burst of 249 MB) and hides the burst.
     The lead-ins before and after each window are merged as running totals from either
     end, so that a run of many windows does not merge them all again for each."""
     leads = [segments.get(lead_in(i)) for i in range(count)]

@@ -9,7 +9,7 @@ while the kind's processes stay the same.
 from __future__ import annotations
 
 from pglab.analysis.evidence import Segment, WindowEvidence
-from pglab.probes.procfs.kernel import ON_CPU, USER, frames_summary
+from pglab.results.kernel_series import ON_CPU, USER, frames_summary
 
 SOURCE = "os.kernel"
 # The wait sampler's backend types -> os.kernel's kinds (process titles)

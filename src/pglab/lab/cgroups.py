@@ -317,7 +317,7 @@ def _remove(path: Path, evict_to: Path, timeout: float) -> None:
 def pglab_cgroups(support: CgroupSupport | None = None, depth: int = 4) -> list[Path]:
     """Every pglab cgroup directory on this machine, of any owner.
 
-    Owners ran in whatever cgroup their shell had (systemd puts a session 3 levels down),
+    An owner runs in whatever cgroup its shell has (systemd puts a session 3 levels down),
     so this walks each hierarchy a few levels deep rather than looking only beside us.
     """
     support = support or detect_cgroups()

@@ -231,9 +231,9 @@ class FaultTimeline:
         started = self.clock()
         active = _Active(fault, action, target, started)
         gated = _cuts_primary(fault)
-        # A cut that waited for its turn, or any fault that began late (the timeline began
-        # late on a loaded machine: a rehearsal's checkpoint, bulk update and vacuum of 1, 2
-        # and 3 s all began at 4 s, with the crash): the event says when it really began.
+        # A cut that waited for its turn, or any fault that began late (a timeline that
+        # begins late on a loaded machine fires every fault already due at once: faults at
+        # 1, 2 and 3 s can all begin at 4 s): the event says when it really began.
         if started - scheduled > (0.05 if gated else LATE_S):
             active.attrs["delayed_s"] = round(started - scheduled, 3)
         with self._lock:

@@ -296,7 +296,7 @@ class LocalServer:
     def _exit_output(self) -> str:
         """The startup output once the postmaster has exited: its logging collector, a
         child that outlives it by a moment on a busy machine, may still be writing the
-        lines that say why (a port in use was once read as "(no message)")."""
+        lines that say why (read too early, a port in use reads as "(no message)")."""
         deadline = time.monotonic() + EXIT_LOG_DRAIN_S
         while True:
             output = self._startup_output()

@@ -34,7 +34,7 @@ class DiskProfile:
 
 
 def _cloud_ssd(gib: float) -> DiskFigures:
-    # Throughput: pglab's model (issue 4) of a size-scaled cloud SSD, 120 MB/s + 0.5 MB/s per GiB
+    # Throughput: pglab's model of a size-scaled cloud SSD, 120 MB/s + 0.5 MB/s per GiB
     # up to 350 MB/s (between AWS gp2, 128-250 MiB/s by size, and GCP pd-ssd, 0.48 MB/s per
     # GB). IOPS: AWS EBS gp2 baseline, 3 IOPS per GiB, at least 100, at most 16,000
     # (docs.aws.amazon.com/ebs/latest/userguide/general-purpose.html).

@@ -1,8 +1,8 @@
 """`pglab doctor`: what the storage under a directory is, and what that means for PostgreSQL.
 
 The cheap facts (filesystem and mount options, block device, rotational, scheduler,
-read-ahead, the device's write cache mode) are read from /proc and /sys in
-milliseconds, so every run records them in its manifest and the recommendation rules
+read-ahead, the device's write cache mode; hostfacts.cheap_facts) are read from /proc and
+/sys in milliseconds, so every run records them in its manifest and the recommendation rules
 can use them. `--fsync` adds the sync latency per wal_sync_method from pg_test_fsync of
 the binaries in use, which takes seconds and writes to the disk.
 
@@ -16,7 +16,6 @@ loss test can tell which.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import tempfile
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from pglab.errors import BadInput, PglabError
+from pglab.hostfacts import cheap_facts
 from pglab.system_parts import is_root, parts_report
 
 # A flush this fast did not reach a platter or NAND without a cache in front: flushes that
@@ -34,79 +34,6 @@ from pglab.system_parts import is_root, parts_report
 FAST_FLUSH_US = 250
 NOT_DISKS = ("tmpfs", "ramfs", "overlay", "squashfs", "nfs", "nfs4", "cifs", "9p",
              "virtiofs")
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return None
-
-
-def mount_of(path: Path) -> dict[str, Any]:
-    """The mount holding `path`: mount point, filesystem type, source, options."""
-    target = str(path.resolve())
-    best: dict[str, Any] = {}
-    for line in (_read(Path("/proc/self/mountinfo")) or "").splitlines():
-        left, _, right = line.partition(" - ")
-        fields, rest = left.split(), right.split()
-        if len(fields) < 6 or len(rest) < 2:
-            continue
-        point = fields[4].replace("\\040", " ")
-        inside = target == point or target.startswith(point.rstrip("/") + "/")
-        if inside and len(point) >= len(best.get("mount_point", "")):
-            options = sorted(set(fields[5].split(",")) | set(
-                (rest[2] if len(rest) > 2 else "").split(",")) - {""})
-            best = {"mount_point": point, "fstype": rest[0], "source": rest[1],
-                    "mount_options": ",".join(options)}
-    return best
-
-
-def block_device(path: Path) -> dict[str, Any]:
-    """The block device under `path`'s filesystem and its queue settings; {} when the
-    filesystem has none (tmpfs, overlay, FUSE, ZFS datasets)."""
-    dev = path.stat().st_dev
-    sysdir = Path(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}")
-    if os.major(dev) == 0 or not sysdir.exists():
-        return {}
-    real = sysdir.resolve()
-    facts: dict[str, Any] = {"name": real.name}
-    if (real / "partition").exists():
-        facts["partition"], real = real.name, real.parent
-        facts["name"] = real.name
-    queue = real / "queue"
-    scheduler = _read(queue / "scheduler") or ""
-    selected = re.search(r"\[([^\]]+)\]", scheduler)
-    facts.update(
-        rotational=_read(queue / "rotational") == "1",
-        scheduler=selected.group(1) if selected else (scheduler or None),
-        read_ahead_kb=_int(_read(queue / "read_ahead_kb")),
-        write_cache=_read(queue / "write_cache"),  # "write back" or "write through"
-        fua=_read(queue / "fua") == "1",
-        model=_read(real / "device" / "model"),
-        size_bytes=(_int(_read(real / "size")) or 0) * 512 or None,
-    )
-    backing = _read(real / "loop" / "backing_file")
-    if backing:
-        facts["loop_backing_file"] = backing
-    return facts
-
-
-def _int(text: str | None) -> int | None:
-    try:
-        return int(text) if text is not None else None
-    except ValueError:
-        return None
-
-
-def cheap_facts(path: Path) -> dict[str, Any]:
-    """What every run's manifest records about the storage under its data dir."""
-    facts: dict[str, Any] = {"path": str(path), **mount_of(path)}
-    try:
-        facts["block_device"] = block_device(path)
-    except OSError:
-        facts["block_device"] = {}
-    return facts
 
 
 # pg_test_fsync's "Compare file sync methods using one 8kB write" section

@@ -283,9 +283,9 @@ def reap_stale_zfs() -> list[str]:
     reaped: list[str] = []
     if not _daemon_file().exists() and not _zfs_ok():
         return reaped
-    # A user of the daemon while it destroys: a pglab done with ZFS meanwhile found no user
-    # and no pool left once the pool was gone, and stopped the daemon under the destroy's
-    # retry ("connect: No such file or directory", in a CI rehearsal's kill -9 test).
+    # A user of the daemon while it destroys: else a pglab done with ZFS meanwhile finds no
+    # user and no pool left once the pool is gone, and stops the daemon under the destroy's
+    # retry, which then fails ("connect: No such file or directory").
     entry = _users_dir() / str(os.getpid())
     with machine_lock(DAEMON_LOCK):
         registered = not entry.exists()

@@ -36,18 +36,18 @@ BUILTIN_RUNS["dirty-storm-2"] = BUILTIN_RUNS["dirty-storm"]  # draws of a noisy 
 BUILTIN_RUNS["dirty-storm-3"] = BUILTIN_RUNS["dirty-storm"]
 # a draw whose checkpoint was still in its fsyncs when the run ended (no log line yet)
 BUILTIN_RUNS["dirty-storm-unfinished"] = BUILTIN_RUNS["dirty-storm"]
-# a CI draw whose only undegraded seconds led into its two stalls
+# a draw whose only undegraded seconds led into its two stalls
 BUILTIN_RUNS["dirty-storm-ci"] = BUILTIN_RUNS["dirty-storm"]
-BUILTIN_RUNS["sync-slow-disk"] = ("sync-standby-slow-disk", (  # as its test in CI runs it
+BUILTIN_RUNS["sync-slow-disk"] = ("sync-standby-slow-disk", (  # as its test runs it
     "workload.duration=15s", "workload.warmup=2s",
     'faults=[{at="5s", action="bulk-update", args={rows=50000}}]',
 ))
-# the same with os.kernel on (the built-in includes it since issue 16): the WAL
+# the same with os.kernel on (as the built-in has it): the WAL
 # receiver's syscall shares
 BUILTIN_RUNS["sync-slow-disk-kernel"] = BUILTIN_RUNS["sync-slow-disk"]
 # 1 MB WAL segments on the built-in's 8 MB/s disk: a segment is created every few
-# hundred transactions, and commits queue on WALWriteLock behind its creator (issue 17:
-# one run of this was called wal-write, another wal-segment-init)
+# hundred transactions, and commits queue on WALWriteLock behind its creator (a run of it
+# can read as wal-write or as wal-segment-init)
 BUILTIN_RUNS["walinit-small"] = ("wal-segment-init-stall", (
     "workload.duration=15s", "workload.warmup=2s", "server.initdb.wal_segsize_mb=1",
     'server.settings.min_wal_size="2MB"', 'server.settings.max_wal_size="16MB"',
@@ -69,7 +69,7 @@ BUILTIN_RUNS["sync-paused"] = ("sync-standby-paused", (  # a standby that stops 
     "workload.duration=15s", "workload.warmup=2s",
     'faults=[{at="4s", action="pause-standby", node="standby1", duration="6s"}]',
 ))
-# as test_builtin_scenarios runs it (a CI rehearsal's run): the stall outlasts the pause
+# as test_builtin_scenarios runs it: the stall outlasts the pause
 # while the standby catches up, and the standby answered at over half its healthy rate
 # over the window, though not at all for 3 of its seconds
 BUILTIN_RUNS["sync-paused-ci"] = ("sync-standby-paused", (

@@ -44,6 +44,7 @@ from pglab.probes.os_probes.common import (
 )
 from pglab.probes.os_probes.processes import scan_processes, tree_of
 from pglab.probes.procfs import kernel as kproc
+from pglab.results.kernel_series import ON_CPU, USER
 
 IO_METRICS = ("read_mbps", "write_mbps", "cancelled_write_mbps", "rchar_mbps", "wchar_mbps",
               "syscr_per_s", "syscw_per_s")
@@ -182,7 +183,7 @@ class KernelProbe(OsProbe):
             if name is None:
                 return
             call = self.calls[raw.split(b" ", 1)[0]] = (
-                "syscall:" + name, name not in (kproc.ON_CPU, kproc.USER))
+                "syscall:" + name, name not in (ON_CPU, USER))
         counts[call[0]] += 1
         if not call[1]:  # on a CPU or in user space: no kernel wait to name
             return

@@ -7,6 +7,7 @@ import platform
 from dataclasses import dataclass
 
 from pglab.probes.procfs.syscall_names import SYSCALL_NAMES
+from pglab.results.kernel_series import FRAME_SEPARATOR, ON_CPU, USER
 
 # /proc/<pid>/stat's state letter -> a word (proc(5)); "uninterruptible" is D, the sleep
 # a process cannot be woken from: waiting for a disk, a journal commit, a page lock.
@@ -22,9 +23,6 @@ STATES = {
     "P": "parked",
     "W": "paging",
 }
-
-ON_CPU = "on-cpu"  # /proc/<pid>/syscall says "running": no call to name, it is on a CPU
-USER = "user"  # not in a syscall: runnable in user space (preempted), or a page fault
 
 # How every syscall enters the kernel: the same at the bottom of every stack, so they say
 # nothing about where a process waits.
@@ -99,20 +97,7 @@ def top_frames(frames: list[str], depth: int = 6) -> str:
     syscall entry code (which every stack shares), deep enough to reach the filesystem's
     own (ext4_sync_file under folio_wait_bit < folio_wait_writeback < ...)."""
     useful = [f for f in frames if not f.startswith(_ENTRY_PREFIXES)]
-    return " < ".join(useful[:depth])
-
-
-# Frames of the generic layers a call passes on its way to a filesystem or driver.
-_GENERIC_PREFIXES = ("do_", "__do_", "vfs_", "ksys_", "__x64_", "__arm64_", "__se_")
-
-
-def frames_summary(chain: str) -> str:
-    """A top_frames chain in a few words: the innermost frame and, when it differs, the
-    outermost one that is not a generic layer (the filesystem's): "a ... ext4_sync_file"."""
-    frames = chain.split(" < ")
-    owner = next((f for f in reversed(frames) if not f.startswith(_GENERIC_PREFIXES)),
-                 frames[0])
-    return frames[0] if owner == frames[0] else f"{frames[0]} ... {owner}"
+    return FRAME_SEPARATOR.join(useful[:depth])
 
 
 @dataclass(frozen=True)
