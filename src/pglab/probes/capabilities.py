@@ -93,4 +93,9 @@ def telemetry_connection(connect: Any) -> psycopg.Connection[Any]:
         conn.execute("SET log_statement = 'none'")
     except psycopg.Error:
         pass  # not a superuser (an existing server): the log may show probe queries
+    try:
+        # ... and out of pg_stat_statements (db.statements leaves out its role otherwise)
+        conn.execute("SET pg_stat_statements.track = 'none'")
+    except psycopg.Error:
+        pass
     return conn

@@ -15,6 +15,7 @@ from typing import Any
 
 from pglab import __version__
 from pglab.analysis.durability import headline
+from pglab.analysis.statements import statement_line
 from pglab.report.html_series import WAIT_CLASS_COLORS
 from pglab.report.model import ReportModel, build_model
 from pglab.results import files
@@ -149,6 +150,11 @@ def _stall_html(stall: dict[str, Any], t0: int) -> str:
              f'{escape(_clock(stall.get("start")))} → {escape(_clock(stall.get("end")))} UTC'
              f'</span> · {escape(", ".join(facts))}']
     parts.append(_causes_html(stall.get("causes") or []))
+    statements = [st for st in stall.get("statements") or [] if isinstance(st, dict)]
+    if statements:
+        lines = "".join(f"<li>{escape(statement_line(st))}</li>" for st in statements)
+        parts.append(f'<div class="cause">statements its client backends were sampled in'
+                     f"<ul>{lines}</ul></div>")
     parts.append("</div>")
     return "".join(parts)
 
@@ -177,7 +183,7 @@ def _verdict(model: ReportModel) -> str:
         html.append("<p>What held the whole run back (no healthy seconds to compare "
                     "with: judged against fixed thresholds):</p>"
                     f'<div class="stall">{_causes_html(steady)}</div>')
-    else:
+    if stalls:  # a run held back throughout can stall too: its stalls are still listed
         html.append(f"<p>{len(stalls)} stall(s); most likely causes first. "
                     "Click a time to zoom the timelines there.</p>")
         html += [_stall_html(s, model.timeline["t0"]) for s in stalls if isinstance(s, dict)]
@@ -271,6 +277,30 @@ def _statements(model: ReportModel) -> str:
         out.append((f"<h3>{escape(name)}</h3>" if name else "")
                    + _table(["statement", "avg latency ms", "failures"], rows, {1, 2}))
     return "".join(out)
+
+
+def _run_statements(model: ReportModel) -> str:
+    """The run's statements by total execution time (analysis.json's `statements`)."""
+    entries = [e for e in (model.analysis.statements if model.analysis else [])
+               if isinstance(e, dict)]
+    if not entries:
+        return ('<p class="empty">not recorded — pg_stat_statements was not available '
+                "(see the run's statements-missing events)</p>")
+    rows = []
+    for e in entries:
+        share = e.get("time_share")
+        width = int(80 * share) if isinstance(share, (int, float)) else 0
+        rows.append([f"<code>{escape(str(e.get('text') or e.get('queryid')))}</code>",
+                     _num(e.get("calls_per_s"), 1), _num(e.get("mean_ms"), 3),
+                     f'{_num(100 * share if isinstance(share, (int, float)) else None, 1)}% '
+                     f'<span class="bar" style="width:{width}px"></span>',
+                     _num(e.get("rows_per_s"), 1), _num(e.get("shared_blks_read_per_s"), 1),
+                     _num(e.get("shared_blks_dirtied_per_s"), 1),
+                     _num(e.get("wal_bytes_per_s"), 0),
+                     _num(e.get("temp_blks_written_per_s"), 1)])
+    return _table(["statement", "calls/s", "mean ms", "time", "rows/s", "shared read/s",
+                   "dirtied/s", "WAL bytes/s", "temp written/s"], rows,
+                  {1, 2, 3, 4, 5, 6, 7, 8})
 
 
 def _top_waits(model: ReportModel) -> str:
@@ -387,6 +417,8 @@ all charts move together · red bands are stalls</span></h2>
 <div class="panel"><h3>Top wait events</h3>{_top_waits(model)}</div>
 <div class="panel"><h3>Per-statement latency</h3>{_statements(model)}</div>
 </div>
+<div class="panel"><h3>Statements by execution time <span class="unit">pg_stat_statements,
+measured seconds; blocks are 8 kB pages</span></h3>{_run_statements(model)}</div>
 <h2>Scenario and environment</h2>
 <div class="grid">
 <div class="panel"><h3>Scenario</h3>{_scenario(model)}</div>
