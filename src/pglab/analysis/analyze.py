@@ -27,13 +27,13 @@ from pglab.analysis.recommendations import (
     advise,
 )
 from pglab.analysis.signals import Finding
+from pglab.analysis.stalls import DIP_FRACTION, PERIOD_TOLERANCE, StallReport, detect_stalls
 from pglab.analysis.statements import (
     StatementTexts,
     run_statements,
     stall_statements,
     statement_texts,
 )
-from pglab.analysis.stalls import DIP_FRACTION, PERIOD_TOLERANCE, StallReport, detect_stalls
 from pglab.errors import EnvironmentProblem
 from pglab.results.analysis_doc import AnalysisDocument, write_analysis
 from pglab.results.files import ANALYSIS, iso

@@ -182,7 +182,8 @@ def run_statements(timeseries: pl.DataFrame, seconds: list[Any], manifest: Manif
     if timeseries.height == 0 or not seconds:
         return []
     rows = (timeseries.lazy()
-            .filter((pl.col("source") == STATEMENTS) & (pl.col("node") == node))
+            .filter((pl.col("source") == STATEMENTS) & (pl.col("node") == node)
+                    & pl.col("metric").is_in(COLUMNS))
             .with_columns(pl.col("t").dt.truncate("1s").alias("sec"))
             .filter(pl.col("sec").is_in(seconds))
             .group_by("label", "metric").agg(pl.col("value").sum())

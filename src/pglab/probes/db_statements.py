@@ -92,6 +92,32 @@ def entry_deltas(previous: dict[str, Entry], current: dict[str, Entry],
     return out
 
 
+@dataclass(frozen=True)
+class ViewRead:
+    """One read of the view: its entries by key, and pg_stat_statements_info's reset
+    time and evictions (None before 14)."""
+
+    entries: dict[str, Entry]
+    stats_reset: str | None
+    dealloc: int | None
+
+
+def parse_rows(rows: list[tuple[Any, ...]]) -> ViewRead:
+    """The probe's query's rows (key, stats_since, stats_reset, dealloc, then COUNTERS in
+    order) as entries (pure)."""
+    entries: dict[str, Entry] = {}
+    stats_reset: str | None = None
+    dealloc: int | None = None
+    for row in rows:
+        key, since, reset_at, evictions = row[0], row[1], row[2], row[3]
+        stats_reset = str(reset_at) if reset_at is not None else None
+        dealloc = int(evictions) if evictions is not None else None
+        entries[str(key)] = Entry({metric: float(value or 0) for metric, value in
+                                   zip(COUNTERS, row[4:], strict=False)},
+                                  str(since) if since is not None else None)
+    return ViewRead(entries, stats_reset, dealloc)
+
+
 def queryid_of(key: str) -> str:
     return key.split("/", 1)[0]
 
@@ -155,15 +181,11 @@ class StatementStats(DbProbe):
                           "shared_preload_libraries: statements are not recorded")
             return
         mono = time.monotonic()
-        current: dict[str, Entry] = {}
-        stats_reset, dealloc = state.stats_reset, state.dealloc
-        names = list(COUNTERS)
-        for row in rows:
-            key, since, stats_reset, dealloc_read = row[0], row[1], row[2], row[3]
-            dealloc = int(dealloc_read) if dealloc_read is not None else None
-            current[str(key)] = Entry({m: float(v or 0) for m, v in
-                                       zip(names, row[4:], strict=False)},
-                                      str(since) if since is not None else None)
+        read = parse_rows(rows)
+        current = read.entries
+        # no rows (nothing run since a reset): the view's info as it was last seen
+        stats_reset = read.stats_reset if rows else state.stats_reset
+        dealloc = read.dealloc if rows else state.dealloc
         previous, seconds = state.entries, mono - state.mono
         reset = previous is not None and stats_reset != state.stats_reset
         evicted_by_server = (dealloc - state.dealloc if dealloc is not None
@@ -218,9 +240,9 @@ class StatementStats(DbProbe):
             "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0",
             [f"{schema}.pg_stat_statements"]).fetchall()}
         picked = []
-        for metric, column in COUNTERS.items():
-            if column not in columns and metric == "exec_ms" and "total_time" in columns:
-                column = "total_time"
+        for metric, wanted in COUNTERS.items():
+            column = ("total_time" if metric == "exec_ms" and wanted not in columns
+                      else wanted)
             picked.append(f"s.{column}" if column in columns else "NULL")
         toplevel = "s.toplevel" if "toplevel" in columns else "true"
         since = "s.stats_since::text" if "stats_since" in columns else "NULL"
