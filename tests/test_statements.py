@@ -37,7 +37,7 @@ def _reads(major: int) -> tuple[dict[str, Any], list[ViewRead]]:
 
 @pytest.mark.parametrize("major", [18, 15])
 def test_deltas_count_what_ran_through_resets_and_evictions(major: int) -> None:
-    """make_samples.py ran known numbers of calls between real reads of the view, with a
+    """make_reads.py ran known numbers of calls between real reads of the view, with a
     reset of one entry, a reset of all and an eviction between them: each interval's
     delta is the calls it made, never negative."""
     data, reads = _reads(major)

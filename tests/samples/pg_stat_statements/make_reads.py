@@ -1,7 +1,7 @@
 """Record real reads of pg_stat_statements around a reset of one entry, a reset of all,
 and an eviction, with the calls made between them (the truth the tests compare with).
 
-    python tests/samples/pg_stat_statements/make_samples.py
+    python tests/samples/pg_stat_statements/make_reads.py
 
 Starts a throwaway server (pglab's LocalServer, PostgreSQL from the embedded wheel, as
 pglab's labs run it: pg_stat_statements preloaded, query ids on) with
