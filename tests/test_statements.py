@@ -139,6 +139,19 @@ def test_details_and_the_report_list_the_stall_s_statements(tmp_path: Path) -> N
     assert "SELECT abalance FROM pgbench_accounts WHERE aid = $1" in page
 
 
+def test_the_analysis_reads_the_names_the_probes_write() -> None:
+    """analysis/statements.py keeps the probes' names as its own constants (it does not
+    import the probes' database code): they must not drift apart."""
+    from pglab.analysis import statements as analysis
+    from pglab.probes import db_activity, db_statements
+
+    assert analysis.STATEMENT_WAITS == db_activity.STATEMENT_WAITS
+    assert analysis.TEXT_LABEL == db_activity.TEXT_LABEL
+    assert analysis.TEXT_CHARS == db_activity.TEXT_CHARS
+    assert db_statements.StatementStats.name == analysis.STATEMENTS
+    assert set(analysis.COLUMNS) == set(db_statements.COUNTERS)
+
+
 def test_an_empty_sql_fault_is_refused_in_one_line(tmp_path: Path) -> None:
     scenario = write_scenario(tmp_path, '[workload]\nduration = "10s"\n[[faults]]\n'
                                         'at = "2s"\naction = "sql"\n')
@@ -150,9 +163,10 @@ def test_an_empty_sql_fault_is_refused_in_one_line(tmp_path: Path) -> None:
 
 @pytest.mark.live
 def test_a_lab_run_records_statements_and_query_ids(tmp_path: Path) -> None:
-    """A 3-s run of a two-statement script with a `sql` fault: pg_stat_statements
-    preloaded, wait samples by query_id, the statements' texts once, the fault's SQL run
-    on its side connection. About 15 s with the template built."""
+    """A 3-s run of a two-statement script with a `sql` fault that resets
+    pg_stat_statements mid-run: the extension preloaded, wait samples by query_id, the
+    statements' texts once, the reset seen as one (no negative rate), the fault's two
+    statements run on its side connection. About 15 s with the template built."""
     (tmp_path / "two.sql").write_text(
         "\\set aid random(1, 100000 * :scale)\n"
         "SELECT abalance FROM pgbench_accounts WHERE aid = :aid;\n"
@@ -160,7 +174,7 @@ def test_a_lab_run_records_statements_and_query_ids(tmp_path: Path) -> None:
     scenario = write_scenario(tmp_path, (
         '[workload]\nscale = 1\nmix = []\nscripts = ["two.sql"]\nclients = 2\n'
         'duration = "3s"\nwarmup = "0s"\n[[faults]]\nat = "1s"\naction = "sql"\n'
-        'args = { sql = "SELECT pg_sleep(0.5)" }\n'))
+        'args = { sql = "SELECT pg_sleep(0.5); SELECT pg_stat_statements_reset()" }\n'))
     result = run_cli("run", str(scenario), "--results", str(tmp_path / "results"))
     assert result.returncode == 0, result.stderr
     (run,) = (tmp_path / "results" / "t").iterdir()
@@ -169,12 +183,16 @@ def test_a_lab_run_records_statements_and_query_ids(tmp_path: Path) -> None:
     texts = [json.loads(a)["query"] for a in
              events.filter(pl.col("kind") == "statement-text")["attrs"].to_list()]
     assert "SELECT abalance FROM pgbench_accounts WHERE aid = $1" in texts
-    assert "SELECT pg_sleep($1)" in texts  # the fault's, on its own connection
     calls = ts.filter((pl.col("source") == "db.statements") & (pl.col("metric") == "calls"))
     assert calls.height > 0 and calls["value"].min() > 0  # type: ignore[operator]
+    resets = [json.loads(a) for a in
+              events.filter(pl.col("kind") == "statements-reset")["attrs"].to_list()]
+    assert [r["reset_all"] for r in resets] == [True], resets
+    rates = ts.filter(pl.col("source") == "db.statements")["value"]
+    assert rates.min() >= 0  # type: ignore[operator]
     waits = ts.filter(pl.col("source") == "db.statement_waits")
     ids = [label for label in waits["label"].unique().to_list() if label.lstrip("-").isdigit()]
     assert ids, waits["label"].unique().to_list()
     assert events.filter(pl.col("kind") == "statements-missing").height == 0
     fault = json.loads(events.filter(pl.col("kind") == "fault")["attrs"][0])
-    assert fault["statement"] == "SELECT pg_sleep(0.5)" and "error" not in fault
+    assert "error" not in fault and fault["elapsed_s"] >= 0.5, fault

@@ -46,6 +46,7 @@ class StatementTexts:
 
     texts: dict[str, dict[str, str]] = field(default_factory=dict)  # node -> queryid -> text
     hidden: set[tuple[str, str]] = field(default_factory=set)  # (node, queryid): text hidden
+    _index: dict[str, dict[str, str]] = field(default_factory=dict)  # comparable -> queryid
 
     @staticmethod
     def from_events(events: list[tuple[str, dict[str, Any]]]) -> StatementTexts:
@@ -70,12 +71,16 @@ class StatementTexts:
         want = comparable(sampled)
         if not want:
             return None
-        cut = len(sampled) >= TEXT_CHARS - 10
-        for queryid, text in self.texts.get(node, {}).items():
-            have = comparable(text)
-            if have == want or (cut and have.startswith(want[: len(want) - 20])):
-                return queryid
-        return None
+        index = self._index.get(node)
+        if index is None:
+            index = self._index[node] = {comparable(text): queryid for queryid, text
+                                         in self.texts.get(node, {}).items() if text}
+        found = index.get(want)
+        if found is not None or len(sampled) < TEXT_CHARS - 10:
+            return found
+        # cut by the sampler, maybe inside a literal: its start is what it says
+        head = want[: len(want) - 20]
+        return next((q for text, q in index.items() if text.startswith(head)), None)
 
 
 def statement_texts(data_events: pl.DataFrame) -> StatementTexts:

@@ -43,6 +43,7 @@ _WAITS_BY_STATEMENT = _WAITS_QUERY.format(
 _WAITS_ONLY = _WAITS_QUERY.format(query_id="NULL::bigint", text="NULL::text")
 STATEMENT_WAITS = "db.statement_waits"  # the samples' source: a client backend per query_id
 TEXT_LABEL = "text:"  # the label of a statement known by its sampled text
+HIDDEN = "<insufficient privilege>"  # the query of another role's session, to some roles
 CLIENT_BACKEND = "client backend"
 
 
@@ -59,9 +60,9 @@ class WaitSampler(DbProbe):
 
     def read(self, conn: psycopg.Connection[Any], caps: Capabilities, node: str,
              now: dt.datetime, out: ProbeOutput) -> None:
-        query = (_WAITS_BY_STATEMENT if caps.has("pg_stat_activity", "query_id")
-                 else _WAITS_ONLY)
-        rows = conn.execute(query).fetchall()
+        # before 14 no query_id: statements are not sampled (db.statements says so once)
+        by_query = caps.has("pg_stat_activity", "query_id")
+        rows = conn.execute(_WAITS_BY_STATEMENT if by_query else _WAITS_ONLY).fetchall()
         by_backend: dict[tuple[str, str], int] = {}
         by_statement: dict[tuple[str, str], int] = {}
         total = 0
@@ -70,10 +71,10 @@ class WaitSampler(DbProbe):
             key = (wait, str(backend_type))
             by_backend[key] = by_backend.get(key, 0) + int(count)
             total += int(count)
-            if backend_type == CLIENT_BACKEND:
-                # "" for a backend with neither (ids not computed, its text hidden)
+            if by_query and backend_type == CLIENT_BACKEND:
+                # "" for a backend with neither (its text hidden from the role, or none)
                 label = (str(query_id) if query_id is not None
-                         else TEXT_LABEL + text.strip() if text else "")
+                         else TEXT_LABEL + text.strip() if text and text != HIDDEN else "")
                 statement = (wait, label)
                 by_statement[statement] = by_statement.get(statement, 0) + int(count)
         for (wait, backend_type), count in by_backend.items():
