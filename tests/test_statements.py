@@ -137,6 +137,8 @@ def test_details_and_the_report_list_the_stall_s_statements(tmp_path: Path) -> N
     assert "Statements by execution time" in page
     assert "statements its client backends were sampled in" in page
     assert "SELECT abalance FROM pgbench_accounts WHERE aid = $1" in page
+    assert page.count('<svg class="spark"') == len(json.loads(
+        (run / "analysis.json").read_text())["statements"])  # a sparkline each
 
 
 def test_the_analysis_reads_the_names_the_probes_write() -> None:

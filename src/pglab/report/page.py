@@ -279,6 +279,28 @@ def _statements(model: ReportModel) -> str:
     return "".join(out)
 
 
+def _sparkline(values: list[float | None], width: int = 90, height: int = 18) -> str:
+    """An inline SVG line of the values (a gap where one is None), scaled to its max."""
+    top = max((v for v in values if v is not None), default=0.0)
+    if top <= 0 or len(values) < 2:
+        return ""
+    step = width / (len(values) - 1)
+    path, pen = [], "M"
+    for i, value in enumerate(values):
+        if value is None:
+            pen = "M"
+            continue
+        point = f"{i * step:.1f},{height - 1 - (height - 2) * value / top:.1f}"
+        # a point after a gap starts a stroke: a dot of its own (round cap) if alone
+        path.append(f"M{point} l0.01,0" if pen == "M" else f"L{point}")
+        pen = "L"
+    peak = f"{top:,.0f}" if top >= 100 else f"{top:.3g}"
+    return (f'<svg class="spark" width="{width}" height="{height}" '
+            f'viewBox="0 0 {width} {height}" role="img" aria-label="mean ms per second, '
+            f'max {peak} ms"><title>max {peak} ms</title><path d="{" ".join(path)}" '
+            'fill="none" stroke="#4a72b0" stroke-width="1.2" stroke-linecap="round"/></svg>')
+
+
 def _run_statements(model: ReportModel) -> str:
     """The run's statements by total execution time (analysis.json's `statements`)."""
     entries = [e for e in (model.analysis.statements if model.analysis else [])
@@ -290,17 +312,18 @@ def _run_statements(model: ReportModel) -> str:
     for e in entries:
         share = e.get("time_share")
         width = int(80 * share) if isinstance(share, (int, float)) else 0
+        spark = _sparkline(model.statement_series.get(str(e.get("queryid")), []))
         rows.append([f"<code>{escape(str(e.get('text') or e.get('queryid')))}</code>",
-                     _num(e.get("calls_per_s"), 1), _num(e.get("mean_ms"), 3),
+                     _num(e.get("calls_per_s"), 1), _num(e.get("mean_ms"), 3), spark,
                      f'{_num(100 * share if isinstance(share, (int, float)) else None, 1)}% '
                      f'<span class="bar" style="width:{width}px"></span>',
                      _num(e.get("rows_per_s"), 1), _num(e.get("shared_blks_read_per_s"), 1),
                      _num(e.get("shared_blks_dirtied_per_s"), 1),
                      _num(e.get("wal_bytes_per_s"), 0),
                      _num(e.get("temp_blks_written_per_s"), 1)])
-    return _table(["statement", "calls/s", "mean ms", "time", "rows/s", "shared read/s",
-                   "dirtied/s", "WAL bytes/s", "temp written/s"], rows,
-                  {1, 2, 3, 4, 5, 6, 7, 8})
+    return _table(["statement", "calls/s", "mean ms", "mean ms per second", "time", "rows/s",
+                   "shared read/s", "dirtied/s", "WAL bytes/s", "temp written/s"], rows,
+                  {1, 2, 4, 5, 6, 7, 8, 9})
 
 
 def _top_waits(model: ReportModel) -> str:
