@@ -3,6 +3,7 @@ down to its statement on a real run, and a short live run that records them."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import shutil
 from pathlib import Path
@@ -104,6 +105,32 @@ def test_the_stall_names_the_statement_that_queued_first() -> None:
     ts = frames.timeseries.filter(pl.col("source") == "db.statement_waits")
     texts = [t for t in ts["label"].unique().to_list() if t.startswith("text:")]
     assert any(comparable(t[5:]) == comparable(first["text"]) for t in texts)
+
+
+def test_attribution_is_the_truth_the_scenario_made() -> None:
+    """While the fault held the lock (from half a second after it began, when every
+    client had queued, to its end), each of the 4 clients was in the tellers update and
+    the fault's session in its pg_sleep: the statement samples say 4 in 5 and 1 in 5."""
+    frames = load_run_frames(RUN)
+    fault = frames.events.filter(pl.col("kind") == "fault").row(0, named=True)
+    held = json.loads(fault["attrs"])["elapsed_s"]
+    start = fault["t_start"] + dt.timedelta(seconds=0.5)
+    end = fault["t_start"] + dt.timedelta(seconds=held)
+    samples = frames.timeseries.filter(
+        (pl.col("source") == "db.statement_waits") & (pl.col("t") >= start)
+        & (pl.col("t") < end))
+    texts = statement_texts(frames.events)
+    by_text: dict[str, float] = {}
+    for label, value in samples.select("label", "value").iter_rows():
+        queryid = (texts.queryid_of_text("primary", label[5:])
+                   if label.startswith("text:") else label)
+        text = texts.text("primary", queryid) if queryid else label
+        by_text[text] = by_text.get(text, 0.0) + value
+    total = sum(by_text.values())
+    assert total >= 5 * 30  # 3.5 s at 10 Hz, 5 backends each read
+    assert by_text == {
+        "UPDATE pgbench_tellers SET tbalance = tbalance + $1 WHERE tid = $2": 4 * total / 5,
+        "SELECT pg_sleep($1)": total / 5}
 
 
 def test_the_run_table_agrees_with_the_client() -> None:
