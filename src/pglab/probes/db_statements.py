@@ -196,10 +196,12 @@ class StatementStats(DbProbe):
         if previous is None or seconds <= 0:
             return  # the first read is the baseline
         deltas = entry_deltas(previous, current, reset)
-        if reset or deltas.remade or evicted_by_server > 0:
+        if reset or deltas.remade or deltas.evicted or evicted_by_server > 0:
             out.events.append(Event(now, "statements-reset", node, attrs={
                 "reset_all": reset, "stats_reset": stats_reset,
-                "evicted": max(evicted_by_server, deltas.evicted),
+                # pg_stat_statements_info.dealloc counts rounds of eviction (each drops
+                # about 5% of the entries), not entries
+                "deallocations": evicted_by_server, "entries_gone": deltas.evicted,
                 "counted_from_zero": deltas.remade}))
         statements = per_statement(deltas)
         for queryid, delta in statements.items():
