@@ -34,7 +34,8 @@ TEXT_CHARS = 200  # of a statement without query_id: enough to tell statements a
 # strings, then numbers not part of a name, then runs of white space
 _NORMALISED = (
     f"regexp_replace(regexp_replace(regexp_replace(left(query, {TEXT_CHARS}), "
-    "$re$'([^']|'')*'$re$, '?', 'g'), $re$(?<![\\w$])-?\\d+(\\.\\d+)?$re$, '?', 'g'), "
+    "$re$'([^']|'')*'$re$, '?', 'g'), $re$(?<![\\w$])-?\\d+(\\.\\d+)?([eE][-+]?\\d+)?$re$, "
+    "'?', 'g'), "
     "$re$\\s+$re$, ' ', 'g')")
 _WAITS_BY_STATEMENT = _WAITS_QUERY.format(
     query_id="CASE WHEN backend_type = 'client backend' THEN query_id END",
