@@ -90,17 +90,20 @@ def test_the_stall_names_the_statement_that_queued_first() -> None:
     """The `statements` sample: a five-statement script; a `sql` fault held LOCK TABLE
     pgbench_tellers 4 s. The stall's first statement is the one that updates tellers,
     waiting on the relation's lock (sampled by its text while analysed, then matched with
-    pg_stat_statements' text), then the fault's own pg_sleep; the healthy seconds saw
-    the update far less."""
+    pg_stat_statements' text), on the table its plan reads; the healthy seconds saw it
+    far less; the fault's own pg_sleep is there, as it was nowhere else."""
     frames = load_run_frames(RUN)
     document = build_analysis(frames)
     stall = max(document.stalls, key=lambda s: s["seconds"])
     assert stall["faults"][0]["action"] == "sql"
-    first, second = stall["statements"][:2]
+    first = stall["statements"][0]
     assert first["text"] == "UPDATE pgbench_tellers SET tbalance = tbalance + $1 WHERE tid = $2"
     assert first["queryid"] is not None and first["top_wait"] == "Lock:relation"
     assert first["share"] > 2 * first["healthy_share"]
-    assert second["text"] == "SELECT pg_sleep($1)"
+    assert first["relations"] == ["pgbench_tellers"]  # from its generic plan
+    # the holder's own statement is there too, and only in the stall
+    (sleep,) = [s for s in stall["statements"] if s["text"] == "SELECT pg_sleep($1)"]
+    assert sleep["healthy_share"] == 0 and sleep["top_wait"] == "Timeout:PgSleep"
     # the waits on the lock came with no query_id: the sampler's text was matched
     ts = frames.timeseries.filter(pl.col("source") == "db.statement_waits")
     texts = [t for t in ts["label"].unique().to_list() if t.startswith("text:")]
@@ -209,9 +212,11 @@ def test_a_lab_run_records_statements_and_query_ids(tmp_path: Path) -> None:
     (run,) = (tmp_path / "results" / "t").iterdir()
     ts = pl.read_parquet(run / "timeseries.parquet")
     events = pl.read_parquet(run / "events.parquet")
-    texts = [json.loads(a)["query"] for a in
-             events.filter(pl.col("kind") == "statement-text")["attrs"].to_list()]
-    assert "SELECT abalance FROM pgbench_accounts WHERE aid = $1" in texts
+    named = {json.loads(a)["query"]: json.loads(a).get("relations") for a in
+             events.filter(pl.col("kind") == "statement-text")["attrs"].to_list()}
+    # its relations from its generic plan (EXPLAIN, never run)
+    assert named["SELECT abalance FROM pgbench_accounts WHERE aid = $1"] == [
+        "pgbench_accounts", "pgbench_accounts_pkey"]
     calls = ts.filter((pl.col("source") == "db.statements") & (pl.col("metric") == "calls"))
     assert calls.height > 0 and calls["value"].min() > 0  # type: ignore[operator]
     resets = [json.loads(a) for a in

@@ -46,6 +46,8 @@ class StatementTexts:
 
     texts: dict[str, dict[str, str]] = field(default_factory=dict)  # node -> queryid -> text
     hidden: set[tuple[str, str]] = field(default_factory=set)  # (node, queryid): text hidden
+    # node -> queryid -> the relations its generic plan reads (16+)
+    relations: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     _index: dict[str, dict[str, str]] = field(default_factory=dict)  # comparable -> queryid
 
     @staticmethod
@@ -58,7 +60,13 @@ class StatementTexts:
             out.texts.setdefault(node, {})[str(queryid)] = str(attrs.get("query") or "")
             if attrs.get("hidden"):
                 out.hidden.add((node, str(queryid)))
+            names = attrs.get("relations")
+            if isinstance(names, list) and names:
+                out.relations.setdefault(node, {})[str(queryid)] = [str(n) for n in names]
         return out
+
+    def relations_of(self, node: str, queryid: str | None) -> list[str]:
+        return self.relations.get(node, {}).get(queryid or "", [])
 
     def text(self, node: str, queryid: str) -> str:
         if (node, queryid) in self.hidden:
@@ -139,8 +147,10 @@ def stall_statements(ev: WindowEvidence, texts: StatementTexts,
         else:
             queryid, text = None, UNKNOWN
         in_healthy = sum(healthy.get(key, {}).values())
+        relations = texts.relations_of(node, queryid)
         out.append({
             "queryid": queryid, "text": text, "node": node,
+            **({"relations": relations} if relations else {}),
             "share": round(samples / total, 3),
             "healthy_share": round(in_healthy / total_h, 3) if total_h > 0 else None,
             "samples": int(samples),
@@ -163,6 +173,9 @@ def statement_line(entry: dict[str, Any]) -> str:
     if entry.get("top_wait"):
         parts.append(f", mostly {entry['top_wait']}"
                      + (f" ({wait:.0%})" if wait is not None else ""))
+    relations = entry.get("relations")
+    if isinstance(relations, list) and relations:
+        parts.append(f", on {', '.join(map(str, relations))}")
     return "".join(parts) + f": {entry.get('text') or entry.get('queryid') or '?'}"
 
 
@@ -204,8 +217,10 @@ def run_statements(timeseries: pl.DataFrame, seconds: list[Any], manifest: Manif
     out = []
     for queryid, total in ranked[:limit]:
         calls = total.get("calls", 0.0)
+        relations = texts.relations_of(node, queryid)
         entry: dict[str, Any] = {
             "queryid": queryid, "text": texts.text(node, queryid),
+            **({"relations": relations} if relations else {}),
             "calls_per_s": round(calls / measured, 2),
             "mean_ms": round(total.get("exec_ms", 0.0) / calls, 3) if calls else None,
             "time_share": round(total.get("exec_ms", 0.0) / all_ms, 3),

@@ -20,6 +20,7 @@ keys them, and summed per queryid once each entry's delta is known.
 from __future__ import annotations
 
 import datetime as dt
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -131,6 +132,39 @@ def per_statement(deltas: Deltas) -> dict[str, dict[str, float]]:
         for metric, value in delta.items():
             mine[metric] = mine.get(metric, 0.0) + value
     return out
+
+
+_PLANNABLE = re.compile(r"^\s*(select|insert|update|delete|merge|with|values|table)\b",
+                       re.IGNORECASE)
+
+
+def plan_relations(conn: psycopg.Connection[Any], query: str) -> list[str]:
+    """The tables and indexes a statement's generic plan reads (EXPLAIN (GENERIC_PLAN),
+    16+: planned with its $n parameters, never run; its relations named in this
+    database), or none: an older server, a utility statement, a plan refused."""
+    if conn.info.server_version < 160000 or not _PLANNABLE.match(query):
+        return []
+    try:
+        row = conn.execute(f"EXPLAIN (GENERIC_PLAN, COSTS OFF, FORMAT JSON) {query}"
+                           ).fetchone()
+    except psycopg.Error:  # a lock not granted in time, a text cut, a dropped table
+        return []
+    found: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for key in ("Relation Name", "Index Name"):
+                name = node.get(key)
+                if isinstance(name, str) and name not in found:
+                    found.append(name)
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(row[0] if row else None)
+    return found
 
 
 @dataclass
@@ -287,7 +321,10 @@ class StatementStats(DbProbe):
                 self._missing(out, now, node, "statement text",
                               "texts of other users' statements are hidden from this role "
                               "(grant pg_read_all_stats): they are named by queryid only")
+            relations = ([] if hidden or datname != conn.info.dbname
+                         else plan_relations(conn, query))
             out.events.append(Event(now, "statement-text", node, attrs={
                 "queryid": str(queryid), "database": datname,
                 "query": "" if hidden else " ".join(query.split())[:TEXT_LIMIT],
+                **({"relations": relations} if relations else {}),
                 **({"hidden": True} if hidden else {})}))
