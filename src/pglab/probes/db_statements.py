@@ -147,6 +147,8 @@ def plan_relations(conn: psycopg.Connection[Any], query: str) -> list[str]:
     try:
         row = conn.execute(f"EXPLAIN (GENERIC_PLAN, COSTS OFF, FORMAT JSON) {query}"
                            ).fetchone()
+    except psycopg.errors.InsufficientPrivilege:
+        raise  # the role may not read the tables: the caller says so once
     except psycopg.Error:  # a lock not granted in time, a text cut, a dropped table
         return []
     found: list[str] = []
@@ -177,6 +179,7 @@ class _NodeState:
     dealloc: int | None = None
     named: set[str] = field(default_factory=set)  # queryids whose text was recorded
     hidden_said: bool = False
+    unplannable: bool = False  # EXPLAIN refused for privileges: not tried again
 
 
 class StatementStats(DbProbe):
@@ -321,8 +324,16 @@ class StatementStats(DbProbe):
                 self._missing(out, now, node, "statement text",
                               "texts of other users' statements are hidden from this role "
                               "(grant pg_read_all_stats): they are named by queryid only")
-            relations = ([] if hidden or datname != conn.info.dbname
-                         else plan_relations(conn, query))
+            relations: list[str] = []
+            if not hidden and datname == conn.info.dbname and not state.unplannable:
+                try:
+                    relations = plan_relations(conn, query)
+                except psycopg.errors.InsufficientPrivilege:
+                    state.unplannable = True
+                    self._missing(out, now, node, "relations",
+                                  f"role {conn.info.user} may not plan the statements (no "
+                                  "privileges on their tables): they are not named by "
+                                  "table")
             out.events.append(Event(now, "statement-text", node, attrs={
                 "queryid": str(queryid), "database": datname,
                 "query": "" if hidden else " ".join(query.split())[:TEXT_LIMIT],
