@@ -742,7 +742,8 @@ def test_every_testable_rules_change_is_a_valid_set_for_its_scenario() -> None:
             if not change:
                 continue
             sets = [f"{k}={shlex.split(_set_value(v))[0]}" for k, v in change.items()]
-            load_text(text, f"{run.name} + {rule.id}", sets)  # raises BadInput if refused
+            # raises BadInput if refused; a script it names is beside it (the sample's copy)
+            load_text(text, f"{run.name} + {rule.id}", sets, path=run / "scenario.toml")
             tried.add(rule.id)
     assert {"huge-pages", "wal-segment-size", "dirty-background-bytes"} <= tried, tried
 

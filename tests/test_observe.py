@@ -55,6 +55,10 @@ class Observed:
                 str(self.srv.port), "-U", "postgres", *args]
 
 
+# what observe says once of a server without pg_stat_statements in its database
+NO_STATEMENTS = "pg_stat_statements is not installed in database app"
+
+
 def _server(root: Path, name: str, settings: dict[str, str]) -> LocalServer:
     user = server_user()
     srv = LocalServer(name, runnable_by(find_binaries(), user), root / "labs" / name, user)
@@ -199,6 +203,17 @@ def test_a_row_lock_held_outside_is_named_by_the_analysis(observed: Observed,
     assert lock.get("sub_cause") == "long-holder", lock
     rules = [r["rule"] for r in analysis["recommendations"]]
     assert "idle-in-transaction-timeout" in rules and "hot-row" not in rules, rules
+    # field mode names the statement the load queued in, from the server's own
+    # pg_stat_statements and query ids (read, never installed by pglab)
+    first = zero[0]["statements"][0]
+    assert first["text"] == "SELECT bbalance FROM pgbench_branches WHERE bid = $1 FOR SHARE"
+    assert first["top_wait"].startswith("Lock:"), first
+    # pg_monitor has no privileges on the tables, so no plan names them: said once
+    assert "relations" not in first, first
+    events = pl.read_parquet(folder / "events.parquet")
+    missing = [json.loads(a) for a in
+               events.filter(pl.col("kind") == "statements-missing")["attrs"].to_list()]
+    assert [m["what"] for m in missing] == ["relations"], missing
     events = pl.read_parquet(folder / "events.parquet")
     assert events.filter(pl.col("kind") == "lock-wait").height >= 1  # from the log file
     assert "lock-contention" in stdout
@@ -254,7 +269,9 @@ def test_nothing_is_written_and_the_password_stays_out(idle: Observed, tmp_path:
     assert (commits - dbs_before["app"][0], writes) == (1, list(dbs_before["app"][1:]))
     # A pg_monitor role may not read files: said once, on one line, and the rest runs.
     warnings = [ln for ln in result.stderr.splitlines() if "warning" in ln]
-    assert len(warnings) == 1 and "pg_read_binary_file" in warnings[0], result.stderr
+    # said once, and never installed: the server pglab did not start stays untouched
+    assert len(warnings) == 2 and NO_STATEMENTS in warnings[0], result.stderr
+    assert "pg_read_binary_file" in warnings[1], result.stderr
     folder = _only_run(results)
     assert PASSWORD not in _files_text(folder)
     series = pl.read_parquet(folder / "timeseries.parquet")
@@ -303,7 +320,8 @@ def test_bad_input_is_one_line(idle: Observed, tmp_path: Path, case: str) -> Non
         args = [idle.dsn(), "--log", str(tmp_path / "no-such.log")]
     result = run_cli("observe", *args, "--results", str(tmp_path / "r"))
     assert "Traceback" not in result.stderr
-    lines = [ln for ln in result.stderr.splitlines() if ln.startswith("pglab:")]
+    lines = [ln for ln in result.stderr.splitlines() if ln.startswith("pglab:")
+             and NO_STATEMENTS not in ln]  # the idle server has no pg_stat_statements
     assert len(lines) == 1, result.stderr
     assert PASSWORD not in result.stderr and "not-the-Pw-1234" not in result.stderr
     if case == "exporter":  # a warning; the observation goes on without it
@@ -465,7 +483,8 @@ def test_a_role_without_pg_monitor_is_told_once_and_observes(idle: Observed,
                      str(tmp_path / "r"))
     assert result.returncode == 0, result.stderr
     warnings = [ln for ln in result.stderr.splitlines() if "warning" in ln]
-    assert len(warnings) == 3, result.stderr  # stats, settings, the log: once each
+    assert len(warnings) == 4, result.stderr  # stats, settings, statements, the log
+    assert sum(NO_STATEMENTS in w for w in warnings) == 1
     assert sum("pg_read_all_stats" in w for w in warnings) == 1
     assert sum("pg_read_all_settings" in w for w in warnings) == 1
     assert sum("pg_ls_logdir" in w for w in warnings) == 1

@@ -28,6 +28,12 @@ from pglab.analysis.recommendations import (
 )
 from pglab.analysis.signals import Finding
 from pglab.analysis.stalls import DIP_FRACTION, PERIOD_TOLERANCE, StallReport, detect_stalls
+from pglab.analysis.statements import (
+    StatementTexts,
+    run_statements,
+    stall_statements,
+    statement_texts,
+)
 from pglab.errors import EnvironmentProblem
 from pglab.results.analysis_doc import AnalysisDocument, write_analysis
 from pglab.results.files import ANALYSIS, iso
@@ -83,7 +89,7 @@ def _summary(report: StallReport, data: RunFrames) -> dict[str, Any]:
     return summary
 
 
-def _stall(ev: WindowEvidence) -> dict[str, Any]:
+def _stall(ev: WindowEvidence, texts: StatementTexts) -> dict[str, Any]:
     w = ev.window
     causes = ranked_causes(ev)
     kernel = [line for line in (dominant_wait_line(ev),) if line is not None]
@@ -100,6 +106,7 @@ def _stall(ev: WindowEvidence) -> dict[str, Any]:
                     **e.attrs} for e in ev.events if e.kind.startswith("fault")],
         "causes": [_finding(f) for f in causes],
         **({"kernel": kernel} if kernel else {}),
+        **({"statements": statements} if (statements := stall_statements(ev, texts)) else {}),
     }
 
 
@@ -299,7 +306,8 @@ def build_analysis(data: RunFrames) -> AnalysisDocument:
     report = detect_stalls(data.client.filter(~pl.col("t").is_in(idle)) if idle
                            else data.client)
     evidence, whole_run = run_evidence(data, report)
-    stalls = [_stall(ev) for ev in evidence]
+    texts = statement_texts(data.events)
+    stalls = [_stall(ev, texts) for ev in evidence]
     steady = [_finding(f) for f in steady_causes(whole_run)] if whole_run else []
     summary = _summary(report, data)
     if idle:
@@ -339,6 +347,8 @@ def build_analysis(data: RunFrames) -> AnalysisDocument:
         recommendations=advice.given,
         withheld=advice.withheld,
         durability=durability,
+        statements=run_statements(data.timeseries, report.seconds["t"].to_list(),
+                                  data.manifest, texts),
     )
 
 

@@ -223,6 +223,20 @@ class BulkUpdate(_Statement):
                        "WHERE aid <= {}").format(sql.Literal(int(self.values["rows"])))
 
 
+class Sql(_Statement):
+    name = "sql"
+    help = ("run your own SQL (args: sql = \"...\"; several statements separated by ; run "
+            "as one transaction unless they say BEGIN/COMMIT) on a side connection to the "
+            "benchmark database, for as long as it takes: a lock held (\"BEGIN; LOCK TABLE t; "
+            "SELECT pg_sleep(5); COMMIT\"), an index dropped, a table analysed")
+    nodes = "primary"
+    args: ClassVar[dict[str, ArgSpec]] = {"sql": (str, "")}
+
+    def statement(self) -> sql.Composed:
+        # The user's own text, as written: sql.SQL composes it without quoting.
+        return sql.Composed([sql.SQL(self.values["sql"])])
+
+
 class IdleInTransaction(FaultAction):
     name = "idle-in-transaction"
     help = ("a session (application `application`) locks one row (SELECT ... FOR UPDATE of "
@@ -560,8 +574,8 @@ class NetworkLatency(FaultAction):
 
 
 ACTIONS: tuple[type[FaultAction], ...] = (
-    PauseStandby, ThrottleDisk, Vacuum, BulkUpdate, IdleInTransaction, Checkpoint, SwitchWal,
-    Crash, PowerLoss, MemoryPressure, PauseDisk, FailDisk, SlowDisk, NetworkPartition,
-    NetworkLatency,
+    PauseStandby, ThrottleDisk, Vacuum, BulkUpdate, Sql, IdleInTransaction, Checkpoint,
+    SwitchWal, Crash, PowerLoss, MemoryPressure, PauseDisk, FailDisk, SlowDisk,
+    NetworkPartition, NetworkLatency,
 )
 DEVICE_FAULTS = tuple(a.name for a in ACTIONS if issubclass(a, _DeviceState))

@@ -95,6 +95,9 @@ def check_faults(scenario: Scenario, where: str) -> None:
                                f"{'a number ≥ 0' if wanted in (int, float) else wanted.__name__}")
         if fault.action in ("network-partition", NETWORK_LATENCY):
             _check_network_fault(scenario, fault, at)
+        if fault.action == "sql" and not str(fault.args.get("sql", "")).strip():
+            raise BadInput(f"{at}: 'sql' needs the statement to run, like args = "
+                           "{ sql = \"ANALYZE pgbench_accounts\" }")
         if fault.action == "pause-standby" and fault.args.get("part", "node") not in (
                 "node", "walreceiver"):
             raise BadInput(f"{at}: args.part = {fault.args['part']!r} is not valid: "

@@ -413,6 +413,7 @@ class Lab:
             server.allow_clients_over_tcp(self._sources_of(["client"]))
         self.on_status(f"starting PostgreSQL {self.bins.version}")
         start_with_settings(server, server_spec.settings, self.where)
+        server.create_statements_extension()  # before the standbys copy the catalog
         if tcp_clients:
             self._client_password = client_login(server)
         if topo.standbys:

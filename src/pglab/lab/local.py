@@ -8,6 +8,7 @@ and on a free loopback port; every TCP login is rejected until a topology needs 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -81,6 +82,37 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+STATEMENTS_LIBRARY = "pg_stat_statements"
+
+
+def statement_settings(bins: PgBinaries) -> dict[str, str]:
+    """pg_stat_statements preloaded and query ids computed, where the binaries ship the
+    library: wait samples then carry each backend's query_id, which the statements'
+    counters are keyed by. A build without it runs without (the probe says so once). A
+    scenario's shared_preload_libraries replaces this one (postgresql.auto.conf is read
+    last): it must name pg_stat_statements too to keep statements."""
+    if not library_path(bins, STATEMENTS_LIBRARY).is_file():
+        return {}
+    found = {"shared_preload_libraries": f"'{STATEMENTS_LIBRARY}'"}
+    if bins.major >= 14:
+        found["compute_query_id"] = "on"
+    return found
+
+
+@functools.lru_cache(maxsize=16)  # read on every start and reload of every node
+def library_path(bins: PgBinaries, name: str) -> Path:
+    """Where the server loads a library from: pg_config's pkglibdir, or ../lib beside bin
+    (the embedded and Debian layouts) when there is no pg_config."""
+    pg_config = bins.tool("pg_config")
+    if pg_config.is_file():
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            found = subprocess.run([str(pg_config), "--pkglibdir"], capture_output=True,
+                                   text=True, timeout=30, check=True).stdout.strip()
+            if found:
+                return Path(found) / f"{name}.so"
+    return bins.bin_dir.parent / "lib" / f"{name}.so"
 
 
 def log_format_for(major: int) -> str:
@@ -211,6 +243,7 @@ class LocalServer:
             "log_autovacuum_min_duration": "0",
             "log_lock_waits": "on",
             "log_temp_files": "0",
+            **statement_settings(self.bins),
             **self.extra_conf,
         }
         conf = self.data_dir / "pglab.conf"
@@ -315,6 +348,19 @@ class LocalServer:
             return BadInput(f"{self.name}: server refused its configuration: {detail}")
         return PglabError(f"{self.name}: server failed to start: {detail} "
                           f"(see {self.postmaster_out})")
+
+    def create_statements_extension(self) -> bool:
+        """pg_stat_statements' view in the database the load and the probes use, where the
+        server preloads the library (a server pglab started: never on a DSN's).
+        Returns whether the view is there."""
+        with self.connect() as conn:
+            row = conn.execute("SELECT %s = ANY(string_to_array(replace(current_setting("
+                               "'shared_preload_libraries'), ' ', ''), ','))",
+                               [STATEMENTS_LIBRARY]).fetchone()
+            if not (row and row[0]):
+                return False
+            conn.execute(f"CREATE EXTENSION IF NOT EXISTS {STATEMENTS_LIBRARY}")
+        return True
 
     def is_running(self) -> bool:
         return self.process is not None and self.process.poll() is None

@@ -23,7 +23,13 @@ from pglab.observe.exporter_probe import NodeExporterProbe, check_exporter
 from pglab.observe.logsource import ObservedLog, make_source
 from pglab.observe.nodeexporter import host_facts
 from pglab.observe.series import client_series, measured
-from pglab.observe.target import ObservedNode, ObserverSessions, open_node, sql_log_problem
+from pglab.observe.target import (
+    ObservedNode,
+    ObserverSessions,
+    open_node,
+    sql_log_problem,
+    statements_problems,
+)
 from pglab.observe.throughput import Throughput
 from pglab.probes import make_probes
 from pglab.probes.base import Probe, ProbeContext
@@ -100,6 +106,8 @@ def observe(options: ObserveOptions, ui: ObserveUI) -> StoredRun:
     for node in nodes:
         for missing in node.missing:
             warnings.append(f"{node.name}: {missing}")
+        if node.name == "primary":  # standbys have the primary's extensions
+            warnings += [f"{node.name}: {why}" for why in statements_problems(node)]
     log_probe: ObservedLog | None = None
     if options.log is not None:
         source = make_source(options.log)  # a bad file or command: one line, here

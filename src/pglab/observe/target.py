@@ -249,7 +249,8 @@ SELECT current_user, r.rolsuper,
        pg_is_in_recovery() AS in_recovery,
        current_database() AS dbname,
        (SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
-        WHERE e.extname = 'pg_stat_statements') AS pgss_schema
+        WHERE e.extname = 'pg_stat_statements') AS pgss_schema,
+       current_setting('compute_query_id', true) AS compute_query_id
 FROM pg_roles r WHERE r.rolname = current_user
 """
 
@@ -275,6 +276,24 @@ def _facts(conn: psycopg.Connection[Any]) -> tuple[dict[str, Any], list[str]]:
             missing.append(f"role {role} is not a member of pg_read_all_settings (or "
                            "pg_monitor): some settings read as hidden")
     return facts, missing
+
+
+def statements_problems(node: ObservedNode) -> list[str]:
+    """What keeps stalls from naming their statements on this server, each said once at
+    the start (observe never installs anything: it is read-only)."""
+    facts, found = node.facts, []
+    if facts.get("pgss_schema") is None:
+        found.append(f"pg_stat_statements is not installed in database {facts.get('dbname')} "
+                     "(CREATE EXTENSION pg_stat_statements, with it in "
+                     "shared_preload_libraries): statements are not recorded")
+    version = facts.get("version_num")
+    if isinstance(version, int) and version < 140000:
+        found.append("PostgreSQL before 14 has no query_id in pg_stat_activity: stalls "
+                     "cannot name their statements")
+    elif facts.get("compute_query_id") == "off":
+        found.append("compute_query_id = off: wait samples carry no query_id, so stalls "
+                     "cannot name their statements")
+    return found
 
 
 def sql_log_problem(node: ObservedNode) -> str | None:

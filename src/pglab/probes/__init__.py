@@ -15,6 +15,7 @@ from pglab.probes.db_activity import (
     WaitSampler,
 )
 from pglab.probes.db_lockqueue import LockQueue
+from pglab.probes.db_statements import StatementStats
 from pglab.probes.db_stats import CheckpointerStats, DatabaseStats, IoStats, WalStats
 from pglab.probes.os_probes import OS_PROBES
 from pglab.probes.pooler_probe import PoolerPools
@@ -28,6 +29,7 @@ PROBES: tuple[type[Probe], ...] = (
     IoStats,
     LockWaits,
     LockQueue,
+    StatementStats,
     BackendStates,
     VacuumProgress,
     Replication,

@@ -7,6 +7,7 @@ pg_stat_io, and a fork or a patched build may differ from its version's defaults
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,4 +94,7 @@ def telemetry_connection(connect: Any) -> psycopg.Connection[Any]:
         conn.execute("SET log_statement = 'none'")
     except psycopg.Error:
         pass  # not a superuser (an existing server): the log may show probe queries
+    # ... and out of pg_stat_statements (db.statements leaves out its role otherwise)
+    with contextlib.suppress(psycopg.Error):
+        conn.execute("SET pg_stat_statements.track = 'none'")
     return conn

@@ -14,34 +14,74 @@ from pglab.probes.db_base import DbProbe, row_dict
 from pglab.probes.wal_clock import WalClock
 
 # Waiting for work is not a wait worth counting: a background process in its main loop
-# (Activity) and a client session with nothing to do are idle, not samples.
+# (Activity) and a client session with nothing to do are idle, not samples. A client
+# backend's query_id (14+, with compute_query_id) groups its samples by statement too.
+# A statement has no query_id until it is parsed and analysed, and a wait for a table's
+# lock comes within that analysis (the table is locked as its name is resolved): such a
+# backend is grouped by its text instead, literals replaced by ? on the server, so that
+# a read returns a row per statement, not one per execution.
 _WAITS_QUERY = f"""
-SELECT coalesce(backend_type, 'unknown'), wait_event_type, wait_event, count(*)
+SELECT coalesce(backend_type, 'unknown'), wait_event_type, wait_event, {{query_id}},
+       {{text}}, count(*)
 FROM pg_stat_activity
 WHERE pid <> pg_backend_pid()
   AND coalesce(application_name, '') <> ALL({OWN_APPS_SQL})
   AND coalesce(state, '') <> 'idle'
   AND coalesce(wait_event_type, '') <> 'Activity'
-GROUP BY 1, 2, 3
+GROUP BY 1, 2, 3, 4, 5
 """
+TEXT_CHARS = 200  # of a statement without query_id: enough to tell statements apart
+# strings, then numbers not part of a name, then runs of white space
+_NORMALISED = (
+    f"regexp_replace(regexp_replace(regexp_replace(left(query, {TEXT_CHARS}), "
+    "$re$'([^']|'')*'$re$, '?', 'g'), $re$(?<![\\w$])-?\\d+(\\.\\d+)?([eE][-+]?\\d+)?$re$, "
+    "'?', 'g'), "
+    "$re$\\s+$re$, ' ', 'g')")
+_WAITS_BY_STATEMENT = _WAITS_QUERY.format(
+    query_id="CASE WHEN backend_type = 'client backend' THEN query_id END",
+    text=("CASE WHEN backend_type = 'client backend' AND query_id IS NULL "
+          f"THEN {_NORMALISED} END"))
+_WAITS_ONLY = _WAITS_QUERY.format(query_id="NULL::bigint", text="NULL::text")
+STATEMENT_WAITS = "db.statement_waits"  # the samples' source: a client backend per query_id
+TEXT_LABEL = "text:"  # the label of a statement known by its sampled text
+HIDDEN = "<insufficient privilege>"  # the query of another role's session, to some roles
+CLIENT_BACKEND = "client backend"
 
 
 class WaitSampler(DbProbe):
-    """Samples are counts of processes per (wait, backend type) at one instant."""
+    """Samples are counts of processes per (wait, backend type) at one instant; client
+    backends also per (wait, query_id) under the source `db.statement_waits`, so that
+    readers of db.waits see what they always did."""
 
     name = "db.waits"
     help = ("pg_stat_activity sampled at wait_sampling_hz: processes by wait event and backend "
-            "type; 'CPU' = active with no wait; idle sessions are not samples")
+            "type; 'CPU' = active with no wait; idle sessions are not samples; client "
+            "backends by query_id too (db.statement_waits)")
     cadence = "fast"
 
     def read(self, conn: psycopg.Connection[Any], caps: Capabilities, node: str,
              now: dt.datetime, out: ProbeOutput) -> None:
-        rows = conn.execute(_WAITS_QUERY).fetchall()
+        # before 14 no query_id: statements are not sampled (db.statements says so once)
+        by_query = caps.has("pg_stat_activity", "query_id")
+        rows = conn.execute(_WAITS_BY_STATEMENT if by_query else _WAITS_ONLY).fetchall()
+        by_backend: dict[tuple[str, str], int] = {}
+        by_statement: dict[tuple[str, str], int] = {}
         total = 0
-        for backend_type, wait_type, wait_event, count in rows:
+        for backend_type, wait_type, wait_event, query_id, text, count in rows:
+            wait = canonical_wait(wait_type, wait_event)
+            key = (wait, str(backend_type))
+            by_backend[key] = by_backend.get(key, 0) + int(count)
             total += int(count)
-            out.samples.append(Sample(now, node, self.name, canonical_wait(wait_type, wait_event),
-                                      str(backend_type), float(count)))
+            if by_query and backend_type == CLIENT_BACKEND:
+                # "" for a backend with neither (its text hidden from the role, or none)
+                label = (str(query_id) if query_id is not None
+                         else TEXT_LABEL + text.strip() if text and text != HIDDEN else "")
+                statement = (wait, label)
+                by_statement[statement] = by_statement.get(statement, 0) + int(count)
+        for (wait, backend_type), count in by_backend.items():
+            out.samples.append(Sample(now, node, self.name, wait, backend_type, float(count)))
+        for (wait, query_id), count in by_statement.items():
+            out.samples.append(Sample(now, node, STATEMENT_WAITS, wait, query_id, float(count)))
         # A sample with nothing busy is still a sample: it tells the share's denominator.
         out.samples.append(Sample(now, node, self.name, "sampled", "", float(total)))
 

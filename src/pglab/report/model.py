@@ -42,6 +42,9 @@ class ReportModel:
     top_waits: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # charts left out, and why
     profile: dict[str, Any] | None = None  # os.profile's flame graphs (flame.js), if recorded
+    # queryid -> mean ms per call in each second of the run (None: no call ended in it),
+    # for the statements table's sparklines
+    statement_series: dict[str, list[float | None]] = field(default_factory=dict)
 
 
 def _t0_us(client: pl.DataFrame | None, ts: pl.DataFrame | None) -> int | None:
@@ -181,6 +184,38 @@ def _stalls(analysis: AnalysisDocument | None, t0_us: int) -> list[list[Any]]:
     return out
 
 
+SPARK_SECONDS = 600  # a sparkline's points at most: a longer run is bucketed
+
+
+def _statement_series(ts: pl.DataFrame, analysis: AnalysisDocument | None,
+                      t0_us: int) -> dict[str, list[float | None]]:
+    """Each listed statement's mean execution time per call, second by second
+    (db.statements' exec_ms over its calls), on the primary."""
+    queryids = [str(e.get("queryid")) for e in (analysis.statements if analysis else [])
+                if isinstance(e, dict) and e.get("queryid")]
+    if not queryids:
+        return {}
+    rows = (ts.filter((pl.col("source") == "db.statements") & (pl.col("node") == "primary")
+                      & pl.col("label").is_in(queryids)
+                      & pl.col("metric").is_in(["calls", "exec_ms"]))
+            .with_columns(seconds_since(pl.col("t"), t0_us).alias("sec")))
+    if rows.height == 0:
+        return {}
+    last = int(rows["sec"].max())  # type: ignore[arg-type]
+    width = max(1, -(-(last + 1) // SPARK_SECONDS))  # seconds per point
+    sums = (rows.with_columns((pl.col("sec") // width).alias("point"))
+            .group_by("label", "point", "metric").agg(pl.col("value").sum()))
+    found: dict[str, dict[int, dict[str, float]]] = {}
+    for label, point, metric, value in sums.iter_rows():
+        found.setdefault(str(label), {}).setdefault(int(point), {})[str(metric)] = float(value)
+    out: dict[str, list[float | None]] = {}
+    for queryid, points in found.items():
+        out[queryid] = [points[i]["exec_ms"] / points[i]["calls"]
+                        if points.get(i, {}).get("calls") and "exec_ms" in points[i] else None
+                        for i in range(last // width + 1)]
+    return out
+
+
 def _iso_offset(value: str, t0_us: int) -> float:
     t = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
     return round(t.timestamp() - t0_us / 1e6, 1)
@@ -245,7 +280,8 @@ def build_model(run_dir: Path) -> ReportModel:
     unavailable = ((run.manifest.telemetry or {}).get("os.profile") or {}).get("unavailable")
     if profile is None and unavailable:
         notes.append(f"On-CPU flame graphs: os.profile did not run ({unavailable})")
-    return ReportModel(run, timeline, analysis, top_waits, notes, profile)
+    series = _statement_series(ts, analysis, t0_us) if ts is not None else {}
+    return ReportModel(run, timeline, analysis, top_waits, notes, profile, series)
 
 
 def _stall_spans(analysis: AnalysisDocument | None) -> list[tuple[dt.datetime, dt.datetime,

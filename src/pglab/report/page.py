@@ -15,6 +15,7 @@ from typing import Any
 
 from pglab import __version__
 from pglab.analysis.durability import headline
+from pglab.analysis.statements import statement_line
 from pglab.network.describe import network_lines
 from pglab.report.html_series import WAIT_CLASS_COLORS
 from pglab.report.model import ReportModel, build_model
@@ -208,6 +209,11 @@ def _stall_html(stall: dict[str, Any], t0: int) -> str:
              f'{escape(_clock(stall.get("start")))} → {escape(_clock(stall.get("end")))} UTC'
              f'</span> · {escape(", ".join(facts))}']
     parts.append(_causes_html(stall.get("causes") or []))
+    statements = [st for st in stall.get("statements") or [] if isinstance(st, dict)]
+    if statements:
+        lines = "".join(f"<li>{escape(statement_line(st))}</li>" for st in statements)
+        parts.append(f'<div class="cause">statements its client backends were sampled in'
+                     f"<ul>{lines}</ul></div>")
     parts.append("</div>")
     return "".join(parts)
 
@@ -236,7 +242,7 @@ def _verdict(model: ReportModel) -> str:
         html.append("<p>What held the whole run back (no healthy seconds to compare "
                     "with: judged against fixed thresholds):</p>"
                     f'<div class="stall">{_causes_html(steady)}</div>')
-    else:
+    if stalls:  # a run held back throughout can stall too: its stalls are still listed
         html.append(f"<p>{len(stalls)} stall(s); most likely causes first. "
                     "Click a time to zoom the timelines there.</p>")
         html += [_stall_html(s, model.timeline["t0"]) for s in stalls if isinstance(s, dict)]
@@ -330,6 +336,53 @@ def _statements(model: ReportModel) -> str:
         out.append((f"<h3>{escape(name)}</h3>" if name else "")
                    + _table(["statement", "avg latency ms", "failures"], rows, {1, 2}))
     return "".join(out)
+
+
+def _sparkline(values: list[float | None], width: int = 90, height: int = 18) -> str:
+    """An inline SVG line of the values (a gap where one is None), scaled to its max."""
+    top = max((v for v in values if v is not None), default=0.0)
+    if top <= 0 or len(values) < 2:
+        return ""
+    step = width / (len(values) - 1)
+    path, pen = [], "M"
+    for i, value in enumerate(values):
+        if value is None:
+            pen = "M"
+            continue
+        point = f"{i * step:.1f},{height - 1 - (height - 2) * value / top:.1f}"
+        # a point after a gap starts a stroke: a dot of its own (round cap) if alone
+        path.append(f"M{point} l0.01,0" if pen == "M" else f"L{point}")
+        pen = "L"
+    peak = f"{top:,.0f}" if top >= 100 else f"{top:.3g}"
+    return (f'<svg class="spark" width="{width}" height="{height}" '
+            f'viewBox="0 0 {width} {height}" role="img" aria-label="mean ms per second, '
+            f'max {peak} ms"><title>max {peak} ms</title><path d="{" ".join(path)}" '
+            'fill="none" stroke="#4a72b0" stroke-width="1.2" stroke-linecap="round"/></svg>')
+
+
+def _run_statements(model: ReportModel) -> str:
+    """The run's statements by total execution time (analysis.json's `statements`)."""
+    entries = [e for e in (model.analysis.statements if model.analysis else [])
+               if isinstance(e, dict)]
+    if not entries:
+        return ('<p class="empty">not recorded — pg_stat_statements was not available '
+                "(see the run's statements-missing events)</p>")
+    rows = []
+    for e in entries:
+        share = e.get("time_share")
+        width = int(80 * share) if isinstance(share, (int, float)) else 0
+        spark = _sparkline(model.statement_series.get(str(e.get("queryid")), []))
+        rows.append([f"<code>{escape(str(e.get('text') or e.get('queryid')))}</code>",
+                     _num(e.get("calls_per_s"), 1), _num(e.get("mean_ms"), 3), spark,
+                     f'{_num(100 * share if isinstance(share, (int, float)) else None, 1)}% '
+                     f'<span class="bar" style="width:{width}px"></span>',
+                     _num(e.get("rows_per_s"), 1), _num(e.get("shared_blks_read_per_s"), 1),
+                     _num(e.get("shared_blks_dirtied_per_s"), 1),
+                     _num(e.get("wal_bytes_per_s"), 0),
+                     _num(e.get("temp_blks_written_per_s"), 1)])
+    return _table(["statement", "calls/s", "mean ms", "mean ms per second", "time", "rows/s",
+                   "shared read/s", "dirtied/s", "WAL bytes/s", "temp written/s"], rows,
+                  {1, 2, 4, 5, 6, 7, 8, 9})
 
 
 def _top_waits(model: ReportModel) -> str:
@@ -466,6 +519,8 @@ all charts move together · red bands are stalls</span></h2>
 <div class="panel"><h3>Top wait events</h3>{_top_waits(model)}</div>
 <div class="panel"><h3>Per-statement latency</h3>{_statements(model)}</div>
 </div>
+<div class="panel"><h3>Statements by execution time <span class="unit">pg_stat_statements,
+measured seconds; blocks are 8 kB pages</span></h3>{_run_statements(model)}</div>
 <h2>Scenario and environment</h2>
 <div class="grid">
 <div class="panel"><h3>Scenario</h3>{_scenario(model)}</div>

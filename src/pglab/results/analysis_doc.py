@@ -29,7 +29,9 @@ from pglab.results.files import ANALYSIS, write_json
 #   power losses of a run cost in data) and, for a run that lost or damaged data,
 #   `summary.verdict` with basis "durability" (cause data-loss) and the performance
 #   verdict kept as `summary.performance_verdict`; `withheld` (rules that fired but the
-#   run's own data rules out, or that only weak, short stalls fired, each with why).
+#   run's own data rules out, or that only weak, short stalls fired, each with why);
+#   `statements` (the run's, by execution time) and a stall's `statements` (those its
+#   client backends were sampled in).
 ANALYSIS_FORMAT = 2
 
 
@@ -46,6 +48,8 @@ class AnalysisDocument:
     withheld: list[dict[str, Any]] = field(default_factory=list)  # rule, because, why
     # only for a run with crashes or power losses (analysis/durability.py)
     durability: dict[str, Any] | None = None
+    # the run's statements by execution time (pg_stat_statements), when it recorded them
+    statements: list[dict[str, Any]] = field(default_factory=list)
     format: int = ANALYSIS_FORMAT
     extra: dict[str, Any] = field(default_factory=dict)  # unknown keys, kept as read
 
@@ -95,7 +99,8 @@ class AnalysisDocument:
         known.setdefault("status", "unknown")
         for key, kind in (("missing", list), ("summary", dict), ("stalls", list),
                           ("steady_state", dict), ("recommendations", list),
-                          ("withheld", list), ("durability", dict)):
+                          ("withheld", list), ("durability", dict),
+                          ("statements", list)):
             if key in known and not isinstance(known[key], kind):
                 raise BadInput(f"{where}: not a pglab analysis ({key} is not a "
                                f"{kind.__name__})")

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from pglab.analysis.durability import cut_lines, headline
+from pglab.analysis.statements import statement_line
 from pglab.results.analysis_doc import AnalysisDocument, deficit, verdict_basis
 
 MAX_STALLS = 8  # the worst ones; the rest are in analysis.json
@@ -129,6 +130,12 @@ def print_findings(console: Console, analysis: AnalysisDocument,
     for stall in stalls[:shown]:
         console.print(f"  [bold]{escape(_stall_line(stall))}[/bold]", highlight=False)
         left_out = _print_causes(console, stall["causes"], "    ", details) or left_out
+        statements = [st for st in stall.get("statements") or [] if isinstance(st, dict)]
+        if details and statements:  # which statements its backends were in
+            console.print("    [bold]statements[/bold]")
+            for entry in statements:
+                console.print(f"      - {escape(statement_line(entry))}", highlight=False)
+        left_out = left_out or bool(statements and not details)
     if len(stalls) > shown:
         left_out = True
         console.print(f"  ... {len(stalls) - shown} smaller stall(s)"

@@ -179,10 +179,41 @@ at = "4s"
 action = "idle-in-transaction"
 duration = "8s"
 """
+# A script of five statements; the `sql` fault holds a lock on pgbench_tellers for 4 s:
+# the one statement that updates it queues, and so does every transaction.
+STATEMENTS = """name = "statements"
+[workload]
+scale = 2
+mix = []
+scripts = ["shop.sql"]
+clients = 4
+jobs = 2
+duration = "14s"
+warmup = "2s"
+[[faults]]
+at = "5s"
+action = "sql"
+args = { sql = "BEGIN; LOCK TABLE pgbench_tellers IN EXCLUSIVE MODE; SELECT pg_sleep(4); COMMIT" }
+"""
+SHOP_SCRIPT = """\\set aid random(1, 100000 * :scale)
+\\set bid random(1, 1 * :scale)
+\\set tid random(1, 10 * :scale)
+\\set delta random(-5000, 5000)
+BEGIN;
+SELECT abalance FROM pgbench_accounts WHERE aid = :aid;
+UPDATE pgbench_accounts SET abalance = abalance + :delta WHERE aid = :aid;
+UPDATE pgbench_tellers SET tbalance = tbalance + :delta WHERE tid = :tid;
+SELECT sum(tbalance) FROM pgbench_tellers WHERE bid = :bid;
+INSERT INTO pgbench_history (tid, bid, aid, delta, mtime)
+  VALUES (:tid, :bid, :aid, :delta, CURRENT_TIMESTAMP);
+END;
+"""
+SCRIPT_FILES = {"statements": {"shop.sql": SHOP_SCRIPT}}  # written beside the scenario
 SCENARIO_RUNS: dict[str, tuple[str, tuple[str, ...]]] = {
     "idle-holder": (IDLE_HOLDER, ()),
     "idle-holder-timeout": (IDLE_HOLDER, (
         "server.settings.idle_in_transaction_session_timeout=1s",)),
+    "statements": (STATEMENTS, ()),
 }
 
 
@@ -190,6 +221,8 @@ def run_scenario_text(name: str, scratch: Path) -> Path:
     text, sets = SCENARIO_RUNS.get(name, (DURABILITY_RUNS.get(name, ""), ()))
     scenario = scratch / f"{name}.toml"
     scenario.write_text(text)
+    for file_name, script in SCRIPT_FILES.get(name, {}).items():
+        (scratch / file_name).write_text(script)
     command = [sys.executable, "-m", "pglab", "run", str(scenario), "--results", str(scratch)]
     for item in sets:
         command += ["--set", item]
@@ -227,6 +260,8 @@ def keep(folder: Path, name: str) -> Path:
     for path in (target / "raw").iterdir():
         if path.name not in KEEP_RAW:
             path.unlink() if path.is_file() else shutil.rmtree(path)
+    for file_name, script in SCRIPT_FILES.get(name, {}).items():  # its scenario.toml's
+        (target / file_name).write_text(script)
     return target
 
 
