@@ -93,6 +93,11 @@ def _burst_bytes(mbps: float) -> int:
     return max(16 * 1024, int(mbps * 1e6 / 8 * 0.002))
 
 
+# The most a round trip across the wire's TUN devices costs besides its delay (idle:
+# 0.05-0.1 ms): more is the machine's load, not the link's.
+FIXED_COST_MAX_S = 0.15e-3
+
+
 class LabNetwork:
     """The namespaces and links of one lab. `create()`, then `shape()` once the cluster is
     up (copies of the data are setup, not the experiment), `close()` on every path."""
@@ -192,16 +197,16 @@ class LabNetwork:
             self.measured[link.name] = self.measure(link)
 
     def _take_off_fixed_cost(self, link: PlannedLink) -> None:
-        """What a round trip across the wire costs besides its delay and the wire's
-        wake-ups (which it takes off itself): two TUN devices and a copy of each packet
-        each way, some 0.05-0.1 ms here. The fastest of ROUND_TRIPS round trips at the
-        configured delay, less that delay: a busy machine only ever makes a round trip
-        slower, so the fastest one is the fixed cost, never more. It is taken off the
-        delay from now on (`wire_fixed_ms` in the manifest)."""
-        self.set_delay(link, link.rtt_s, 0.0)
+        """What a round trip across the wire costs besides its delay: two TUN devices and
+        a copy of each packet each way, 0.05-0.1 ms on an idle machine. The fastest of
+        ROUND_TRIPS round trips with no delay, at most FIXED_COST_MAX_S: a busy machine
+        makes every one of them slower, and what it adds is not the wire's (taken off
+        for good, a busy minute at setup would shorten the link for the whole run). It
+        is taken off the delay from now on (`wire_fixed_ms` in the manifest)."""
+        self.set_delay(link, 0.0, 0.0)
         fastest = measure.round_trip_ms(self.netns(link.a), link.address_a,
                                         self.netns(link.b))["min"]
-        self.fixed_s[link.name] = min(max(0.0, fastest / 1000 - link.rtt_s), link.rtt_s)
+        self.fixed_s[link.name] = min(fastest / 1000, FIXED_COST_MAX_S, link.rtt_s)
         self.set_delay(link, link.rtt_s, link.jitter_s)
 
     def measure(self, link: PlannedLink) -> dict[str, Any]:
