@@ -50,6 +50,8 @@ BUILTIN_RUNS["sync-slow-disk-kernel"] = BUILTIN_RUNS["sync-slow-disk"]
 # one run of this was called wal-write, another wal-segment-init)
 BUILTIN_RUNS["walinit-small"] = ("wal-segment-init-stall", (
     "workload.duration=15s", "workload.warmup=2s", "server.initdb.wal_segsize_mb=1",
+    # as the built-in was when they were recorded: the lab's directory, a cgroup limit
+    "storage={}", "envelope.disk={write_mbps=8}", 'envelope.disk_scope="own-io"',
     'server.settings.min_wal_size="2MB"', 'server.settings.max_wal_size="16MB"',
 ))
 BUILTIN_RUNS["walinit-small-2"] = BUILTIN_RUNS["walinit-small"]
