@@ -262,14 +262,17 @@ def _wal_fstype(f: Facts) -> str:
 
 def _wal_on_xfs_change(f: Facts) -> dict[str, Any]:
     """storage(.wal).filesystem = xfs on a volume pglab made (an image it formats), with
-    the size XFS needs; {} on the host's directory or a mount pglab did not make, where
-    the filesystem is not the scenario's to change."""
+    the size XFS needs and wal_init_zero off; {} on the host's directory or a mount pglab
+    did not make, where the filesystem is not the scenario's to change."""
     prefix, volume = _wal_volume(f)
     if not volume or volume.get("kind") != "image":
         return {}
     change: dict[str, Any] = {f"{prefix}filesystem": "xfs"}
     if int(volume.get("size_bytes") or XFS_MIN_BYTES) < XFS_MIN_BYTES:
         change[f"{prefix}size"] = "300MB"
+    # with zero-filling on, XFS writes the same zeros as ext4: the change is the pair
+    if f.text_of("wal_init_zero", "on") == "on":
+        change["server.settings.wal_init_zero"] = "off"
     return change
 
 
@@ -442,21 +445,20 @@ RULES: tuple[Rule, ...] = (
          not_when="segments are recycled (wal_recycle on with enough min_wal_size): none is "
                   "created while commits wait"),
     Rule("wal-filesystem-xfs", ("wal-segment-init", "wal-write"),
-         "put pg_wal on XFS instead of ext4 (with wal_init_zero = off new segments are "
-         "sparse, and each first write to a block allocates it)",
+         "put pg_wal on XFS instead of ext4, with wal_init_zero = off (the Kubernetes "
+         "report's answer): new segments are then sparse, and XFS allocates their blocks "
+         "as WAL is written",
          _wal_on_xfs_change,
-         "XFS allocates a sparse segment's blocks with less journal traffic per "
-         "fdatasync than ext4's ordered mode: the Kubernetes report's answer, with "
-         "wal_init_zero = off",
+         "no segment is zero-filled while commits wait, without what sparse segments cost "
+         "on ext4 (each first write to a block allocates it and its fdatasync commits "
+         "ext4's journal: wal_init_zero = off alone can cut the stalls and lower TPS)",
          "a filesystem to make and migrate to (a new volume, pg_wal moved or the cluster "
          "restored); XFS cannot shrink",
-         # With wal_init_zero on both filesystems write the same zeros: the filesystem
-         # is the answer for sparse segments, so it is advised once zero-filling is off
-         # (tune tries it on that baseline, not before, where it would not help).
-         when=lambda f: _wal_fstype(f) == "ext4" and f.text_of("wal_init_zero", "on") == "off",
+         when=lambda f: _wal_fstype(f) == "ext4"
+         and (f.found("wal-segment-init") or f.text_of("wal_init_zero", "on") == "off"),
          not_when="pg_wal is on XFS already, or on a copy-on-write filesystem (ZFS, btrfs: "
-                  "wal-init-zero-off and wal-recycle answer there); or wal_init_zero is on, "
-                  "where both filesystems write the same zeros (turn it off first)",
+                  "wal-init-zero-off and wal-recycle answer there); or a WAL write stall "
+                  "with wal_init_zero on, where no segment is sparse",
          why_untestable="pg_wal is on the host's directory or a mount pglab did not make: "
                         "its filesystem is not the scenario's to change (a [storage] "
                         "volume makes it testable)"),
