@@ -1075,6 +1075,14 @@ def test_a_slower_vacuum_is_advised_only_where_a_vacuum_ran() -> None:
         (withheld,) = [w for w in advice["withheld"] if w["rule"] == "vacuum-cost-delay"]
         assert "no vacuum was running on the primary in any of" in withheld["why"], withheld
         assert "the longest that ended took 0.00 s" in withheld["why"], withheld
+    # a bulk update, a checkpoint, then VACUUM of its rows: 1.2 s, its WAL a burst of
+    # full-page images that stopped commits again
+    rules = {r["rule"]: r for r in _analysis("sync-slow-disk-vacuum")["recommendations"]}
+    slower = rules["vacuum-cost-delay"]
+    assert slower["change"]["server.settings.vacuum_cost_delay"] == "10ms"  # manual VACUUM
+    assert slower["change"]["server.settings.autovacuum_vacuum_cost_delay"] == "10ms"
+    assert slower["test"].startswith("pglab run sync-standby-slow-disk")
+    assert slower["sub_causes"] == ["standby-slow-disk"]
     for name in ("sync-paused", "walinit", "control"):  # another sub-cause, another cause
         advice = _analysis(name)
         assert "vacuum-cost-delay" not in [r["rule"] for r in advice["recommendations"]]

@@ -42,6 +42,13 @@ BUILTIN_RUNS["sync-slow-disk"] = ("sync-standby-slow-disk", (  # as its test in 
     "workload.duration=15s", "workload.warmup=2s",
     'faults=[{at="5s", action="bulk-update", args={rows=50000}}]',
 ))
+# a bulk update, a checkpoint, then VACUUM of its rows (issue 34: the HA investigation's
+# mitigation, a slower vacuum, is advised only where a vacuum ran long enough to matter)
+BUILTIN_RUNS["sync-slow-disk-vacuum"] = ("sync-standby-slow-disk", (
+    "workload.duration=45s", "workload.warmup=3s",
+    'faults=[{at="2s", action="bulk-update", args={rows=100000}}, {at="20s", '
+    'action="checkpoint"}, {at="25s", action="vacuum", args={table="pgbench_accounts"}}]',
+))
 # the same with os.kernel on (the built-in includes it since issue 16): the WAL
 # receiver's syscall shares
 BUILTIN_RUNS["sync-slow-disk-kernel"] = BUILTIN_RUNS["sync-slow-disk"]
