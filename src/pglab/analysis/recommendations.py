@@ -724,9 +724,9 @@ RULES: tuple[Rule, ...] = (
                     "server.settings.vacuum_cost_limit": 100,
                     "server.settings.autovacuum_vacuum_cost_delay": "10ms",
                     "server.settings.autovacuum_vacuum_cost_limit": 100},
-         "vacuum dirties at most ~500 pages/s (~4 MB/s of pages, its WAL at most that "
-         "with full-page images), so the standby's flush queue stays short and commits "
-         "stop waiting on SyncRep behind vacuum's WAL",
+         "vacuum dirties at most ~500 pages/s (~4 MB/s of pages; its WAL about that "
+         "when each page is logged whole after a checkpoint), so the standby's flush "
+         "queue stays short and commits stop waiting on SyncRep behind vacuum's WAL",
          "vacuum takes longer: dead tuples and bloat stay longer, anti-wraparound vacuums "
          "finish later; a manual VACUUM in a maintenance window runs several times longer",
          not_when="no vacuum ran while commits waited (the WAL came from the load or one "
