@@ -975,3 +975,115 @@ def test_the_long_holders_advice_is_tested_in_the_lab() -> None:
                for c in s["causes"]), fixed["stalls"]
     lost, lost_fixed = (a["summary"]["deficit_transactions"] for a in (held, fixed))
     assert lost_fixed < lost / 4, (lost, lost_fixed)
+
+
+# --- the field reports' answers among the advice (issue 34) ------------------------------
+
+
+def _with_volumes(tmp_path: Path, name: str, volumes: list[dict[str, Any]],
+                  **settings: str) -> dict[str, Any]:
+    """The sample's analysis as if its primary had run on these volumes (the manifest's
+    storage records, as storage/volume.py writes them) with these settings: the rest,
+    its stalls and their evidence, is the real run's."""
+    copy = tmp_path / name
+    shutil.copytree(RUNS / name, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["nodes"]["primary"]["storage"] = volumes
+    for key, value in settings.items():
+        manifest["nodes"]["primary"]["settings"][key] = {"setting": value, "unit": None}
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    return build_analysis(load_run_frames(copy)).to_json()
+
+
+def _volume(role: str, filesystem: str, size: int = 2 * 2**30,
+            kind: str = "image") -> dict[str, Any]:
+    return {"role": role, "filesystem": filesystem, "size_bytes": size, "kind": kind,
+            "options_asked": {}, "options": {}, "device": {"kind": "emulated",
+                                                           "write_mbps": 8.0}}
+
+
+def test_xfs_for_pg_wal_is_testable_on_an_ext4_volume_the_lab_made(tmp_path: Path) -> None:
+    """The Kubernetes report ended on XFS with wal_init_zero = off: on an ext4 volume
+    pglab made, the filesystem is a scenario key, so tune can test it. With zero-filling
+    on, XFS writes the same zeros as ext4, and zero-filling off alone costs TPS on ext4
+    (a tune here: stall seconds -67%, TPS -22%): the change is the pair."""
+    data = _with_volumes(tmp_path, "walinit", [_volume("data", "ext4")])
+    rules = {r["rule"]: r for r in data["recommendations"]}
+    xfs = rules["wal-filesystem-xfs"]
+    assert xfs["change"] == {"storage.filesystem": "xfs", "server.settings.wal_init_zero": "off"}
+    assert xfs["test"].startswith("pglab run") and "--set storage.filesystem=xfs" in xfs["test"]
+    assert "--set server.settings.wal_init_zero=off" in xfs["test"]
+    assert xfs["because"] == ["wal-segment-init"]
+    # within tune's --top 3, beside zero-filling off alone (the pair's control)
+    assert [r["rule"] for r in data["recommendations"]][:3] == [
+        "wal-init-zero-off", "wal-filesystem-xfs", "wal-recycle"]
+    # zero-filling off already: the filesystem alone
+    off = _with_volumes(tmp_path / "off", "walinit", [_volume("data", "ext4")],
+                        wal_init_zero="off")
+    (xfs,) = [r for r in off["recommendations"] if r["rule"] == "wal-filesystem-xfs"]
+    assert xfs["change"] == {"storage.filesystem": "xfs"}
+    # pg_wal on a volume of its own: that volume changes; one under XFS's 300 MB grows
+    wal = _with_volumes(tmp_path / "w", "walinit",
+                        [_volume("data", "ext4"), _volume("wal", "ext4", 256 * 2**20)],
+                        wal_init_zero="off")
+    (xfs,) = [r for r in wal["recommendations"] if r["rule"] == "wal-filesystem-xfs"]
+    assert xfs["change"] == {"storage.wal.filesystem": "xfs", "storage.wal.size": "300MB"}
+
+
+def test_xfs_for_pg_wal_is_advice_only_where_the_lab_cannot_remake_the_filesystem(
+        tmp_path: Path) -> None:
+    """The sample's own run had pg_wal in the lab's directory on the host's ext4; and a
+    mount pglab did not make (storage.path) is used as it is."""
+    on_host = {r["rule"]: r for r in _analysis("walinit")["recommendations"]}
+    mount = _with_volumes(tmp_path, "walinit", [_volume("data", "ext4", kind="path")])
+    for advice in (on_host, {r["rule"]: r for r in mount["recommendations"]}):
+        xfs = advice["wal-filesystem-xfs"]
+        assert xfs["change"] == {} and xfs["test"] == "not testable by pglab on this machine"
+        assert "[storage]" in xfs["not_testable_because"]
+
+
+@pytest.mark.parametrize("name", ["wal-own-volume-slow", "sync-slow-disk", "checkpoint",
+                                  "lock", "control"])
+def test_xfs_for_pg_wal_is_not_advised_elsewhere(name: str) -> None:
+    """wal-own-volume-slow stalled creating segments on XFS volumes already; the others
+    are no WAL-segment stall."""
+    assert "wal-filesystem-xfs" not in [r["rule"] for r in _analysis(name)["recommendations"]]
+
+
+def test_xfs_answers_a_wal_write_stall_only_with_sparse_segments() -> None:
+    """For wal-write: with wal_init_zero off each first write into a sparse segment
+    allocates a block; with it on no segment is sparse."""
+    manifest = json.loads((RUNS / "walinit" / "manifest.json").read_text())
+    manifest["nodes"]["primary"]["storage"] = [_volume("data", "ext4")]
+    settings = manifest["nodes"]["primary"]["settings"]
+    for zero, fires in (("on", False), ("off", True)):
+        settings["wal_init_zero"] = {"setting": zero, "unit": None}
+        facts = Facts({"wal-write": 0.9}, Manifest.from_json(manifest), False)
+        given = [r["rule"] for r in recommend(facts)]
+        assert ("wal-filesystem-xfs" in given) is fires, (zero, given)
+
+
+def test_a_slower_vacuum_is_advised_only_where_a_vacuum_ran() -> None:
+    """The HA investigation mitigated a standby that could not keep up with a bulk update
+    and VACUUM's WAL by making vacuum slower. The committed sync-slow-disk runs stalled on
+    a bulk UPDATE alone (their VACUUM fault was after the shortened run's end; only
+    instant autovacuums of catalogs ended in them): the rule is withheld there, with what
+    the series showed."""
+    for name in ("sync-slow-disk", "sync-slow-disk-kernel"):
+        advice = _analysis(name)
+        assert "vacuum-cost-delay" not in [r["rule"] for r in advice["recommendations"]]
+        (withheld,) = [w for w in advice["withheld"] if w["rule"] == "vacuum-cost-delay"]
+        assert "no vacuum was running on the primary in any of" in withheld["why"], withheld
+        assert "the longest that ended took 0.00 s" in withheld["why"], withheld
+    # a bulk update, a checkpoint, then VACUUM of its rows: 1.2 s, its WAL a burst of
+    # full-page images that stopped commits again
+    rules = {r["rule"]: r for r in _analysis("sync-slow-disk-vacuum")["recommendations"]}
+    slower = rules["vacuum-cost-delay"]
+    assert slower["change"]["server.settings.vacuum_cost_delay"] == "10ms"  # manual VACUUM
+    assert slower["change"]["server.settings.autovacuum_vacuum_cost_delay"] == "10ms"
+    assert slower["test"].startswith("pglab run sync-standby-slow-disk")
+    assert slower["sub_causes"] == ["standby-slow-disk"]
+    for name in ("sync-paused", "walinit", "control"):  # another sub-cause, another cause
+        advice = _analysis(name)
+        assert "vacuum-cost-delay" not in [r["rule"] for r in advice["recommendations"]]
+        assert "vacuum-cost-delay" not in [w["rule"] for w in advice["withheld"]]

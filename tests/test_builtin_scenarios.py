@@ -281,26 +281,6 @@ def test_checkpoint_flush_storm_drops_tps_during_checkpoints(tmp_path: Path) -> 
     assert top_cause(run) == "checkpoint-io"
 
 
-# disk_exclusive: a new segment's zero-fill is writeback the backend submits itself, which
-# cgroup v1 throttles at 8 MB/s however the other tests write, but not how fast: beside
-# them (42 and 45 MB/s of other writers on the host's disk, in two suites of four) the
-# first segments took 10 s, a WAL-volume checkpoint began 4 s into that stall, and the
-# verdict was checkpoint-io.
-@pytest.mark.disk_exclusive
-def test_wal_segment_init_stall_coincides_with_walinit_waits(tmp_path: Path) -> None:
-    # Left alone, the shortened run needs some 20 s to fill its first segments; a WAL
-    # switch makes the next commit need a new one at once.
-    (run,) = _run(tmp_path, "wal-segment-init-stall", "workload.duration=12s",
-                  "workload.warmup=2s", 'faults=[{at="3s", action="switch-wal"}, '
-                  '{at="8s", action="switch-wal"}]')
-    beside = _low_seconds_with(run, "IO:WalInit")
-    print("wal-segment-init-stall: low seconds", len(low_times(run)), "beside WalInit waits",
-          len(beside))
-    # each WAL switch makes the next commits wait for a new segment: a low second each
-    assert len(beside) >= 2, beside
-    assert top_cause(run) == "wal-segment-init"
-
-
 # cpu_exclusive, not exclusive: the standby's WAL receiver waits in its own fdatasync,
 # writeback it submits itself, which cgroup v1 throttles however the other tests write
 # (its signal held in 6 of 6 runs beside other live tests of the suite).

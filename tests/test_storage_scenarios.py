@@ -14,7 +14,15 @@ import polars as pl
 import pytest
 
 from conftest import run_cli
-from test_builtin_scenarios import _run, inside, low_times, measured_tps, wait_shares
+from test_builtin_scenarios import (
+    _low_seconds_with,
+    _run,
+    inside,
+    low_times,
+    measured_tps,
+    top_cause,
+    wait_shares,
+)
 
 pytestmark = [pytest.mark.root, pytest.mark.live, pytest.mark.usefixtures("storage_packages"),
               pytest.mark.skipif(os.geteuid() != 0, reason="storage volumes need root")]
@@ -25,6 +33,22 @@ pytestmark = [pytest.mark.root, pytest.mark.live, pytest.mark.usefixtures("stora
 # whoever writes it back, and whose flush never waits for the host's disk
 # (storage/device_server.py). The other tests' writes do not change what it measures, as
 # they would a cgroup v1 blkio limit; their CPU would, and a cpu_exclusive test has it first.
+
+
+@pytest.mark.cpu_exclusive  # a timing signal of an emulated device (above)
+def test_wal_segment_init_stall_coincides_with_walinit_waits(tmp_path: Path) -> None:
+    # Left alone, the shortened run needs some 20 s to fill its first segments; a WAL
+    # switch makes the next commit need a new one at once. The built-in's ext4 volume
+    # throttles the zero-fill at 8 MB/s however the other tests write.
+    (run,) = _run(tmp_path, "wal-segment-init-stall", "workload.duration=12s",
+                  "workload.warmup=2s", 'faults=[{at="3s", action="switch-wal"}, '
+                  '{at="8s", action="switch-wal"}]')
+    beside = _low_seconds_with(run, "IO:WalInit")
+    print("wal-segment-init-stall: low seconds", len(low_times(run)), "beside WalInit waits",
+          len(beside))
+    # each WAL switch makes the next commits wait for a new segment: a low second each
+    assert len(beside) >= 2, beside
+    assert top_cause(run) == "wal-segment-init"
 
 
 def _manifest(run: Path) -> dict[str, Any]:

@@ -64,8 +64,10 @@ def _builtin_walinit_manifest() -> dict[str, Any]:
     return result
 
 
-@pytest.mark.disk  # the built-in's disk limit needs a block device
-def test_wal_segment_size_brings_the_wal_sizes_it_needs(tmp_path: Path) -> None:
+@pytest.mark.root
+@pytest.mark.disk  # the built-in's ext4 volume: an image under a loop device
+def test_wal_segment_size_brings_the_wal_sizes_it_needs(storage_packages: None,
+                                                        tmp_path: Path) -> None:
     manifest = _builtin_walinit_manifest()
     fired = recommend(Facts({"wal-segment-init": 0.9}, Manifest.from_json(manifest), False))
     rule = next(r for r in fired if r["rule"] == "wal-segment-size")

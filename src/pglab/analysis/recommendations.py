@@ -206,6 +206,76 @@ def _few_full_page_images(f: Facts) -> str | None:
             f"{wal / 2**20:.0f} MB): all that compression could shrink")
 
 
+VACUUM_SEEN_S = 1.0  # db.vacuum samples every second: a shorter vacuum can slip between
+
+
+def _vacuums(f: Facts) -> list[tuple[float, str]]:
+    """The vacuums that ended in the run, with how long each took: the `vacuum` faults
+    (a manual VACUUM) and the server's autovacuum log lines."""
+    found = []
+    for attrs in f.events_of("fault"):
+        took = attrs.get("elapsed_s")
+        if attrs.get("action") == "vacuum" and isinstance(took, int | float):
+            args = attrs.get("args")
+            table = args.get("table") if isinstance(args, dict) else None
+            found.append((float(took), f"VACUUM {table}"))
+    for attrs in f.events_of("autovacuum"):
+        took = attrs.get("elapsed_s")
+        if isinstance(took, int | float):
+            found.append((float(took), f"autovacuum of {attrs.get('table')}"))
+    return found
+
+
+def _no_vacuum_to_slow(f: Facts) -> str | None:
+    """No vacuum on the primary lasted long enough to matter: pg_stat_progress_vacuum
+    (db.vacuum, every second) never saw one running, and those that ended took under
+    VACUUM_SEEN_S. Its WAL then came out in a moment, and the standby fell behind on the
+    load's or a bulk statement's WAL, which a slower vacuum does not touch."""
+    running = f.series("db.vacuum", "vacuums_running").filter(pl.col("node") == "primary")
+    if running.is_empty() or float(running["value"].max() or 0) > 0:  # type: ignore[arg-type]
+        return None
+    ended = _vacuums(f)
+    if any(took >= VACUUM_SEEN_S for took, _ in ended):
+        return None
+    longest = (", the longest that ended took {:.2f} s ({})".format(*max(ended))
+               if ended else "")
+    return (f"no vacuum was running on the primary in any of {running.height} samples"
+            f"{longest}: the standby fell behind on other WAL")
+
+
+XFS_MIN_BYTES = 300 * 2**20  # mkfs.xfs refuses a smaller filesystem
+
+
+def _wal_volume(f: Facts) -> tuple[str, dict[str, Any]]:
+    """The volume pglab made that holds pg_wal, and its scenario key prefix: pg_wal's
+    own volume, else the data volume; ("", {}) on the host's directory."""
+    volumes = {str(v.get("role")): v for v in f.manifest.node_storage()}
+    if "wal" in volumes:
+        return "storage.wal.", volumes["wal"]
+    return ("storage.", volumes["data"]) if "data" in volumes else ("", {})
+
+
+def _wal_fstype(f: Facts) -> str:
+    _, volume = _wal_volume(f)
+    return str(volume.get("filesystem") or "") if volume else f.fstype
+
+
+def _wal_on_xfs_change(f: Facts) -> dict[str, Any]:
+    """storage(.wal).filesystem = xfs on a volume pglab made (an image it formats), with
+    the size XFS needs and wal_init_zero off; {} on the host's directory or a mount pglab
+    did not make, where the filesystem is not the scenario's to change."""
+    prefix, volume = _wal_volume(f)
+    if not volume or volume.get("kind") != "image":
+        return {}
+    change: dict[str, Any] = {f"{prefix}filesystem": "xfs"}
+    if int(volume.get("size_bytes") or XFS_MIN_BYTES) < XFS_MIN_BYTES:
+        change[f"{prefix}size"] = "300MB"
+    # with zero-filling on, XFS writes the same zeros as ext4: the change is the pair
+    if f.text_of("wal_init_zero", "on") == "on":
+        change["server.settings.wal_init_zero"] = "off"
+    return change
+
+
 DIRTY_BACKGROUND_MB = 64  # what dirty-background-bytes proposes
 
 
@@ -374,6 +444,24 @@ RULES: tuple[Rule, ...] = (
          when=lambda f: f.text_of("wal_init_zero", "on") == "on",
          not_when="segments are recycled (wal_recycle on with enough min_wal_size): none is "
                   "created while commits wait"),
+    Rule("wal-filesystem-xfs", ("wal-segment-init", "wal-write"),
+         "put pg_wal on XFS instead of ext4, with wal_init_zero = off (the Kubernetes "
+         "report's answer): new segments are then sparse, and XFS allocates their blocks "
+         "as WAL is written",
+         _wal_on_xfs_change,
+         "no segment is zero-filled while commits wait, without what sparse segments cost "
+         "on ext4 (each first write to a block allocates it and its fdatasync commits "
+         "ext4's journal: wal_init_zero = off alone can cut the stalls and lower TPS)",
+         "a filesystem to make and migrate to (a new volume, pg_wal moved or the cluster "
+         "restored); XFS cannot shrink",
+         when=lambda f: _wal_fstype(f) == "ext4"
+         and (f.found("wal-segment-init") or f.text_of("wal_init_zero", "on") == "off"),
+         not_when="pg_wal is on XFS already, or on a copy-on-write filesystem (ZFS, btrfs: "
+                  "wal-init-zero-off and wal-recycle answer there); or a WAL write stall "
+                  "with wal_init_zero on, where no segment is sparse",
+         why_untestable="pg_wal is on the host's directory or a mount pglab did not make: "
+                        "its filesystem is not the scenario's to change (a [storage] "
+                        "volume makes it testable)"),
     Rule("wal-recycle", ("wal-segment-init",),
          "recycle old WAL segments (rename) instead of creating new ones; on a "
          "copy-on-write filesystem do the opposite",
@@ -628,6 +716,24 @@ RULES: tuple[Rule, ...] = (
          why_untestable="the standby's disk in the lab is the scenario's envelope (or this "
                         "machine's disk): lifting the limit says nothing about the standby's "
                         "real storage"),
+    Rule("vacuum-cost-delay", ("sync-replication",),
+         "make vacuum slower: a cost delay for manual VACUUM (vacuum_cost_delay, 0 by "
+         "default: unthrottled) and a longer one for autovacuum, so its WAL comes no "
+         "faster than the synchronous standby flushes it",
+         lambda f: {"server.settings.vacuum_cost_delay": "10ms",
+                    "server.settings.vacuum_cost_limit": 100,
+                    "server.settings.autovacuum_vacuum_cost_delay": "10ms",
+                    "server.settings.autovacuum_vacuum_cost_limit": 100},
+         "vacuum dirties at most ~500 pages/s (~4 MB/s of pages; its WAL about that "
+         "when each page is logged whole after a checkpoint), so the standby's flush "
+         "queue stays short and commits stop waiting on SyncRep behind vacuum's WAL",
+         "vacuum takes longer: dead tuples and bloat stay longer, anti-wraparound vacuums "
+         "finish later; a manual VACUUM in a maintenance window runs several times longer",
+         not_when="no vacuum ran while commits waited (the WAL came from the load or one "
+                  "bulk statement: a slower vacuum changes nothing), or bloat or "
+                  "transaction-id wraparound is closer than the commits' cost",
+         sub=("standby-slow-disk",),
+         ruled_out=_no_vacuum_to_slow),
     Rule("walreceiver-cpu", ("sync-replication",),
          "pin the standby's WAL receiver and startup process to cores of their own",
          lambda f: {},

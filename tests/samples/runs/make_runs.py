@@ -42,6 +42,13 @@ BUILTIN_RUNS["sync-slow-disk"] = ("sync-standby-slow-disk", (  # as its test run
     "workload.duration=15s", "workload.warmup=2s",
     'faults=[{at="5s", action="bulk-update", args={rows=50000}}]',
 ))
+# a bulk update, a checkpoint, then VACUUM of its rows: the HA investigation's
+# mitigation, a slower vacuum, is advised only where a vacuum ran long enough to matter
+BUILTIN_RUNS["sync-slow-disk-vacuum"] = ("sync-standby-slow-disk", (
+    "workload.duration=45s", "workload.warmup=3s",
+    'faults=[{at="2s", action="bulk-update", args={rows=100000}}, {at="20s", '
+    'action="checkpoint"}, {at="25s", action="vacuum", args={table="pgbench_accounts"}}]',
+))
 # the same with os.kernel on (as the built-in has it): the WAL
 # receiver's syscall shares
 BUILTIN_RUNS["sync-slow-disk-kernel"] = BUILTIN_RUNS["sync-slow-disk"]
@@ -50,6 +57,8 @@ BUILTIN_RUNS["sync-slow-disk-kernel"] = BUILTIN_RUNS["sync-slow-disk"]
 # can read as wal-write or as wal-segment-init)
 BUILTIN_RUNS["walinit-small"] = ("wal-segment-init-stall", (
     "workload.duration=15s", "workload.warmup=2s", "server.initdb.wal_segsize_mb=1",
+    # as the built-in was when they were recorded: the lab's directory, a cgroup limit
+    "storage={}", "envelope.disk={write_mbps=8}", 'envelope.disk_scope="own-io"',
     'server.settings.min_wal_size="2MB"', 'server.settings.max_wal_size="16MB"',
 ))
 BUILTIN_RUNS["walinit-small-2"] = BUILTIN_RUNS["walinit-small"]
