@@ -129,7 +129,9 @@ def test_a_synchronous_commit_waits_for_the_links_round_trip(separate_lab: Lab) 
     times.sort()
     median = times[len(times) // 2]
     # A commit is the round trip, a flush and a little work: never under the link's rtt.
-    assert measured <= median < measured + 1.5 and times[0] >= 0.9 * 2.0, (times, measured)
+    # Beside the suite's other tests its median came 1.5 ms over the link's 2.12 ms (the
+    # walsender, walreceiver and backend each waiting for a CPU): twice that is allowed.
+    assert measured <= median < measured + 3.0 and times[0] >= 0.9 * 2.0, (times, measured)
 
 
 def test_the_tcp_probe_sees_the_replication_connection_from_both_hosts(
@@ -346,6 +348,9 @@ args = { rtt = "25ms", peer = "primary" }
     assert any("round-trip time" in e for e in top["evidence"])
 
 
+# exclusive: any other pglab starting meanwhile reaps the killed one's namespaces first
+# (rightly), and the test could no longer see that the kill left them
+@pytest.mark.exclusive
 def test_the_next_pglab_removes_the_hosts_of_a_killed_one(tmp_path: Path, nft: Path) -> None:
     """~5 s: pglab killed with -9 while its load runs leaves namespaces (its servers and
     its link's wire process die with it); the next pglab's reaper removes them."""
