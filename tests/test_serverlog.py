@@ -249,6 +249,22 @@ def test_crash_and_recovery(version: str, what: str, killed_at: str, ready_at: s
     assert all(e.t_end is not None for e in events if e.kind == "checkpoint")
 
 
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_standby_from_a_base_backup_starts_without_a_crash(version: str) -> None:
+    """A standby's first start recovers from its base backup ("database system was
+    interrupted; last known up at"), which is no crash; its walreceiver's SIGKILL later
+    is one ("interrupted while in recovery")."""
+    events, _ = parse_log_file(SAMPLES / "standby" / f"{version}.log")
+    first, second = [e for e in events if e.kind == "recovery"]
+    assert (first.attrs["from_backup"], first.attrs["after_crash"]) == (True, False)
+    assert (second.attrs["from_backup"], second.attrs["after_crash"]) == (False, True)
+    assert second.attrs["last_known_up"].endswith("UTC")
+    starts = [e for e in events if e.kind == "server-start"]
+    assert [e.attrs["after_crash"] for e in starts] == [False, True]
+    assert all(e.attrs["read_only"] for e in starts)
+    assert one(events, "crash").attrs["what"] == "WAL receiver process"
+
+
 def test_other_kinds_from_the_samples() -> None:
     events, _ = parse_sample("pg18", "jsonlog")
     slow = [e for e in events if e.kind == "slow-statement"]

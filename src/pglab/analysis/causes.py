@@ -691,7 +691,11 @@ def server_crash(ev: WindowEvidence) -> Finding | None:
         what = e.attrs.get("signal") or e.attrs.get("exit_code")
         s.add(0.8, f"{e.attrs.get('process') or 'server process'} (pid {e.attrs.get('pid')}) "
                    f"terminated ({what}) at {at(e)}")
-    for e in ev.events_of("recovery", "server-stop")[:1]:
+    # a recovery from a base backup (a standby's first start) is no outage; events of
+    # older runs have no after_crash and count as before
+    outages = [e for e in ev.events_of("recovery", "server-stop")
+               if e.kind != "recovery" or e.attrs.get("after_crash", True)]
+    for e in outages[:1]:
         s.add(0.2, f"{e.kind} at {at(e)}")
     for e in ev.events_of("server-start")[:1]:
         if e.attrs.get("after_crash"):

@@ -140,7 +140,7 @@ class EventExtractor:
                 out.append(event)
         elif msg.startswith(CONNECTION_LOST):
             out.append(connection_reset_event(rec, msg, self.node))
-        elif msg.startswith(("database system ", "redo ")):
+        elif msg.startswith(("database system ", "redo ", "starting backup recovery")):
             self._server.database_system(rec, msg, out)
         elif msg.startswith("starting PostgreSQL"):
             self._server.starting(rec, msg, out)

@@ -136,7 +136,8 @@ class ServerRules:
             self._last_crash = rec.t
 
     def database_system(self, rec: LogRecord, msg: str, out: list[Event]) -> None:
-        """ "database system ..." and "redo starts/done at ..."."""
+        """ "database system ...", "redo starts/done at ..." and "starting backup
+        recovery ..."."""
         if msg.startswith("database system is ready to accept"):
             self._ready(rec, msg, out)
         elif msg.startswith("database system is shut down"):
@@ -144,13 +145,28 @@ class ServerRules:
             self._stopping = None
             out.append(self._event(t_req, "server-stop", rec.t, {"mode": mode}))
         elif msg.startswith(
-            ("database system was interrupted", "database system was not properly shut down")
+            ("database system was interrupted", "database system was not properly shut down",
+             "database system shutdown was interrupted")
         ):
             rcv = self._open_recovery(rec)
             if msg.startswith("database system was not properly shut down"):
                 rcv.attrs["crash_recovery"] = True
+                rcv.attrs["after_crash"] = True
+            elif msg.startswith(("database system was interrupted while in recovery",
+                                 "database system shutdown was interrupted")):
+                # a standby (or a server stopping) went down uncleanly; a standby's
+                # recovery after its crash is archive recovery, so no "not properly
+                # shut down" line follows
+                rcv.attrs["after_crash"] = True
+                rcv.attrs["last_known_up"] = msg.rpartition(" at ")[2].removeprefix(
+                    "log time ") or None
             else:
+                # "was interrupted; last known up at": a crashed primary (the "not
+                # properly shut down" line follows) or the first start of a copied data
+                # directory (a base backup: "starting backup recovery" follows on 15+)
                 rcv.attrs["last_known_up"] = msg.partition(" at ")[2] or None
+        elif msg.startswith("starting backup recovery"):
+            self._open_recovery(rec).attrs["from_backup"] = True
         elif msg.startswith("redo starts at"):
             rcv = self._open_recovery(rec)
             lsn = _LSN_RE.search(msg)
@@ -182,6 +198,8 @@ class ServerRules:
                 rec.t,
                 {
                     "crash_recovery": False,
+                    "after_crash": False,
+                    "from_backup": False,
                     "last_known_up": None,
                     "redo_start_lsn": None,
                     "redo_done_lsn": None,
@@ -193,7 +211,8 @@ class ServerRules:
     def _ready(self, rec: LogRecord, msg: str, out: list[Event]) -> None:
         # 13 says "read only", 14+ "read-only"
         read_only = msg.endswith(("read only connections", "read-only connections"))
-        after_crash = self._recovery is not None
+        # a recovery that began from a base backup (a standby's first start) is no crash
+        after_crash = self._recovery is not None and bool(self._recovery.attrs["after_crash"])
         if self._recovery is not None:
             rcv = self._recovery
             self._recovery = None

@@ -27,6 +27,7 @@ LOG_TRIGGERS: tuple[str, ...] = (
     r"terminating any other active server processes",
     r"database system ",
     r"redo (?:starts|done) at",
+    r"starting backup recovery",
     r"starting PostgreSQL",
     r"received \w+ shutdown request",
     # "<process kind> (PID n) was terminated by signal ..." / "exited with exit code n"
