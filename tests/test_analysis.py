@@ -37,7 +37,7 @@ DESIGN_CAUSES = ("checkpoint-io", "wal-segment-init", "wal-write", "lock-content
                  "sync-replication", "vacuum-io", "memory-reclaim", "cpu-saturation",
                  "too-many-connections", "client-bound", "server-crash", "storage-device",
                  "network", "data-loss", "lying-write-cache", "no-write-barriers",
-                 "fsync-off", "zfs-sync-disabled", "unflushed-wal-sync-method", "unknown")
+                 "fsync-off", "zfs-sync-disabled", "unknown")
 
 
 def _analysis(name: str) -> dict[str, Any]:

@@ -8,7 +8,9 @@ value written.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -507,6 +509,26 @@ def test_a_v1_write_limit_that_the_disk_went_past_is_labelled_and_said() -> None
     charts = build_model(SAMPLES / "runs" / "checkpoint-storm").timeline["charts"]
     disk = next(c for c in charts if c["id"] == "disk_mbps")
     assert disk["limits"] == [["write limit (own I/O only)", 16.0]]
-    assert "the disk wrote up to 433.0 MiB/s against the write limit of 16 MiB/s" in disk["note"]
+    assert ("the disk on vda wrote up to 433.0 MiB/s against the write limit of 16 MiB/s: "
+            "cgroup v1 does not throttle") in disk["note"]
     quiet = build_model(SAMPLES / "runs" / "control").timeline["charts"]
-    assert all(not c["note"].startswith("the disk wrote") for c in quiet)
+    assert all(not c["note"].startswith("the disk") for c in quiet)
+
+
+@pytest.mark.parametrize(("cgroup_version", "device", "note"), [
+    (2, "vda", "the limit holds for the node's cgroup only"),
+    (1, "vdb", ""),  # another device's writes are not the limited one's
+])
+def test_a_write_overrun_note_names_its_cause_and_device(
+        tmp_path: Path, cgroup_version: int, device: str, note: str) -> None:
+    from pglab.report.model import build_model
+
+    run = tmp_path / "run"
+    shutil.copytree(SAMPLES / "runs" / "checkpoint-storm", run)
+    manifest = json.loads((run / "manifest.json").read_text())
+    envelope = manifest["nodes"]["primary"]["envelope"]
+    envelope["cgroup_version"], envelope["device"]["name"] = cgroup_version, device
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    charts = build_model(run).timeline["charts"]
+    disk = next(c for c in charts if c["id"] == "disk_mbps")
+    assert note in disk["note"] and (note or not disk["note"]), disk["note"]

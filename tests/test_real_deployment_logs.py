@@ -145,6 +145,30 @@ def test_cloudnativepg_stderr_lines_and_other_loggers() -> None:
     assert redirect[0].hint == 'Future log output will appear in directory "/controller/log".'
 
 
+def test_cloudnativepg_ts_as_rfc3339_text(tmp_path: Path) -> None:
+    """Current CloudNativePG writes `ts` as RFC 3339 text, older releases (this file) as
+    seconds since the epoch. A stderr line whose prefix has no time (`[%p] `) takes its
+    time from `ts`, whichever way it is written."""
+    objs = cnpg_lines()
+    for o in objs:
+        if o.get("logger") == "postgres" and "record" not in o:
+            o["msg"] = re.sub(r"^\S+ \S+ UTC ", "", o["msg"])  # the prefix's time
+    numbers = tmp_path / "cnpg-epoch.log"
+    numbers.write_text("".join(json.dumps(o) + "\n" for o in objs))
+    for o in objs:
+        o["ts"] = datetime.fromtimestamp(o["ts"], timezone.utc).isoformat().replace(
+            "+00:00", "Z")
+    texts = tmp_path / "cnpg-rfc3339.log"
+    texts.write_text("".join(json.dumps(o) + "\n" for o in objs))
+    by_number, _ = read_records(numbers)
+    by_text, stats = read_records(texts)
+    from_number = [(r.t, r.message) for r in by_number]
+    assert stats.skipped == 0
+    assert [(r.t, r.message) for r in by_text] == from_number
+    redirect = [t for t, m in from_number if m.startswith("redirecting log output")]
+    assert redirect == [datetime(2022, 11, 27, 18, 48, 18, 944277, timezone.utc)]
+
+
 def test_cloudnativepg_newest_first_reads_as_oldest_first(tmp_path: Path) -> None:
     objs = cnpg_lines()
     assert objs[0]["ts"] > objs[-1]["ts"]  # the file runs newest first

@@ -25,7 +25,7 @@ from pglab.compare.metrics import METRICS
 from pglab.lab.fault_actions import ACTIONS
 from pglab.probes import PROBES
 from pglab.storage.registry import FILESYSTEMS
-from pglab.terminal.findings import SHORT_RECOMMENDATIONS, SHORT_STALLS
+from pglab.terminal.findings import MAX_STALLS, SHORT_RECOMMENDATIONS, SHORT_STALLS
 
 RUNS = SAMPLES / "runs"
 NARROW = 60
@@ -184,6 +184,20 @@ def test_analyze_is_short_by_default_and_whole_with_details(tmp_path: Path) -> N
     assert detailed.count("effect:") == len(document["recommendations"])
     assert "top cause checkpoint-io" in short
     assert len(short.splitlines()) < len(detailed.splitlines()) / 2
+
+
+def test_details_print_every_cause_and_evidence_line(tmp_path: Path) -> None:
+    """long-holder: the line that names the sub-cause is its cause's fifth."""
+    run = _analysed_copy(tmp_path, "long-holder")
+    detailed = _piped("analyze", str(run), "--details")
+    document = json.loads((run / "analysis.json").read_text())
+    shown = document["stalls"][:MAX_STALLS]
+    for stall in shown:
+        for cause in stall["causes"]:
+            assert cause["cause"] in detailed
+            for line in cause["evidence"]:
+                assert line in " ".join(detailed.split()), line
+    assert any(len(c["evidence"]) > 4 for s in shown for c in s["causes"])
 
 
 @pytest.mark.parametrize("sample", ["checkpoint-storm-ci", "power-loss-lying-cache",

@@ -97,8 +97,6 @@ PARTS: dict[str, Part] = {p.name: p for p in (
     Part("linux-perf", ("perf",), "the os.profile probe (telemetry.include = "
          "['os.profile']): on-CPU stacks of PostgreSQL's processes"),
     Part("zstd", ("zstd",), "reading zstd-compressed logs (pglab logs, observe --log)"),
-    Part("prometheus-node-exporter", ("prometheus-node-exporter",),
-         "pglab observe --node-exporter: the OS of the observed host (on that host)"),
 )}
 
 # A volume's filesystem -> the part whose tools make and read it back (storage/ uses the

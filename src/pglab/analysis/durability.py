@@ -20,6 +20,7 @@ from typing import Any
 
 from pglab.analysis.signals import Finding, Score
 from pglab.results.manifest import Manifest
+from pglab.storage.describe import DESTAGE_SLACK, cache_size_words
 
 CUT_ACTIONS = ("power-loss", "crash")
 LYING_CACHE = "volatile-ignores-flush"
@@ -71,11 +72,10 @@ def _held_s(attrs: dict[str, Any]) -> float | None:
 
 
 def destage_bound_s(manifest: Manifest, node: str) -> float | None:
-    """The longest a write can wait in the node's volatile device caches: 1.25 x their
-    destage delay (storage/device_server.py checks every quarter of it). None when the
-    node has no bounded volatile cache (an older run's caches held writes until a
-    flush)."""
-    bounds = [float(device["destage_ms"]) * 1.25 / 1000
+    """The longest a write can wait in the node's volatile device caches (DESTAGE_SLACK
+    x their destage delay). None when the node has no bounded volatile cache (an older
+    run's caches held writes until a flush)."""
+    bounds = [float(device["destage_ms"]) * DESTAGE_SLACK / 1000
               for volume in manifest.node_storage(node)
               if (device := volume.get("device") or {}).get("kind") == "emulated"
               and device.get("cache", "honest") != "honest"
@@ -413,20 +413,6 @@ NO_BARRIER_OPTIONS = ("nobarrier", "barrier=0")
 # the scenario option that turns barriers back on, by filesystem (storage/filesystems.py);
 # XFS has always had them on since Linux 4.19, which refuses nobarrier
 BARRIER_OPTION = {"ext4": "barrier", "btrfs": "barrier"}
-# the wal_sync_method values whose flush stops at the OS or the drive's cache, by OS
-# (PostgreSQL's "Reliability" chapter: macOS flushes the drive's cache only with
-# fsync_writethrough (F_FULLFSYNC); Windows keeps open_datasync's writes in an enabled
-# drive write cache). On Linux every method reaches the device when the filesystem
-# sends flushes (barriers).
-UNFLUSHED_SYNC_METHODS = {
-    "Darwin": ("fsync", "fdatasync", "open_sync", "open_datasync"),
-    "macOS": ("fsync", "fdatasync", "open_sync", "open_datasync"),
-    "Windows": ("open_datasync",),
-}
-DURABLE_SYNC_METHOD = {"Darwin": "fsync_writethrough", "macOS": "fsync_writethrough",
-                       "Windows": "fsync_writethrough"}
-
-
 def _volume_key(node: str, role: str) -> str:
     """Where a volume is written in the scenario file (storage/volume.storage_key)."""
     base = "storage" if node == "primary" else f"nodes.{node}.storage"
@@ -447,9 +433,7 @@ def _medium_words(volume: dict[str, Any]) -> str:
     device = volume.get("device") or {}
     if device.get("kind") != "emulated" or device.get("cache", "honest") == "honest":
         return ""
-    size = (f" ({device['cache_mb']:g} MB, written back within "
-            f"{float(device.get('destage_ms') or 0):g} ms)"
-            if device.get("cache_mb") is not None else "")
+    size = f" ({cache_size_words(device)})" if device.get("cache_mb") is not None else ""
     return (f", and its device's cache = \"{device['cache']}\"{size} holds what no flush "
             "asks it to write")
 
@@ -501,9 +485,8 @@ def _ignoring_device(manifest: Manifest) -> list[Place]:
             if device.get("kind") != "emulated" or device.get("cache") != LYING_CACHE:
                 continue
             role = str(volume.get("role", "data"))
-            size = (f" ({device['cache_mb']:g} MB, written back within "
-                    f"{float(device.get('destage_ms') or 0):g} ms)"
-                    if device.get("cache_mb") is not None else "")
+            size = (f" ({cache_size_words(device)})" if device.get("cache_mb") is not None
+                    else "")
             found.append(Place(
                 node, role,
                 f"the device under {node}'s {role} volume ({volume.get('filesystem')}) has "
@@ -533,28 +516,6 @@ def _zfs_sync_disabled(manifest: Manifest) -> list[Place]:
                 node, role, f"{node}'s {role} dataset has ZFS sync = disabled: fsync and "
                 "O_DSYNC writes return before the ZIL or the pool has the data",
                 {f"{_volume_key(node, role)}.options.sync": "standard"}))
-    return found
-
-
-def _host_os(manifest: Manifest) -> str:
-    return str(manifest.host.get("os") or "").split("-", 1)[0]
-
-
-def _unflushed_sync_method(manifest: Manifest) -> list[Place]:
-    system = _host_os(manifest)
-    methods = UNFLUSHED_SYNC_METHODS.get(system, ())
-    found = []
-    for node in manifest.nodes:
-        # the platform's default is fdatasync (Linux) or open_datasync (Windows) when
-        # the run did not set one
-        method = _setting(manifest, node, "wal_sync_method") or (
-            "open_datasync" if system == "Windows" else "fdatasync")
-        if method in methods:
-            found.append(Place(
-                node, "server", f"{node} syncs its WAL with wal_sync_method = {method} on "
-                f"{system}, where that flush stops at the drive's write cache",
-                {"server.settings.wal_sync_method": DURABLE_SYNC_METHOD[system]}
-                if node == "primary" else {}))
     return found
 
 
@@ -609,19 +570,6 @@ FLUSH_LAYERS: tuple[FlushLayer, ...] = (
         "commit latency includes a ZIL write (a separate log device, SLOG, makes it short)",
         "the data can be lost wholesale (a scratch copy): then sync = disabled trades the "
         "last seconds of commits for speed, as synchronous_commit = off does"),
-    FlushLayer(
-        "unflushed-wal-sync-method", "the OS's wal_sync_method",
-        "a wal_sync_method whose flush stops at the drive's write cache on this OS",
-        _unflushed_sync_method, "wal-sync-method-writethrough",
-        "sync the WAL with a method that flushes the drive's cache on this OS "
-        "(wal_sync_method = fsync_writethrough on macOS and Windows), or turn the drive's "
-        "write cache off",
-        "each WAL flush reaches stable media: acknowledged commits survive a power loss",
-        "WAL flushes wait for the drive's cache flush: commits are slower",
-        "the drive's cache has power-loss protection",
-        needs_volatile_medium=True,
-        why_untestable="pglab's lab runs on Linux, where every wal_sync_method flushes "
-                       "through a filesystem with barriers"),
 )
 LAYER_BY_CAUSE = {layer.cause: layer for layer in FLUSH_LAYERS}
 

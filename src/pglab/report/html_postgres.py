@@ -106,8 +106,8 @@ def _buffers(ts: pl.DataFrame, t0_us: int) -> Chart | None:
                    {"by checkpoints": "#d9534f", "by the bgwriter": "#1f6fd1",
                     "by backends": "#e8871e"}, stack=True, zero_fill=True)
     if chart is not None:
-        chart.note = ("a checkpoint's buffers are counted when it ends: the spike is the "
-                      "whole checkpoint's writes (the events lane shows when it wrote)")
+        chart.note = ("a checkpoint's buffers are counted as it writes them, paced over "
+                      "checkpoint_completion_target (the events lane shows each checkpoint)")
     return chart
 
 
@@ -159,7 +159,7 @@ def postgres_charts(ts: pl.DataFrame, t0_us: int, notes: list[str]) -> list[Char
     for chart, missing in (
             (_wal(ts, t0_us), "WAL written: " + why("db.wal", "none")),
             (_buffers(ts, t0_us), "Shared buffers written: " + why(
-                "db.checkpointer", "none counted (a checkpoint's are, when it ends)")),
+                "db.checkpointer", "none counted")),
             (_connections(ts, t0_us), "Client connections: " + why("db.backends", "none")),
             (_temp(ts, t0_us, x_all), "Temporary files: " + why("db.database", "none written")),
             (_io(ts, t0_us, x_all), "pg_stat_io: " + why(

@@ -92,18 +92,28 @@ def _envelope_limits(manifest: Manifest, keys: dict[str, str]) -> list[tuple[str
             if isinstance(disk.get(key), (int, float)) and disk[key] > 0]
 
 
-def _limit_overrun(chart: Chart, limits: list[tuple[str, float]], unit: str) -> str:
+def _limit_overrun(chart: Chart, limits: list[tuple[str, float]], unit: str,
+                   manifest: Manifest) -> str:
     """What the chart shows past a write limit, said: a limit the data contradicts is
-    never drawn as if it held."""
+    never drawn as if it held. Only the limited device's series count."""
     limit = next((value for label, value in limits if label.startswith("write")), None)
-    peak = max((v for s in chart.series if s.name.startswith("write") for v in s.y
-                if v is not None), default=0.0)
+    envelope = manifest.node_envelope()
+    device = envelope.get("device")
+    name = device.get("name") if isinstance(device, dict) else None
+    wanted = {"write", f"write {name}"} if name else None
+    peak = max((v for s in chart.series if s.name.startswith("write")
+                and (wanted is None or s.name in wanted) for v in s.y if v is not None),
+               default=0.0)
     if limit is None or peak <= 1.2 * limit:
         return ""
-    return (f"the disk wrote up to {peak:,.1f} {unit} against the write limit of "
-            f"{limit:,.0f} {unit}: cgroup v1 does not throttle the kernel's writeback of the "
-            "node's pages (envelope.disk_scope = \"own-io\"); a storage device limit holds "
-            "every byte")
+    on = f" on {name}" if name else ""
+    why = ("cgroup v1 does not throttle the kernel's writeback of the node's pages "
+           "(envelope.disk_scope = \"own-io\"); a storage device limit holds every byte"
+           if envelope.get("cgroup_version") == 1 else
+           "the limit holds for the node's cgroup only: the rest is other processes' "
+           "writes to the same device")
+    return (f"the disk{on} wrote up to {peak:,.1f} {unit} against the write limit of "
+            f"{limit:,.0f} {unit}: {why}")
 
 
 def _telemetry_charts(ts: pl.DataFrame, t0_us: int, manifest: Manifest,
@@ -127,14 +137,14 @@ def _telemetry_charts(ts: pl.DataFrame, t0_us: int, manifest: Manifest,
     if disk_mb is not None:
         disk_mb.limits = _envelope_limits(manifest, {"write_mbps": "write limit",
                                                      "read_mbps": "read limit"})
-        disk_mb.note = _limit_overrun(disk_mb, disk_mb.limits, "MiB/s")
+        disk_mb.note = _limit_overrun(disk_mb, disk_mb.limits, "MiB/s", manifest)
     add(disk_mb, "Disk: no os.disk samples")
     disk_iops = line_chart(ts, t0_us, "disk_iops", "Disk IOPS", "IO/s", "os.disk",
                            {"read_iops": "read", "write_iops": "write"}, per_label=True)
     if disk_iops is not None:
         disk_iops.limits = _envelope_limits(manifest, {"write_iops": "write limit",
                                                        "read_iops": "read limit"})
-        disk_iops.note = _limit_overrun(disk_iops, disk_iops.limits, "IO/s")
+        disk_iops.note = _limit_overrun(disk_iops, disk_iops.limits, "IO/s", manifest)
     add(disk_iops, "Disk IOPS: no os.disk samples")
     util = line_chart(ts, t0_us, "disk_util", "Disk utilisation", "%", "os.disk",
                       {"util_pct": "util"}, per_label=True)

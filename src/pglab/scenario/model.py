@@ -494,7 +494,7 @@ class Link(StrictModel):
     """One link between two hosts (network.hosts = "separate"): its figures each way."""
 
     between: list[str]  # two node names: primary, standbyN, "client" (the load generator)
-    rtt: Duration = 0.0  # round-trip time added (not implemented yet: refused when > 0)
+    rtt: Duration = 0.0  # round-trip time added, half each way (network/wire.py)
     jitter: Duration = 0.0
     bandwidth_mbps: float = Field(0.0, ge=0)  # each direction; 0: unlimited
 

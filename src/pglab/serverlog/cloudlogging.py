@@ -22,8 +22,6 @@ payloads), each payload line is read with the entry's timestamp in front
 from __future__ import annotations
 
 import json
-import re
-from datetime import datetime
 from typing import Any
 
 from pglab.serverlog.decoder_base import RecordsToEvents
@@ -36,7 +34,7 @@ from pglab.serverlog.prefix import (
     severity_start,
     stamped_prefix,
 )
-from pglab.serverlog.records import UTC, LogRecord, ParseStats, TimestampParser
+from pglab.serverlog.records import LogRecord, ParseStats, TimestampParser, rfc3339_time
 from pglab.serverlog.stderr import StderrDecoder
 
 _ENVELOPE_TIME = "the entries' timestamp"
@@ -225,7 +223,7 @@ def _stamped(payload: str, stamp: Any) -> str:
     """The payload's lines with the entry's time in front (tab lines go on the line
     before them); unchanged without a readable timestamp (its lines are then skipped
     as lines without a time)."""
-    t = _envelope_time(stamp)
+    t = rfc3339_time(stamp)
     if t is None:
         return payload
     front = envelope_stamp(t)
@@ -233,25 +231,6 @@ def _stamped(payload: str, stamp: Any) -> str:
         return payload if payload.startswith("\t") else front + payload
     return "\n".join(line if not line or line.startswith("\t") else front + line
                      for line in payload.split("\n"))
-
-
-_RFC3339_RE = re.compile(
-    r"(\d{4}-\d\d-\d\d)[Tt ](\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|z|[+-]\d\d:\d\d)$")
-
-
-def _envelope_time(value: Any) -> datetime | None:
-    """An entry's RFC 3339 timestamp (`2020-05-02T13:00:20.382318Z`, up to nanoseconds)
-    in UTC; None if it has none."""
-    m = _RFC3339_RE.match(value) if isinstance(value, str) else None
-    if m is None:
-        return None
-    day, hms, fraction, zone = m.groups()
-    offset = "+00:00" if zone in ("Z", "z") else zone
-    try:
-        t = datetime.fromisoformat(f"{day}T{hms}.{(fraction or '')[:6].ljust(6, '0')}{offset}")
-    except ValueError:
-        return None
-    return t.astimezone(UTC)
 
 
 def _stamp(entry: Any) -> str:

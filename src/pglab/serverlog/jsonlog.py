@@ -21,7 +21,7 @@ from typing import Any
 
 from pglab.serverlog.decoder_base import RecordsToEvents
 from pglab.serverlog.prefix import guess_fields, severity_start
-from pglab.serverlog.records import UTC, LogRecord, ParseStats, TimestampParser
+from pglab.serverlog.records import UTC, LogRecord, ParseStats, TimestampParser, rfc3339_time
 from pglab.serverlog.stderr_fast import ATTACHED
 from pglab.serverlog.triggers import KNOWN_SEVERITIES, is_candidate
 
@@ -209,7 +209,10 @@ def _attach(record: LogRecord, word: str, text: str) -> LogRecord:
 
 
 def _epoch(value: object) -> datetime | None:
-    """CloudNativePG's `ts`: seconds since the epoch, as a number."""
+    """CloudNativePG's `ts`: RFC 3339 text in current releases, seconds since the epoch
+    (a number) in older ones."""
+    if isinstance(value, str):
+        return rfc3339_time(value)
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return None
     try:

@@ -206,3 +206,22 @@ def _fromisoformat_lenient(stamp: str) -> datetime | None:
         return datetime.fromisoformat(f"{whole}.{fraction[:6].ljust(6, '0')}+00:00")
     except ValueError:
         return None
+
+
+_RFC3339_RE = re.compile(
+    r"(\d{4}-\d\d-\d\d)[Tt ](\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|z|[+-]\d\d:\d\d)$")
+
+
+def rfc3339_time(value: object) -> datetime | None:
+    """An RFC 3339 timestamp (`2020-05-02T13:00:20.382318Z`, up to nanoseconds)
+    in UTC; None if it has none."""
+    m = _RFC3339_RE.match(value) if isinstance(value, str) else None
+    if m is None:
+        return None
+    day, hms, fraction, zone = m.groups()
+    offset = "+00:00" if zone in ("Z", "z") else zone
+    try:
+        t = datetime.fromisoformat(f"{day}T{hms}.{(fraction or '')[:6].ljust(6, '0')}{offset}")
+    except ValueError:
+        return None
+    return t.astimezone(UTC)

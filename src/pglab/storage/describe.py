@@ -39,17 +39,31 @@ def describe(volume: dict[str, Any]) -> str:
     return text
 
 
+# the device server checks its cache every quarter of the destage delay, so a cached write
+# waits at most this many destage delays before it is written back
+DESTAGE_SLACK = 1.25
+
+
+def cache_size_words(device: dict[str, Any]) -> str:
+    """'64 MB, written back within 125 ms (destage 100 ms)', or '' for a cache recorded
+    without its size (before caches had one)."""
+    if device.get("cache_mb") is None:
+        return ""
+    destage_ms = float(device.get("destage_ms") or 0)
+    return (f"{device['cache_mb']:g} MB, written back within "
+            f"{DESTAGE_SLACK * destage_ms:g} ms (destage {destage_ms:g} ms)")
+
+
 def cache_words(device: dict[str, Any]) -> str:
-    """'cache volatile (64 MB, written back within 100 ms)'; a volatile cache recorded
-    without its size (before caches had one) held writes until a flush."""
+    """'cache volatile (64 MB, written back within 125 ms (destage 100 ms))'; a volatile
+    cache recorded without its size held writes until a flush."""
     cache = str(device.get("cache", "honest"))
     if cache == "honest":
         return "cache honest"
     if device.get("cache_mb") is None:
         return f"cache {cache} (unbounded, held until a flush)" if cache == "volatile" \
             else f"cache {cache} (unbounded, written back after 1 s)"
-    return (f"cache {cache} ({device['cache_mb']:g} MB, written back within "
-            f"{float(device.get('destage_ms') or 0):g} ms)")
+    return f"cache {cache} ({cache_size_words(device)})"
 
 
 def lines(manifest: Manifest) -> list[str]:

@@ -39,10 +39,11 @@ def _stall_line(stall: dict[str, Any]) -> str:
 
 def _print_causes(console: Console, causes: list[dict[str, Any]], indent: str,
                   details: bool) -> bool:
-    """With details, the first three causes and four evidence lines of each; else the
-    first SHORT_CAUSES causes, the first one with its strongest evidence line. Whether
-    the short form left something out."""
-    shown = causes[:3] if details else causes[:SHORT_CAUSES]
+    """With details, every cause with every evidence line (the line that justifies a
+    sub-cause or a halved confidence can be any of them); else the first SHORT_CAUSES
+    causes, the first one with its strongest evidence line. Whether the short form left
+    something out."""
+    shown = causes if details else causes[:SHORT_CAUSES]
     left_out = len(causes) > len(shown)
     for rank, cause in enumerate(shown):
         style = "dim" if cause["cause"] == "unknown" else "cyan"
@@ -52,7 +53,7 @@ def _print_causes(console: Console, causes: list[dict[str, Any]], indent: str,
         sure = ("" if cause["cause"] == "unknown"
                 else f" (confidence {cause['confidence']:.2f}{outside})")
         console.print(f"{indent}[{style}]{cause['cause']}{kind}[/{style}]{sure}")
-        lines = cause["evidence"][:4 if details else 1 if rank == 0 else 0]
+        lines = cause["evidence"] if details else cause["evidence"][:1 if rank == 0 else 0]
         left_out = left_out or len(cause["evidence"]) > len(lines)
         for line in lines:
             console.print(f"{indent}  - {escape(line)}", highlight=False)
