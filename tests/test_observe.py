@@ -213,7 +213,10 @@ def test_a_row_lock_held_outside_is_named_by_the_analysis(observed: Observed,
     events = pl.read_parquet(folder / "events.parquet")
     missing = [json.loads(a) for a in
                events.filter(pl.col("kind") == "statements-missing")["attrs"].to_list()]
-    assert [m["what"] for m in missing] == ["relations"], missing
+    # pg_stat_statements.track is a superuser's to set: the observer's own role is
+    # left out of db.statements, and that is said
+    assert sorted(m["what"] for m in missing) == ["relations", "statements of pglab's role"], \
+        missing
     events = pl.read_parquet(folder / "events.parquet")
     assert events.filter(pl.col("kind") == "lock-wait").height >= 1  # from the log file
     assert "lock-contention" in stdout

@@ -7,7 +7,6 @@ pg_stat_io, and a fork or a patched build may differ from its version's defaults
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,16 +84,21 @@ def canonical_wait(wait_type: str | None, wait_event: str | None) -> str:
 def telemetry_connection(connect: Any) -> psycopg.Connection[Any]:
     """A connection for probes: labelled, and unable to hang the sampler."""
     conn: psycopg.Connection[Any] = connect()
-    conn.execute(f"SET application_name = '{TELEMETRY_APP}'")
-    conn.execute("SET statement_timeout = '2s'")
-    conn.execute("SET lock_timeout = '500ms'")
-    try:
-        # Keep the probes' own queries out of the server log being analysed.
-        conn.execute("SET log_min_duration_statement = -1")
-        conn.execute("SET log_statement = 'none'")
-    except psycopg.Error:
-        pass  # not a superuser (an existing server): the log may show probe queries
+    _session_set(conn, f"SET application_name = '{TELEMETRY_APP}'")
+    _session_set(conn, "SET statement_timeout = '2s'")
+    _session_set(conn, "SET lock_timeout = '500ms'")
+    # Keep the probes' own queries out of the server log being analysed (a superuser
+    # only: on an existing server the log may show probe queries) ...
+    _session_set(conn, "SET log_min_duration_statement = -1")
+    _session_set(conn, "SET log_statement = 'none'")
     # ... and out of pg_stat_statements (db.statements leaves out its role otherwise)
-    with contextlib.suppress(psycopg.Error):
-        conn.execute("SET pg_stat_statements.track = 'none'")
+    _session_set(conn, "SET pg_stat_statements.track = 'none'")
     return conn
+
+
+def _session_set(conn: psycopg.Connection[Any], statement: str) -> bool:
+    """Run a SET as a statement of its own, outside any transaction block, so that it
+    holds for the session: a connection that wraps each statement in a transaction it
+    rolls back (observe's read-only one) would undo it. Whether the server took it."""
+    result = conn.pgconn.exec_(statement.encode())
+    return result.status == psycopg.pq.ExecStatus.COMMAND_OK

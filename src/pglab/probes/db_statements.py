@@ -294,8 +294,13 @@ class StatementStats(DbProbe):
         # they may (a superuser); a role that may not is left out by its user id.
         tracked = conn.execute("SELECT current_setting('pg_stat_statements.track', true)"
                                ).fetchone()
-        own = ("" if tracked and tracked[0] == "none" else
-               "AND s.userid <> (SELECT oid FROM pg_roles WHERE rolname = current_user)")
+        own = ""
+        if not (tracked and tracked[0] == "none"):
+            own = "AND s.userid <> (SELECT oid FROM pg_roles WHERE rolname = current_user)"
+            self._missing(out, now, node, "statements of pglab's role",
+                          f"statements of role {conn.info.user} are left out: pglab's own "
+                          "queries run under it, and only a superuser may turn their "
+                          "tracking off (pg_stat_statements.track = none)")
         state.query = (
             f"SELECT s.queryid::text || '/' || s.userid || '/' || s.dbid || '/' || "
             f"{toplevel}, {since}, {info[0]}, {info[1]}, {', '.join(picked)} "
