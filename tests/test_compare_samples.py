@@ -129,3 +129,22 @@ def test_a_stall_runs_whole_run_latency_is_not_the_headline(groups: dict[str, Gr
     assert gated.returncode == 1, gated.stderr
     assert "median of seconds" in gated.stdout, gated.stdout
     assert f"by {lat.delta_pct:+.1f}% (better)" in gated.stderr, gated.stderr
+
+
+def test_a_storage_difference_is_named_as_what_is_compared() -> None:
+    """The zfs-recordsize built-in's two points (samples zfs-8k and zfs-16k, one real run of
+    it): each manifest holds the dataset's options as read back from `zfs get`, and
+    compare's environment diff names the recordsize, without calling the pair not
+    comparable. That zfs reads the options back is proven live in test_storage.py."""
+    runs = [SAMPLES / "runs" / name for name in ("zfs-8k", "zfs-16k")]
+    volumes = [json.loads((run / "manifest.json").read_text())["nodes"]["primary"]["storage"][0]
+               for run in runs]
+    assert [v["options"] for v in volumes] == [
+        {"recordsize": size, "compression": "off", "logbias": "throughput"}
+        for size in ("8k", "16k")]
+    result = run_cli("compare", *map(str, runs))
+    assert result.returncode == 0, result.stderr
+    storage = [line for line in result.stdout.splitlines() if "storage.primary.data" in line]
+    assert storage and "recordsize=8k" in storage[0] and "recordsize=16k" in storage[0], (
+        result.stdout)
+    assert "NOT COMPARABLE" not in result.stdout
