@@ -288,6 +288,24 @@ def test_a_run_whose_good_seconds_all_lead_into_stalls_keeps_a_baseline() -> Non
     assert baseline and baseline[0] > 0, locks  # a baseline with lock waits, not an empty one
 
 
+def test_a_load_in_bursts_is_compared_with_its_own_undegraded_seconds() -> None:
+    # 100 clients connecting for every transaction on a CPU at 100%: 97, 196, 97, 194 TPS.
+    # The two low seconds are dips, and each high one is the tail of a dip and the lead-in
+    # of the next: no second is left outside a window. The high seconds are the baseline
+    # then (else every window claims each wait and pressure it saw, against "healthy 0%"),
+    # and the run's verdict is its churn, as in the steady `churn` sample.
+    analysis = _analysis("churn-bursty")
+    assert [s["kind"] for s in analysis["stalls"]] == ["dip", "dip"], analysis["stalls"]
+    for stall in analysis["stalls"]:
+        for cause in stall["causes"]:
+            assert not any("healthy 0%" in line for line in cause["evidence"]), cause
+    verdict = analysis["summary"]["verdict"]
+    assert verdict["cause"] == "too-many-connections", verdict
+    top = analysis["steady_state"]["causes"][0]
+    assert top["sub_cause"] == "connection-churn", top
+    assert "pgbouncer" in [r["rule"] for r in analysis["recommendations"]]
+
+
 def test_a_stall_is_not_compared_with_the_second_its_own_cause_began_in() -> None:
     # The storm on a busy machine: a dip before the checkpoint left only two undegraded
     # seconds, each leading into a stall, and the checkpoint's fsync put 249 MB under

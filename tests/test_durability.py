@@ -525,8 +525,12 @@ PHASES = {"cut": ('device = { cache = "volatile" }', 'duration = "20s"',
           "recovery": ("device = { write_mbps = 2 }", "", _recovering)}
 
 
-@pytest.mark.parametrize("phase", list(PHASES))
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+# pglab's own cleanup (SIGINT) in each phase; the next pglab's reaper after a kill -9 in the
+# cut (the device off, its filesystem shut down). A kill -9 in recovery leaves what one
+# under load leaves (a mounted emulated device, a postmaster's tree):
+# test_storage.py's signals "under load" prove that reaped.
+@pytest.mark.parametrize(("sig", "phase"), [
+    (signal.SIGINT, "cut"), (signal.SIGKILL, "cut"), (signal.SIGINT, "recovery")])
 @pytest.mark.live
 @root
 def test_signal_during_a_cut_or_recovery_leaves_nothing(

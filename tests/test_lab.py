@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import make_reachable, processes_under
+from conftest import processes_under
 from pglab.errors import BadInput
 from pglab.lab.binaries import find_binaries, runnable_by
 from pglab.lab.lab import ORPHAN_SOCKET_DIR_S, Lab, reap_stale_labs
@@ -25,6 +25,7 @@ from pglab.lab.settings import apply_settings, start_with_settings
 from pglab.lab.template import get_template
 from pglab.paths import labs_dir
 from pglab.scenario import InitdbOptions, load_text
+from plugins.homes import make_reachable
 
 pytestmark = pytest.mark.live  # real servers
 

@@ -1,5 +1,7 @@
 """The built-in storage scenarios, run for real (shortened), each showing its signal
-from the recorded data alone (as tests/test_builtin_scenarios.py does for the rest)."""
+from the recorded data alone (as tests/test_builtin_scenarios.py does for the rest).
+zfs-recordsize, whose signal is the options read back, is read on its committed samples
+(test_compare_samples.py) and tuned live in test_tune_builtins.py."""
 
 from __future__ import annotations
 
@@ -13,7 +15,6 @@ from typing import Any
 import polars as pl
 import pytest
 
-from conftest import run_cli
 from test_builtin_scenarios import (
     _low_seconds_with,
     _run,
@@ -94,23 +95,6 @@ def _wal_init_samples(run: Path) -> float:
         (pl.col("source") == "db.waits") & (pl.col("node") == "primary")
         & pl.col("metric").str.starts_with("IO:WalInit"))
     return float(waits["value"].sum())
-
-
-def test_zfs_recordsize_read_back(storage_packages: None, tmp_path: Path) -> None:
-    runs = _run(tmp_path, "zfs-recordsize", "workload.duration=4s", "workload.warmup=1s",
-                "workload.scale=2")
-    found = sorted(_volume(r)["options"]["recordsize"] for r in runs)
-    assert found == ["16k", "8k"]
-    for run in runs:
-        options = _volume(run)["options"]
-        assert options["compression"] == "off" and options["logbias"] == "throughput"
-        assert measured_tps(run).sum() > 0
-    # compare's environment diff names the storage difference, and only as what is compared
-    result = run_cli("compare", str(runs[0]), str(runs[1]))
-    assert result.returncode == 0, result.stderr
-    storage_rows = [line for line in result.stdout.splitlines() if "primary.data" in line]
-    assert storage_rows and "recordsize=8k" in storage_rows[0] + result.stdout
-    assert "NOT COMPARABLE" not in result.stdout
 
 
 @pytest.mark.cpu_exclusive  # a timing signal of emulated devices (above)

@@ -225,6 +225,14 @@ def _segments_by_second(report: StallReport) -> pl.DataFrame:
             pl.when(healthy).then(pl.col("lead")).otherwise(pl.col("segment"))
             .alias("segment"))
         healthy = pl.col("segment") < HEALTHY
+        if matched.filter(healthy).is_empty():
+            # Nor do any lead in from outside a window: each undegraded second is the tail
+            # of one window and the lead-in of the next (a load in bursts, 97, 196, 97, 194
+            # TPS). It stays in that window's evidence and is the baseline too: a window
+            # compared with no second at all would claim every wait and pressure it saw.
+            matched = pl.concat([matched, matched.filter(
+                pl.col("lead").is_not_null() & pl.col("kind").is_null()
+            ).with_columns(pl.col("lead").alias("segment"))])
     return matched.filter((pl.col("segment") > HEALTHY) | healthy).select("sec", "segment")
 
 

@@ -89,6 +89,18 @@ BUILTIN_RUNS["sync-paused-ci"] = ("sync-standby-paused", (
 # the same pause, recorded with the seconds behind (flush_behind_s) that grow while the
 # standby is silent, where pg_stat_replication's flush_lag stays at its last reply's value
 BUILTIN_RUNS["sync-paused-behind"] = BUILTIN_RUNS["sync-paused"]
+# the two points of zfs-recordsize as its compare test reads them (4 s, warmup 1 s, scale 2;
+# the committed pair is one `pglab run zfs-recordsize` of both points with these --sets)
+for _size in ("8k", "16k"):
+    BUILTIN_RUNS[f"zfs-{_size}"] = ("zfs-recordsize", (
+        "workload.duration=4s", "workload.warmup=1s", "workload.scale=2", "matrix={}",
+        f"storage.options.recordsize={_size}",
+    ))
+# the direct run of too-many-connections as its test runs it (3 s, warmup 2 s): 100 clients
+# connecting for every transaction on a CPU at 100% go in bursts (97, 196, 97, 194 TPS)
+BUILTIN_RUNS["churn-bursty"] = ("too-many-connections", (
+    "workload.duration=3s", "workload.warmup=2s", "matrix={}",
+))
 
 # sample name: a scenario of its own (no built-in does this yet), run by `pglab run` as
 # root (a storage volume). Scale 1 keeps a cut-recover-verify cycle to a few seconds.
