@@ -1,0 +1,232 @@
+"""BASE against CONTENDER statement by statement: an AWR-style diff beside the run's rows.
+
+A statement is its queryid with the text pg_stat_statements normalised (`statement-text`
+events); two runs' statements are the same statement when their queryids are, or else
+when their texts are (a queryid is computed from the OIDs of the tables it reads, which
+two labs made from different templates need not share). Each statement's rows are
+metrics of compare's own registry kind, made for it, so that its values, delta,
+interval and verdict come from the very machinery the run's rows do
+(`comparison.compare_metric`: block bootstrap of the samples, widened by the assumed
+run-to-run noise when a side has a single run):
+
+- calls/s: the mean of its per-interval call rates (0 where it did not run);
+- mean ms: the mean over intervals of each interval's execution time per call;
+- time ms/s: the mean of its per-interval execution time per second (its load).
+
+Samples are the `db.statements` reads inside the measured window. The statements shown
+are the largest by time on either side (STATEMENTS); a run without statements data is
+named once per contender and its statements are not compared.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from pglab.compare.metrics import Measure, Metric
+
+if TYPE_CHECKING:
+    from pglab.compare.comparison import MetricResult
+    from pglab.compare.groups import Group
+    from pglab.compare.rundata import RunData
+
+SOURCE = "db.statements"  # probes.db_statements.StatementStats.name
+NODE = "primary"
+STATEMENTS = 10  # compared per contender: the largest by time on either side
+TEXT_CHARS = 80  # of a statement's text in a row
+
+
+@dataclass(frozen=True)
+class RunStatement:
+    """One statement in one run: its per-interval samples in the measured window."""
+
+    queryid: str
+    text: str
+    calls: list[float]  # per-second rate, each read (0 where it did not run)
+    exec_ms: list[float]  # execution ms per second, each read
+    mean_ms: list[float]  # ms per call, each read it ran in
+
+    @property
+    def time_ms(self) -> float:
+        return sum(self.exec_ms)
+
+
+def comparable_text(text: str) -> str:
+    return " ".join(text.split()).rstrip(";").lower()
+
+
+def statement_texts(events: pl.DataFrame | None) -> dict[str, str]:
+    """queryid -> normalised text, from a run's `statement-text` events (its primary)."""
+    if events is None or events.height == 0:
+        return {}
+    out: dict[str, str] = {}
+    rows = events.filter((pl.col("kind") == "statement-text") & (pl.col("node") == NODE))
+    for (attrs,) in rows.select("attrs").iter_rows():
+        try:
+            parsed = json.loads(attrs) if attrs else {}
+        except json.JSONDecodeError:
+            continue
+        if isinstance(parsed, dict) and parsed.get("queryid") is not None:
+            out[str(parsed["queryid"])] = str(parsed.get("query") or "")
+    return out
+
+
+@dataclass(frozen=True)
+class RunStatements:
+    reads: int  # of db.statements in the measured window
+    by_queryid: dict[str, RunStatement]
+
+
+def run_statements(run: RunData) -> RunStatements | None:
+    """The run's statements by queryid, or None when it has no `db.statements` reads in
+    its measured window (the probe was off, or the server had no pg_stat_statements)."""
+    frame, window = run.timeseries, run.window
+    if frame is None or window is None:
+        return None
+    rows = frame.filter((pl.col("source") == SOURCE) & (pl.col("node") == NODE)
+                        & (pl.col("t") >= window[0]) & (pl.col("t") < window[1]))
+    # every read writes the `entries` gauge: the reads a statement did not run in are 0
+    reads = sorted(set(rows.filter(pl.col("metric") == "entries")["t"].to_list()))
+    if not reads:
+        return None
+    values: dict[str, dict[str, dict[Any, float]]] = defaultdict(lambda: defaultdict(dict))
+    for t, metric, label, value in rows.filter(pl.col("metric").is_in(("calls", "exec_ms"))
+                                               ).select("t", "metric", "label",
+                                                        "value").iter_rows():
+        values[str(label)][str(metric)][t] = float(value)
+    texts = statement_texts(run.events)
+    out: dict[str, RunStatement] = {}
+    for queryid, by_metric in values.items():
+        calls = [by_metric["calls"].get(t, 0.0) for t in reads]
+        exec_ms = [by_metric["exec_ms"].get(t, 0.0) for t in reads]
+        mean_ms = [e / c for c, e in zip(calls, exec_ms, strict=True) if c > 0]
+        out[queryid] = RunStatement(queryid, texts.get(queryid) or f"(queryid {queryid})",
+                                    calls, exec_ms, mean_ms)
+    return RunStatements(len(reads), out)
+
+
+@dataclass
+class StatementResult:
+    """One statement's rows: the same statement in both sides, or in one only."""
+
+    text: str
+    base_queryid: str | None
+    contender_queryid: str | None
+    metrics: list[MetricResult]
+    base_time_ms: float  # the statements' execution time over the measured reads, per run
+    contender_time_ms: float
+
+
+@dataclass
+class StatementsComparison:
+    statements: list[StatementResult] = field(default_factory=list)
+    missing: str | None = None  # said once: the runs without statements data
+    more: int = 0  # statements left out (smaller on both sides)
+
+
+def _metric(name: str, title: str, unit: str, better: str, pick: str,
+            sides: dict[int, RunStatement], reads: dict[int, int]) -> Metric:
+    """A metric of compare's registry kind reading one statement's samples from each run
+    (`sides`: id(RunData) -> the statement in that run; absent: it did not run there, so
+    its rates were 0 at each of the run's `reads`)."""
+    def read(run: RunData) -> Measure:
+        found = sides.get(id(run))
+        if found is None:
+            if pick == "mean_ms":
+                return Measure(None, None, "not run on one side")
+            return Measure(0.0, [0.0] * max(1, reads.get(id(run), 1)))
+        samples: list[float] = getattr(found, pick)
+        if not samples:
+            return Measure(None, None, "no calls in the measured window")
+        return Measure(sum(samples) / len(samples), samples)
+    return Metric(name, title, unit, "lower" if better == "lower" else "higher", "mean",
+                  read, sample="per-read")
+
+
+def _pairs(base: list[dict[str, RunStatement]], contender: list[dict[str, RunStatement]]
+           ) -> list[tuple[str, str | None, str | None]]:
+    """(text, base queryid, contender queryid): by queryid, else by the same text."""
+    base_ids = {q: s.text for run in base for q, s in run.items()}
+    cont_ids = {q: s.text for run in contender for q, s in run.items()}
+    by_text = {comparable_text(t): q for q, t in cont_ids.items()}
+    pairs: list[tuple[str, str | None, str | None]] = []
+    matched: set[str] = set()
+    for queryid, text in base_ids.items():
+        other = queryid if queryid in cont_ids else by_text.get(comparable_text(text))
+        if other is not None and other in matched:
+            other = None
+        if other is not None:
+            matched.add(other)
+        pairs.append((text, queryid, other))
+    pairs += [(text, None, q) for q, text in cont_ids.items() if q not in matched]
+    return pairs
+
+
+def compare_statements(base: Group, contender: Group, noise: float, confidence: float,
+                       limit: int = STATEMENTS) -> StatementsComparison:
+    from pglab.compare.comparison import compare_metric  # comparison calls this module
+
+    read = {id(run): run_statements(run) for run in [*base.runs, *contender.runs]}
+    lacking = [run.label for run in [*base.runs, *contender.runs] if read[id(run)] is None]
+    out = StatementsComparison()
+    if lacking:
+        out.missing = (f"statements not compared: no pg_stat_statements data (db.statements) "
+                       f"in {', '.join(lacking[:3])}"
+                       + (f" and {len(lacking) - 3} more" if len(lacking) > 3 else ""))
+        return out
+    found_runs = {key: value for key, value in read.items() if value is not None}
+    reads = {key: value.reads for key, value in found_runs.items()}
+    base_runs = [found_runs[id(r)].by_queryid for r in base.runs]
+    cont_runs = [found_runs[id(r)].by_queryid for r in contender.runs]
+
+    def time(runs: list[dict[str, RunStatement]], queryid: str | None) -> float:
+        if queryid is None:
+            return 0.0
+        return sum(r[queryid].time_ms for r in runs if queryid in r) / len(runs)
+
+    ranked = sorted(_pairs(base_runs, cont_runs),
+                    key=lambda p: max(time(base_runs, p[1]), time(cont_runs, p[2])),
+                    reverse=True)
+    out.more = max(0, len(ranked) - limit)
+    for text, base_id, cont_id in ranked[:limit]:
+        sides: dict[int, RunStatement] = {}
+        for runs, group, queryid in ((base_runs, base, base_id), (cont_runs, contender,
+                                                                   cont_id)):
+            for run, found in zip(group.runs, runs, strict=True):
+                if queryid is not None and queryid in found:
+                    sides[id(run)] = found[queryid]
+        metrics = [_metric("calls_per_s", "calls/s", "calls/s", "higher", "calls", sides,
+                           reads),
+                   _metric("mean_ms", "mean ms", "ms", "lower", "mean_ms", sides, reads),
+                   _metric("time_ms_per_s", "time", "ms/s", "lower", "exec_ms", sides,
+                           reads)]
+        results = [compare_metric(m, base, contender, noise, confidence) for m in metrics]
+        out.statements.append(StatementResult(
+            text, base_id, cont_id, results, time(base_runs, base_id),
+            time(cont_runs, cont_id)))
+    return out
+
+
+def short_text(text: str, chars: int = TEXT_CHARS) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= chars else text[: chars - 1] + "…"
+
+
+def as_dict(found: StatementsComparison) -> dict[str, object]:
+    """JSON of `pglab compare --format json`."""
+    return {
+        "missing": found.missing,
+        "more": found.more,
+        "statements": [{
+            "text": s.text, "base_queryid": s.base_queryid,
+            "contender_queryid": s.contender_queryid,
+            "metrics": [{"metric": r.metric.name, "unit": r.unit, "base": r.base,
+                         "contender": r.contender, "delta_pct": r.delta_pct,
+                         "ci_pct": list(r.ci_pct) if r.ci_pct else None,
+                         "verdict": r.verdict, "note": r.note} for r in s.metrics],
+        } for s in found.statements],
+    }
