@@ -11,7 +11,9 @@ replaced, which is the best a tokenizer can say of a statement it cannot parse.
 from __future__ import annotations
 
 import re
+from types import ModuleType
 
+_pglast: ModuleType | None
 try:
     from pglast import parser as _pglast
 except ImportError:  # pragma: no cover - a dependency; a broken install still reads logs
@@ -31,7 +33,7 @@ def normalise(text: str) -> str:
         try:
             found: str = _pglast.normalize(text)
             return _SPACE.sub(" ", found).strip().rstrip(";").strip()
-        except Exception:  # noqa: BLE001 - pglast raises its own and the C parser's errors
+        except Exception:  # pglast raises its own errors and the C parser's
             pass
     return _SPACE.sub(" ", _NUMBER.sub("$0", _STRING.sub("$0", text))).strip()
 

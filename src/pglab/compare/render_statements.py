@@ -18,7 +18,7 @@ _STYLE = {"better": "green", "worse": "red", "no significant difference": "dim"}
 
 
 def _label(statement: StatementResult) -> str:
-    ids = {statement.base_queryid, statement.contender_queryid} - {None}
+    ids = {q for q in (statement.base_queryid, statement.contender_queryid) if q}
     where = ("" if statement.base_queryid and statement.contender_queryid
              else " (base only)" if statement.base_queryid else " (contender only)")
     return f"{short_text(statement.text)}{where} [queryid {'/'.join(sorted(ids))}]" \
@@ -27,12 +27,21 @@ def _label(statement: StatementResult) -> str:
 
 def rows(statement: StatementResult) -> list[tuple[str, ...]]:
     """HEADERS' cells: the statement on its first row only."""
-    out = []
+    out: list[tuple[str, ...]] = []
     for index, result in enumerate(statement.metrics):
         title, _stat, base, contender, delta, interval, verdict = cells.row(result)
         out.append((_label(statement) if index == 0 else "", title, base, contender, delta,
                     interval, verdict))
     return out
+
+
+def plan_rows(statement: StatementResult) -> list[tuple[str, str]]:
+    """The two plans side by side, a node a row (blank where one side has fewer)."""
+    if statement.plans is None:
+        return []
+    base, contender = statement.plans
+    return [(base[i] if i < len(base) else "", contender[i] if i < len(contender) else "")
+            for i in range(max(len(base), len(contender)))]
 
 
 def _more(found: StatementsComparison) -> str:
@@ -59,6 +68,12 @@ def terminal(console: Console, found: StatementsComparison | None) -> None:
             console.print(f"      {title}: {base} -> {contender}, {delta}"
                           + (f" {interval}" if interval else "") + f": {shown}",
                           highlight=False)
+        pairs = plan_rows(statement)
+        if pairs:
+            width = max(len(b) for b, _ in pairs)
+            console.print("      [bold]plan changed[/bold] (base | contender)")
+            for left, right in pairs:
+                console.print(f"        {left.ljust(width)} | {right}", highlight=False)
     if found.more:
         console.print(f"    {_more(found)}", style="dim", highlight=False)
     console.print(f"    {NOTE}", style="dim", highlight=False)
@@ -81,6 +96,12 @@ def markdown(found: StatementsComparison | None) -> list[str]:
                            for i in range(len(HEADERS)))]
     for statement in found.statements:
         lines += ["| " + " | ".join(_md(c) for c in row) + " |" for row in rows(statement)]
+    for statement in found.statements:
+        pairs = plan_rows(statement)
+        if pairs:
+            lines += ["", f"**plan changed**: `{_md(short_text(statement.text))}`", "",
+                      "| base plan | contender plan |", "|---|---|"]
+            lines += [f"| `{_md(b) or ' '}` | `{_md(c) or ' '}` |" for b, c in pairs]
     lines += ["", f"_{NOTE}{'; ' + _more(found) if found.more else ''}_", "", "</details>",
               ""]
     return lines
@@ -102,6 +123,14 @@ def html(found: StatementsComparison | None) -> list[str]:
             parts.append("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row[:-1])
                          + f"<td class='{css}'>{escape(row[-1])}</td></tr>")
     parts.append("</table>")
+    for statement in found.statements:
+        if statement.plans is not None:
+            base, contender = statement.plans
+            parts.append(f"<h4>plan changed: <code>{escape(short_text(statement.text))}"
+                         "</code></h4><table><tr><th>base plan</th><th>contender plan</th>"
+                         f"</tr><tr><td style='text-align:left'><pre>"
+                         f"{escape(chr(10).join(base))}</pre></td><td style='text-align:left'>"
+                         f"<pre>{escape(chr(10).join(contender))}</pre></td></tr></table>")
     parts.append(f"<p class='na'>{escape(NOTE)}{escape('; ' + _more(found)) if found.more else ''}"
                  "</p>")
     return parts

@@ -20,13 +20,15 @@ named once per contender and its statements are not compared.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from pglab.analysis.plans import StatementPlans, run_plans, shape
+from pglab.analysis.statements import comparable
+from pglab.analysis.statements import statement_texts as event_texts
 from pglab.compare.metrics import Measure, Metric
 
 if TYPE_CHECKING:
@@ -55,26 +57,6 @@ class RunStatement:
         return sum(self.exec_ms)
 
 
-def comparable_text(text: str) -> str:
-    return " ".join(text.split()).rstrip(";").lower()
-
-
-def statement_texts(events: pl.DataFrame | None) -> dict[str, str]:
-    """queryid -> normalised text, from a run's `statement-text` events (its primary)."""
-    if events is None or events.height == 0:
-        return {}
-    out: dict[str, str] = {}
-    rows = events.filter((pl.col("kind") == "statement-text") & (pl.col("node") == NODE))
-    for (attrs,) in rows.select("attrs").iter_rows():
-        try:
-            parsed = json.loads(attrs) if attrs else {}
-        except json.JSONDecodeError:
-            continue
-        if isinstance(parsed, dict) and parsed.get("queryid") is not None:
-            out[str(parsed["queryid"])] = str(parsed.get("query") or "")
-    return out
-
-
 @dataclass(frozen=True)
 class RunStatements:
     reads: int  # of db.statements in the measured window
@@ -98,7 +80,8 @@ def run_statements(run: RunData) -> RunStatements | None:
                                                ).select("t", "metric", "label",
                                                         "value").iter_rows():
         values[str(label)][str(metric)][t] = float(value)
-    texts = statement_texts(run.events)
+    texts = (event_texts(run.events).texts.get(NODE, {}) if run.events is not None
+             else {})
     out: dict[str, RunStatement] = {}
     for queryid, by_metric in values.items():
         calls = [by_metric["calls"].get(t, 0.0) for t in reads]
@@ -119,6 +102,8 @@ class StatementResult:
     metrics: list[MetricResult]
     base_time_ms: float  # the statements' execution time over the measured reads, per run
     contender_time_ms: float
+    # (base, contender) plan outlines when the statement's usual plan differs between them
+    plans: tuple[list[str], list[str]] | None = None
 
 
 @dataclass
@@ -152,11 +137,11 @@ def _pairs(base: list[dict[str, RunStatement]], contender: list[dict[str, RunSta
     """(text, base queryid, contender queryid): by queryid, else by the same text."""
     base_ids = {q: s.text for run in base for q, s in run.items()}
     cont_ids = {q: s.text for run in contender for q, s in run.items()}
-    by_text = {comparable_text(t): q for q, t in cont_ids.items()}
+    by_text = {comparable(t): q for q, t in cont_ids.items()}
     pairs: list[tuple[str, str | None, str | None]] = []
     matched: set[str] = set()
     for queryid, text in base_ids.items():
-        other = queryid if queryid in cont_ids else by_text.get(comparable_text(text))
+        other = queryid if queryid in cont_ids else by_text.get(comparable(text))
         if other is not None and other in matched:
             other = None
         if other is not None:
@@ -164,6 +149,29 @@ def _pairs(base: list[dict[str, RunStatement]], contender: list[dict[str, RunSta
         pairs.append((text, queryid, other))
     pairs += [(text, None, q) for q, text in cont_ids.items() if q not in matched]
     return pairs
+
+
+def _usual_plans(runs: list[RunData]) -> dict[str, list[str]]:
+    """comparable text -> the plan a side ran the statement with most: the shape logged
+    most often by auto_explain, else its generic plan when it first ran."""
+    counts: dict[str, dict[tuple[str, ...], tuple[int, list[str]]]] = defaultdict(dict)
+    for run in runs:
+        events = run.events
+        if events is None:
+            continue
+        plans = run_plans(events, event_texts(events))
+        for key, statement in plans.statements.items():
+            _count(counts[key], statement)
+    return {key: max(found.values(), key=lambda v: v[0])[1] for key, found in counts.items()
+            if found}
+
+
+def _count(into: dict[tuple[str, ...], tuple[int, list[str]]],
+           statement: StatementPlans) -> None:
+    for seen in statement.plans.values():
+        weight = seen.count if seen.source == "auto_explain" else 0
+        before = into.get(shape(seen.outline), (0, seen.outline))
+        into[shape(seen.outline)] = (before[0] + weight, before[1])
 
 
 def compare_statements(base: Group, contender: Group, noise: float, confidence: float,
@@ -192,6 +200,7 @@ def compare_statements(base: Group, contender: Group, noise: float, confidence: 
                     key=lambda p: max(time(base_runs, p[1]), time(cont_runs, p[2])),
                     reverse=True)
     out.more = max(0, len(ranked) - limit)
+    base_plans, cont_plans = _usual_plans(base.runs), _usual_plans(contender.runs)
     for text, base_id, cont_id in ranked[:limit]:
         sides: dict[int, RunStatement] = {}
         for runs, group, queryid in ((base_runs, base, base_id), (cont_runs, contender,
@@ -205,9 +214,13 @@ def compare_statements(base: Group, contender: Group, noise: float, confidence: 
                    _metric("time_ms_per_s", "time", "ms/s", "lower", "exec_ms", sides,
                            reads)]
         results = [compare_metric(m, base, contender, noise, confidence) for m in metrics]
+        key = comparable(text)
+        base_plan, cont_plan = base_plans.get(key), cont_plans.get(key)
+        changed = ((base_plan, cont_plan) if base_plan is not None and cont_plan is not None
+                   and shape(base_plan) != shape(cont_plan) else None)
         out.statements.append(StatementResult(
             text, base_id, cont_id, results, time(base_runs, base_id),
-            time(cont_runs, cont_id)))
+            time(cont_runs, cont_id), changed))
     return out
 
 
@@ -224,6 +237,7 @@ def as_dict(found: StatementsComparison) -> dict[str, object]:
         "statements": [{
             "text": s.text, "base_queryid": s.base_queryid,
             "contender_queryid": s.contender_queryid,
+            **({"plans": {"base": s.plans[0], "contender": s.plans[1]}} if s.plans else {}),
             "metrics": [{"metric": r.metric.name, "unit": r.unit, "base": r.base,
                          "contender": r.contender, "delta_pct": r.delta_pct,
                          "ci_pct": list(r.ci_pct) if r.ci_pct else None,

@@ -89,7 +89,7 @@ PLANS_LIBRARY = "auto_explain"
 # A statement slower than this has its plan written to the server log (auto_explain, JSON):
 # slow enough that a pgbench statement's plan is logged only when it went wrong, so the
 # log stays small; a scenario sets auto_explain.log_min_duration to change it.
-PLANS_MIN_DURATION = "50ms"
+PLANS_MIN_DURATION = "100ms"
 
 
 def statement_settings(bins: PgBinaries) -> dict[str, str]:
