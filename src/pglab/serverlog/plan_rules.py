@@ -7,7 +7,9 @@ the outline alone (node kinds, relations, indexes; no costs, no row counts), so 
 plans of one statement are the same plan exactly when their shapes are. A plan cut short
 (a log copied while it was written, a line limit of the log's transport) keeps what it
 had: the nodes it names, `cut: true`, and no plan_id (the extractor counts it as not
-understood, which the reader says once).
+understood, which the reader says once). Its text is what auto_explain logs, the
+client's whole query string: several statements sent in one string are one text, which
+names none of pg_stat_statements' statements (each of those is one of them).
 """
 
 from __future__ import annotations
@@ -28,9 +30,9 @@ PLAN_RE = re.compile(r"duration: ([\d.]+) ms  plan:\s*(.*)", re.S)
 OUTLINE_MAX = 40  # plan nodes kept in an event
 _QUERY_TEXT = re.compile(r'"Query Text": "((?:[^"\\]|\\.)*)"')
 _NODE_TYPE = re.compile(r'"Node Type": "([^"]+)"')
-# the text format: the node lines, with "->" below the top one
-_TEXT_NODE = re.compile(r"^(\s*)(?:->\s+)?([A-Z][A-Za-z ]+?(?: using \S+)?(?: on \S+)?"
-                        r"(?: \S+)?)\s+\(cost=")
+# the text format: a node's line is its name then its costs; below the top one, after
+# "->  ", six columns deeper a level
+_TEXT_NODE = re.compile(r"^( *)(->  )?(\S.*?)  \(cost=")
 
 
 def _node_line(node: dict[str, Any]) -> str:
@@ -64,17 +66,23 @@ def plan_id(outline: list[str]) -> str:
 
 
 def _text_outline(body: str) -> tuple[str, list[str]]:
-    """auto_explain.log_format = text: `Query Text: ...` and the plan's node lines."""
+    """auto_explain.log_format = text: `Query Text: ...` and the plan's node lines, named
+    as the JSON outline names them where the words allow (`Seq Scan on accounts`, its
+    alias left out)."""
     query, lines = "", []
-    rows = body.splitlines()
-    for index, row in enumerate(rows):
+    for row in body.splitlines():
         if row.startswith("Query Text: "):
             query = row[len("Query Text: "):]
             continue
         m = _TEXT_NODE.match(row)
-        if m is not None:
-            depth = len(m.group(1)) // 6 + (1 if "->" in row else 0) if index else 0
-            lines.append("  " * depth + m.group(2).strip())
+        if m is None:
+            continue
+        depth = (len(m.group(1)) - 2) // 6 + 1 if m.group(2) else 0
+        name = m.group(3)
+        if " on " in name:  # "Seq Scan on accounts a": the alias is no part of the plan
+            head, _, rest = name.partition(" on ")
+            name = f"{head} on {rest.split()[0]}"
+        lines.append("  " * depth + name)
     return query, lines[:OUTLINE_MAX]
 
 

@@ -4,7 +4,7 @@
 # same auto_explain plans (auto_explain.log_format = json) in stderr, csvlog and jsonlog at
 # once. It provokes: a statement found by its index, the same statement after the index
 # is dropped (a plan change: Seq Scan), a join, an UPDATE, and a statement through the
-# extended protocol (pgbench -M prepared).
+# extended protocol (pgbench -M prepared); then two plans in auto_explain's text format.
 #
 #   sudo tests/samples/serverlog/make_auto_explain.sh       # both versions
 #   sudo tests/samples/serverlog/make_auto_explain.sh 15    # one
@@ -91,6 +91,10 @@ EOF
     chmod a+r "$ROOT/select.sql"
     env -u PGOPTIONS LC_ALL=C PGHOST="$SOCK" PGPORT="$PORT" PGUSER=postgres PGDATABASE=postgres \
         "$BIN/pgbench" -n -M prepared -t 2 -f "$ROOT/select.sql" >/dev/null 2>&1
+    # the text format (auto_explain's default), as a server configured without json logs it
+    sql -c "SET auto_explain.log_format = text" -c "SET auto_explain.log_min_duration = 0" \
+        -c "SELECT abalance FROM accounts WHERE aid = 4244" \
+        -c "SELECT b.name, sum(a.abalance) FROM accounts a JOIN branches b ON b.bid = a.bid GROUP BY b.name" -o /dev/null
     "$BIN/postgres" --version >"$ROOT/version.txt"
     runuser -u "$RUNAS" -- "$BIN/pg_ctl" -D "$DATA" -m fast -w stop >/dev/null
     local out=$HERE/auto_explain/pg$major
