@@ -50,8 +50,8 @@ def groups() -> dict[str, Group]:
 
 
 def test_every_printed_estimate_lies_inside_its_interval(groups: dict[str, Group]) -> None:
-    """Every ordered pair of sample runs, every metric, every format (JSON, Markdown, HTML;
-the terminal for four bases): the delta printed is
+    """Every ordered pair of sample runs, every metric (a statement's too), every format
+    (JSON, Markdown, HTML; the terminal for four bases): the delta printed is
     of the statistic its interval is for, so it lies inside it (a stall run's whole-run
     latency beside an interval of the median of its seconds would read +6.1% [-56.0%,
     -9.4%] 'better')."""
@@ -65,6 +65,10 @@ the terminal for four bases): the delta printed is
         terminal = name in ("checkpoint", "control", "lock", "sync-paused")
         data = json.loads(json.dumps(as_dict(comparison)))
         rows = [m for c in data["contenders"] for m in c["metrics"] if m["ci_pct"]]
+        # and each statement's rows, of the runs with pg_stat_statements on both sides
+        rows += [m for c in data["contenders"]
+                 for s in (c.get("statements") or {}).get("statements") or []
+                 for m in s["metrics"] if m["ci_pct"]]
         for metric in rows:
             low, high = metric["ci_pct"]
             assert low <= metric["delta_pct"] <= high, (name, metric)

@@ -22,21 +22,23 @@ named once per contender and its statements are not compared.
 
 from __future__ import annotations
 
+import weakref
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from pglab.analysis.plans import StatementPlans, run_plans, shape
+from pglab.analysis.plans import RunPlans, StatementPlans, run_plans, shape
 from pglab.analysis.statements import comparable
 from pglab.analysis.statements import statement_texts as event_texts
 from pglab.compare.metrics import Measure, Metric
 
+from pglab.compare.rundata import RunData
+
 if TYPE_CHECKING:
     from pglab.compare.comparison import MetricResult
     from pglab.compare.groups import Group
-    from pglab.compare.rundata import RunData
 
 SOURCE = "db.statements"  # probes.db_statements.StatementStats.name
 NODE = "primary"
@@ -65,9 +67,20 @@ class RunStatements:
     by_queryid: dict[str, RunStatement]
 
 
+# Read once per run: a comparison of many runs compares each with several others.
+_READ: weakref.WeakKeyDictionary[RunData, RunStatements | None] = weakref.WeakKeyDictionary()
+_PLANS: weakref.WeakKeyDictionary[RunData, RunPlans] = weakref.WeakKeyDictionary()
+
+
 def run_statements(run: RunData) -> RunStatements | None:
     """The run's statements by queryid, or None when it has no `db.statements` reads in
     its measured window (the probe was off, or the server had no pg_stat_statements)."""
+    if run not in _READ:
+        _READ[run] = _read_statements(run)
+    return _READ[run]
+
+
+def _read_statements(run: RunData) -> RunStatements | None:
     frame, window = run.timeseries, run.window
     if frame is None or window is None:
         return None
@@ -158,11 +171,11 @@ def _usual_plans(runs: list[RunData]) -> dict[str, list[str]]:
     most often by auto_explain, else its generic plan when it first ran."""
     counts: dict[str, dict[tuple[str, ...], tuple[int, list[str]]]] = defaultdict(dict)
     for run in runs:
-        events = run.events
-        if events is None:
-            continue
-        plans = run_plans(events, event_texts(events))
-        for key, statement in plans.statements.items():
+        if run not in _PLANS:
+            events = run.events
+            _PLANS[run] = (RunPlans() if events is None
+                           else run_plans(events, event_texts(events)))
+        for key, statement in _PLANS[run].statements.items():
             _count(counts[key], statement)
     return {key: max(found.values(), key=lambda v: v[0])[1] for key, found in counts.items()
             if found}
@@ -238,7 +251,8 @@ def as_dict(found: StatementsComparison) -> dict[str, object]:
             "text": s.text, "base_queryid": s.base_queryid,
             "contender_queryid": s.contender_queryid,
             **({"plans": {"base": s.plans[0], "contender": s.plans[1]}} if s.plans else {}),
-            "metrics": [{"metric": r.metric.name, "unit": r.unit, "base": r.base,
+            "metrics": [{"metric": r.metric.name, "unit": r.unit, "statistic": r.statistic,
+                         "base": r.base,
                          "contender": r.contender, "delta_pct": r.delta_pct,
                          "ci_pct": list(r.ci_pct) if r.ci_pct else None,
                          "verdict": r.verdict, "note": r.note} for r in s.metrics],
