@@ -33,7 +33,6 @@ from pglab.analysis.plans import RunPlans, StatementPlans, run_plans, shape
 from pglab.analysis.statements import comparable
 from pglab.analysis.statements import statement_texts as event_texts
 from pglab.compare.metrics import Measure, Metric
-
 from pglab.compare.rundata import RunData
 
 if TYPE_CHECKING:
