@@ -1,19 +1,20 @@
 """How well does a stall name its statement? One known statement among ten, for real.
 
-A pgbench script of ten statements, each of another shape (ten queryids), one of them the
-only one that reads pgbench_tellers. A `sql` fault holds LOCK TABLE pgbench_tellers for
-`--hold` seconds: that statement, and only it, waits, and every transaction queues behind
-it. The truth the scenario made is read from pg_stat_statements itself (`db.statements`:
-the execution time each statement finished with in the stall's seconds and the next,
-which holds the queued statements' waits as they complete), independent of the wait
-sampler. The attribution is pglab's: the stall's `statements` in analysis.json, each
-one's share of the client backends' samples (db.statement_waits at wait_sampling_hz).
+A pgbench script of ten statements, each of another shape (ten queryids): nine read
+pgbench_tellers by its key, one (the known statement) reads pgbench_accounts by its key.
+A `sql` fault drops pgbench_accounts' primary key at 6 s and a second makes it again at
+`6 + --hold` s: while it is gone, the known statement, and only it, scans the table, and
+the stall is its. The truth the scenario made is read from pg_stat_statements itself
+(`db.statements`: each statement's execution time in the stall's seconds), independent
+of the wait sampler. The attribution is pglab's: the stall's `statements` in
+analysis.json, each one's share of the client backends' samples (db.statement_waits at
+wait_sampling_hz).
 
-    python bench/statement_attribution.py [--runs 3] [--hold 4] [--clients 4]
+    python bench/statement_attribution.py [--runs 3] [--hold 6] [--clients 4]
 
 Prints per run: the known statement's attributed share, its share of the execution time
-(the truth), the difference, and its rank among the stall's statements (1 = named
-first); then the medians.
+(the truth), and its rank among the stall's statements (1 = named first); then the
+medians and the median difference.
 """
 
 from __future__ import annotations
@@ -29,22 +30,22 @@ from pathlib import Path
 
 import polars as pl
 
-SHAPES = ("abalance", "abs(abalance)", "sign(abalance)", "length(filler)", "md5(filler)",
-          "lower(filler)", "upper(filler)", "abalance::text", "bid")
-KNOWN = "SELECT sum(tbalance) FROM pgbench_tellers WHERE tid = :tid"
+SHAPES = ("tbalance", "abs(tbalance)", "sign(tbalance)", "length(filler)", "md5(filler)",
+          "lower(filler)", "upper(filler)", "tbalance::text", "bid")
+KNOWN = "SELECT abalance FROM pgbench_accounts WHERE aid = :aid"
+KNOWN_TABLE = "pgbench_accounts"
 
 
 def script() -> str:
     lines = ["\\set aid random(1, 100000 * :scale)", "\\set tid random(1, 10 * :scale)",
              "BEGIN;"]
-    lines += [f"SELECT {shape} FROM pgbench_accounts WHERE aid = :aid;" for shape in SHAPES[:5]]
+    lines += [f"SELECT {shape} FROM pgbench_tellers WHERE tid = :tid;" for shape in SHAPES[:5]]
     lines.append(f"{KNOWN};")
-    lines += [f"SELECT {shape} FROM pgbench_accounts WHERE aid = :aid;" for shape in SHAPES[5:]]
+    lines += [f"SELECT {shape} FROM pgbench_tellers WHERE tid = :tid;" for shape in SHAPES[5:]]
     return "\n".join([*lines, "END;"]) + "\n"
 
 
 def scenario(hold: float, clients: int) -> str:
-    held = f"BEGIN; LOCK TABLE pgbench_tellers IN EXCLUSIVE MODE; SELECT pg_sleep({hold}); COMMIT"
     return f"""name = "attribution"
 [workload]
 scale = 2
@@ -52,12 +53,16 @@ mix = []
 scripts = ["ten.sql"]
 clients = {clients}
 jobs = 2
-duration = "16s"
+duration = "{12 + hold:g}s"
 warmup = "2s"
 [[faults]]
 at = "6s"
 action = "sql"
-args = {{ sql = "{held}" }}
+args = {{ sql = "ALTER TABLE pgbench_accounts DROP CONSTRAINT pgbench_accounts_pkey" }}
+[[faults]]
+at = "{6 + hold:g}s"
+action = "sql"
+args = {{ sql = "ALTER TABLE pgbench_accounts ADD PRIMARY KEY (aid)" }}
 """
 
 
@@ -68,22 +73,23 @@ def measure(run: Path) -> dict[str, float | int | None]:
         return {"attributed": None, "truth": None, "rank": None}
     stall = max(stalls, key=lambda s: s["seconds"])
     known = [i for i, s in enumerate(stall["statements"])
-             if "pgbench_tellers" in str(s.get("text"))]
+             if KNOWN_TABLE in str(s.get("text"))]
     attributed = stall["statements"][known[0]]["share"] if known else 0.0
     events = pl.read_parquet(run / "events.parquet").filter(
         pl.col("kind") == "statement-text")
     texts = {json.loads(a)["queryid"]: json.loads(a)["query"] for a in events["attrs"]}
     start = dt.datetime.fromisoformat(stall["start"])
-    end = dt.datetime.fromisoformat(stall["end"]) + dt.timedelta(seconds=1)
+    end = dt.datetime.fromisoformat(stall["end"])
     ts = pl.read_parquet(run / "timeseries.parquet").filter(
         (pl.col("source") == "db.statements") & (pl.col("metric") == "exec_ms")
         & (pl.col("t") >= start) & (pl.col("t") < end))
     spent = ts.group_by("label").agg(pl.col("value").sum())
-    # client statements only: the fault's own LOCK TABLE and pg_sleep are not the load's
+    # client statements only: the faults' ALTER TABLEs are not the load's
     load = {label: value for label, value in spent.iter_rows()
-            if not any(word in texts.get(label, "") for word in ("pg_sleep", "LOCK TABLE"))}
+            if not texts.get(label, "").startswith("ALTER TABLE")}
     total = sum(load.values()) or 1.0
-    truth = sum(v for q, v in load.items() if "pgbench_tellers" in texts.get(q, "")) / total
+    truth = sum(v for q, v in load.items() if texts.get(q, "").startswith(
+        "SELECT abalance FROM pgbench_accounts")) / total
     return {"attributed": attributed, "truth": round(truth, 3),
             "rank": known[0] + 1 if known else None}
 
@@ -91,7 +97,7 @@ def measure(run: Path) -> dict[str, float | int | None]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--hold", type=float, default=4.0)
+    parser.add_argument("--hold", type=float, default=6.0)
     parser.add_argument("--clients", type=int, default=4)
     args = parser.parse_args()
     found = []

@@ -6,19 +6,22 @@ statement against a run of the same built-in without the fault."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import polars as pl
 import pytest
 
 from conftest import run_cli
-from pglab.analysis.analyze import build_analysis
+from pglab.analysis.analyze import analyze_run, build_analysis
 from pglab.analysis.loading import load_run_frames
 from pglab.analysis.plans import run_plans
 from pglab.analysis.statements import comparable, statement_texts
 from pglab.compare.comparison import as_dict, compare
 from pglab.compare.groups import load_group
 from pglab.compare.render import render_text
+from pglab.report.model import build_model
+from pglab.report.page import render
 from pglab.serverlog import parse_log_file
 from pglab.sqltext import normalise
 
@@ -173,3 +176,20 @@ def test_a_run_without_statements_data_is_said_once() -> None:
         assert len(said) == 1 and "no pg_stat_statements data (db.statements) in runs/lock" \
             in said[0], said
         assert "TPS" in text
+
+
+def test_analyze_details_and_the_report_show_both_plans(tmp_path: Path) -> None:
+    run = tmp_path / "plan-flip"
+    shutil.copytree(FLIP, run)
+    analyze_run(run)
+    result = run_cli("analyze", str(run), "--details")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    changed = [i for i, line in enumerate(lines) if line.startswith("    plan changed at ")]
+    assert len(changed) == 2, result.stdout
+    assert lines[changed[0] + 1].startswith("      before: ")
+    assert "Index Scan using pgbench_accounts_pkey" in lines[changed[0] + 1]
+    assert "Seq Scan on pgbench_accounts" in lines[changed[0] + 2]
+    page = render(build_model(run))
+    assert "plans that changed" in page and "before: Index Scan using pgbench_accounts_pkey" \
+        in page

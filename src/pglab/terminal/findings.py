@@ -137,14 +137,12 @@ def print_findings(console: Console, analysis: AnalysisDocument,
             for entry in statements:
                 console.print(f"      - {escape(statement_line(entry))}", highlight=False)
         changes = [ch for ch in stall.get("plan_changes") or [] if isinstance(ch, dict)]
-        for change in changes:  # a plan that changed is the statement's story: always said
+        for change in changes if details else []:  # both plans (the cause names the first)
             console.print(f"    {escape(change_line(change))}", highlight=False)
-            if details:
-                for side in ("before", "after"):
-                    console.print(f"      {side}: " + escape(" / ".join(
-                        str(line).strip() for line in change.get(side) or [])),
-                        highlight=False)
-        left_out = left_out or bool(statements and not details)
+            for side in ("before", "after"):
+                console.print(f"      {side}: " + escape(" / ".join(
+                    str(line).strip() for line in change.get(side) or [])), highlight=False)
+        left_out = left_out or bool((statements or changes) and not details)
     if len(stalls) > shown:
         left_out = True
         console.print(f"  ... {len(stalls) - shown} smaller stall(s)"
