@@ -22,6 +22,7 @@ from pglab.analysis.evidence import EventView, Segment, WindowEvidence
 from pglab.analysis.kernel import receiver_line
 from pglab.analysis.names import busiest_queue
 from pglab.analysis.plans import access, change_entry, change_line
+from pglab.analysis.statements import CLIENTS_TURN
 from pglab.analysis.signals import (
     HEAD_HELD_UP,
     Finding,
@@ -725,8 +726,8 @@ def plan_change(ev: WindowEvidence) -> Finding | None:
     s = Score("plan-change")
     node = ev.nodes[0]
     waits: dict[str, float] = {}
-    for (where, source, _wait), by_label in ev.inside.sums.items():
-        if where == node and source == "db.statement_waits":
+    for (where, source, wait), by_label in ev.inside.sums.items():
+        if where == node and source == "db.statement_waits" and wait != CLIENTS_TURN:
             for label, count in by_label.items():
                 waits[label] = waits.get(label, 0.0) + count
     total = sum(waits.values())
