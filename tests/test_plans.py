@@ -129,6 +129,9 @@ def test_the_plan_flip_names_the_statement_and_its_plan_change() -> None:
     assert all(c["before_source"] == "generic plan" for c in changes)
     rules = [r["rule"] for r in document.recommendations]
     assert "plan-index" in rules and "autovacuum-analyze" not in rules
+    # the run's plan changes: these two, the flag of the run as a whole
+    assert [c["text"] for c in document.summary["plan_changes"]] == [
+        c["text"] for c in sorted(changes, key=lambda c: c["changed_at"])]
 
 
 def test_the_base_run_without_the_fault_has_no_plan_change() -> None:
@@ -136,6 +139,7 @@ def test_the_base_run_without_the_fault_has_no_plan_change() -> None:
     plans = run_plans(frames.events, statement_texts(frames.events))
     assert plans.changed() == []
     document = build_analysis(frames)
+    assert "plan_changes" not in document.summary
     assert all(c["cause"] != "plan-change" for s in document.stalls for c in s["causes"])
 
 

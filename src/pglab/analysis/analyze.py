@@ -319,6 +319,11 @@ def build_analysis(data: RunFrames) -> AnalysisDocument:
     summary = _summary(report, data)
     if idle:
         summary["idle_seconds"] = len(idle)  # left out of measured_seconds
+    if changes := plans.changed():  # within the run, in a stall or not
+        summary["plan_changes"] = [change_entry(st, before, after)
+                                   for st, before, after in changes]
+    if plans.cut:
+        summary["plans_cut"] = plans.cut
     summary["verdict"] = _verdict(stalls, steady, summary["degraded_pct"])
     found = _causes_found(stalls, steady)
     durability = _durability(data)
