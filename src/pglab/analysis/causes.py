@@ -22,7 +22,6 @@ from pglab.analysis.evidence import EventView, Segment, WindowEvidence
 from pglab.analysis.kernel import receiver_line
 from pglab.analysis.names import busiest_queue
 from pglab.analysis.plans import access, change_entry, change_line
-from pglab.analysis.statements import CLIENTS_TURN
 from pglab.analysis.signals import (
     HEAD_HELD_UP,
     Finding,
@@ -40,6 +39,7 @@ from pglab.analysis.signals import (
     wait_signal,
     waited_on_the_disk,
 )
+from pglab.analysis.statements import CLIENTS_TURN
 from pglab.results.manifest import Manifest
 
 MIN_CONFIDENCE = 0.2
