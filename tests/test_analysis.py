@@ -34,6 +34,7 @@ from pglab.scenario import load
 
 RUNS = SAMPLES / "runs"
 DESIGN_CAUSES = ("checkpoint-io", "wal-segment-init", "wal-write", "lock-contention",
+                 "plan-change",
                  "sync-replication", "vacuum-io", "memory-reclaim", "cpu-saturation",
                  "too-many-connections", "client-bound", "server-crash", "storage-device",
                  "network", "data-loss", "lying-write-cache", "no-write-barriers",

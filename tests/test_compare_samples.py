@@ -65,11 +65,11 @@ def _contenders(name: str, names: list[str]) -> list[str]:
 
 
 def test_every_printed_estimate_lies_inside_its_interval(groups: dict[str, Group]) -> None:
-    """Every sample run as a base and as a contender (KINDS), every metric, every format
-    (JSON, Markdown, HTML; the terminal for the four KINDS): the delta printed is of the
-    statistic its interval is for, so it lies inside it (a stall run's whole-run latency
-    beside an interval of the median of its seconds would read +6.1% [-56.0%, -9.4%]
-    'better')."""
+    """Every sample run as a base and as a contender (KINDS), every metric (a statement's
+    too), every format (JSON, Markdown, HTML; the terminal for the four KINDS): the delta
+    printed is of the statistic its interval is for, so it lies inside it (a stall run's
+    whole-run latency beside an interval of the median of its seconds would read +6.1%
+    [-56.0%, -9.4%] 'better')."""
     assert len(groups) >= 20 and set(KINDS) <= set(groups)
     names = sorted(groups)
     intervals = pairs = 0
@@ -80,6 +80,10 @@ def test_every_printed_estimate_lies_inside_its_interval(groups: dict[str, Group
         terminal = name in KINDS  # it prints the cells Markdown and HTML print (cells.row)
         data = json.loads(json.dumps(as_dict(comparison)))
         rows = [m for c in data["contenders"] for m in c["metrics"] if m["ci_pct"]]
+        # and each statement's rows, of the runs with pg_stat_statements on both sides
+        rows += [m for c in data["contenders"]
+                 for s in (c.get("statements") or {}).get("statements") or []
+                 for m in s["metrics"] if m["ci_pct"]]
         for metric in rows:
             low, high = metric["ci_pct"]
             assert low <= metric["delta_pct"] <= high, (name, metric)

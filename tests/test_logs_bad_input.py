@@ -89,10 +89,11 @@ def test_an_unknown_kind_is_refused_with_the_kinds(capsys: pytest.CaptureFixture
 
 
 def test_every_kind_made_is_a_kind_accepted() -> None:
-    """The samples provoke every kind there is (make_samples.sh): --kind accepts exactly
-    what the rules make."""
-    made = {e.kind for name in ("postgresql.log", "postgresql.csv")
-            for e in parse_log_file(SAMPLES / "serverlog" / "pg15" / name)[0]}
+    """The samples provoke every kind there is (make_samples.sh, and make_auto_explain.sh
+    for auto_explain's plans): --kind accepts exactly what the rules make."""
+    made = {e.kind for folder in ("pg15", "auto_explain/pg15")
+            for name in ("postgresql.log", "postgresql.csv")
+            for e in parse_log_file(SAMPLES / "serverlog" / folder / name)[0]}
     assert made == set(EVENT_KINDS)
 
 

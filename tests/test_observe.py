@@ -197,7 +197,7 @@ def test_a_row_lock_held_outside_is_named_by_the_analysis(observed: Observed,
     assert named, lock["evidence"]
     assert "of pgbench_branches behind pid" in named[0] and "(nightly-batch" in named[0]
     assert "idle in transaction" in named[0]
-    assert "UPDATE pgbench_branches SET bbalance = bbalance WHERE bid = ?" in named[0]
+    assert "UPDATE pgbench_branches SET bbalance = bbalance WHERE bid = $1" in named[0]
     # one session idle in its transaction for seconds: a long holder, whose fix the lab
     # can test, not a hot row
     assert lock.get("sub_cause") == "long-holder", lock

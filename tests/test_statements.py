@@ -198,7 +198,9 @@ def test_a_lab_run_records_statements_and_query_ids(tmp_path: Path) -> None:
     """A 3-s run of a two-statement script with a `sql` fault that resets
     pg_stat_statements mid-run: the extension preloaded, wait samples by query_id, the
     statements' texts once, the reset seen as one (no negative rate), the fault's two
-    statements run on its side connection. About 15 s with the template built."""
+    statements run on its side connection; the generic plan of a statement when it first
+    ran, and auto_explain's plan of the slow one from the server log. About 15 s with
+    the template built."""
     (tmp_path / "two.sql").write_text(
         "\\set aid random(1, 100000 * :scale)\n"
         "SELECT abalance FROM pgbench_accounts WHERE aid = :aid;\n"
@@ -217,6 +219,16 @@ def test_a_lab_run_records_statements_and_query_ids(tmp_path: Path) -> None:
     # its relations from its generic plan (EXPLAIN, never run)
     assert named["SELECT abalance FROM pgbench_accounts WHERE aid = $1"] == [
         "pgbench_accounts", "pgbench_accounts_pkey"]
+    plans = {json.loads(a)["query"]: json.loads(a).get("plan") for a in
+             events.filter(pl.col("kind") == "statement-text")["attrs"].to_list()}
+    assert plans["SELECT abalance FROM pgbench_accounts WHERE aid = $1"] == [
+        "Index Scan using pgbench_accounts_pkey on pgbench_accounts"]
+    # the fault's pg_sleep(0.5) passed auto_explain's threshold: its plan, from the log
+    # (its text the whole string the fault sent, as auto_explain logs it)
+    logged = [json.loads(a) for a in
+              events.filter(pl.col("kind") == "statement-plan")["attrs"].to_list()]
+    sleep = [p for p in logged if p["query"].startswith("SELECT pg_sleep($1);")]
+    assert sleep and sleep[0]["outline"] == ["Result"] and sleep[0]["plan_id"], logged
     calls = ts.filter((pl.col("source") == "db.statements") & (pl.col("metric") == "calls"))
     assert calls.height > 0 and calls["value"].min() > 0  # type: ignore[operator]
     resets = [json.loads(a) for a in

@@ -36,6 +36,8 @@ EXTRA = {
     "standby-slow-volume": ['faults=[{at="1s", action="bulk-update", args={rows=20000}}]'],
     # the durability built-ins: one cut (a cycle of a few seconds at scale 1)
     "crash-under-load": ['faults=[{at="1s", action="crash"}]'],
+    "plan-flip-index-dropped": ['faults=[{at="1s", action="sql", args={sql="ALTER TABLE '
+                                'pgbench_accounts DROP CONSTRAINT pgbench_accounts_pkey"}}]'],
     **{name: ['faults=[{at="1s", action="power-loss"}]']
        for name in ("power-loss-honest", "power-loss-lying-cache", "power-loss-async-commit",
                     "power-loss-fsync-off")},

@@ -19,6 +19,7 @@ from pglab.analysis.durability import durability_section
 from pglab.analysis.evidence import WindowEvidence, run_evidence
 from pglab.analysis.kernel import dominant_wait_line
 from pglab.analysis.loading import RunFrames, load_run_frames
+from pglab.analysis.plans import change_entry, run_plans
 from pglab.analysis.recommendations import (
     CAUSE_FLOOR,
     SHORT_STALL_S,
@@ -107,6 +108,9 @@ def _stall(ev: WindowEvidence, texts: StatementTexts) -> dict[str, Any]:
         "causes": [_finding(f) for f in causes],
         **({"kernel": kernel} if kernel else {}),
         **({"statements": statements} if (statements := stall_statements(ev, texts)) else {}),
+        **({"plan_changes": changes} if (changes := [
+            change_entry(st, before, after) for st, before, after
+            in ev.plans.changed(w.start, w.end)]) else {}),
     }
 
 
@@ -307,11 +311,19 @@ def build_analysis(data: RunFrames) -> AnalysisDocument:
                            else data.client)
     evidence, whole_run = run_evidence(data, report)
     texts = statement_texts(data.events)
+    plans = run_plans(data.events, texts)
+    for ev in evidence:
+        ev.plans = plans
     stalls = [_stall(ev, texts) for ev in evidence]
     steady = [_finding(f) for f in steady_causes(whole_run)] if whole_run else []
     summary = _summary(report, data)
     if idle:
         summary["idle_seconds"] = len(idle)  # left out of measured_seconds
+    if changes := plans.changed():  # within the run, in a stall or not
+        summary["plan_changes"] = [change_entry(st, before, after)
+                                   for st, before, after in changes]
+    if plans.cut:
+        summary["plans_cut"] = plans.cut
     summary["verdict"] = _verdict(stalls, steady, summary["degraded_pct"])
     found = _causes_found(stalls, steady)
     durability = _durability(data)

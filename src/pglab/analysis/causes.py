@@ -18,9 +18,10 @@ from typing import Any
 
 from pglab.analysis import steady as steady_state
 from pglab.analysis.durability import FLUSH_LAYERS, flush_scorer
-from pglab.analysis.evidence import EventView, WindowEvidence
+from pglab.analysis.evidence import EventView, Segment, WindowEvidence
 from pglab.analysis.kernel import receiver_line
 from pglab.analysis.names import busiest_queue
+from pglab.analysis.plans import access, change_entry, change_line
 from pglab.analysis.signals import (
     HEAD_HELD_UP,
     Finding,
@@ -38,6 +39,7 @@ from pglab.analysis.signals import (
     wait_signal,
     waited_on_the_disk,
 )
+from pglab.analysis.statements import CLIENTS_TURN
 from pglab.results.manifest import Manifest
 
 MIN_CONFIDENCE = 0.2
@@ -707,6 +709,61 @@ def server_crash(ev: WindowEvidence) -> Finding | None:
     return s.finding()
 
 
+PLAN_SHARE = 0.3  # of a window's statement samples: the changed statement held the stall
+PLAN_SLOWER = 5.0  # its time per call this many times the healthy seconds'
+
+
+def _time_per_call(segment: Segment, node: str, queryid: str) -> float | None:
+    calls = segment.total(node, "db.statements", "calls", queryid)
+    spent = segment.total(node, "db.statements", "exec_ms", queryid)
+    return spent / calls if calls > 0 else None
+
+
+def plan_change(ev: WindowEvidence) -> Finding | None:
+    """A statement whose plan changed (auto_explain's plans, its generic plan when it
+    first ran) took the window's backends: its share of their samples, its time per
+    call against the healthy seconds'. Sub-causes: `index-gone` when the plan before used
+    an index the plan after does not, else `plan-flip` (statistics, settings)."""
+    changes = ev.plans.changed(ev.window.start, ev.window.end)
+    if not changes:
+        return None
+    s = Score("plan-change")
+    node = ev.nodes[0]
+    waits: dict[str, float] = {}
+    for (where, source, wait), by_label in ev.inside.sums.items():
+        if where == node and source == "db.statement_waits" and wait != CLIENTS_TURN:
+            for label, count in by_label.items():
+                waits[label] = waits.get(label, 0.0) + count
+    total = sum(waits.values())
+    best = 0.0
+    for statement, before, after in changes[:3]:
+        line = change_line(change_entry(statement, before, after))
+        share = (waits.get(statement.queryid or "", 0.0) / total) if total else None
+        weight = 0.4 if share is None else 0.5 * min(1.0, share / PLAN_SHARE)
+        if share is not None:
+            line += f"; {pct(share)} of the window's statement samples"
+        inside = _time_per_call(ev.inside, node, statement.queryid or "")
+        healthy = _time_per_call(ev.healthy, node, statement.queryid or "")
+        if inside is not None and healthy:
+            line += f"; {healthy:.3g} ms a call in the healthy seconds, {inside:.3g} ms here"
+            if inside >= PLAN_SLOWER * healthy:
+                weight += 0.3
+        s.add(weight if weight > best else 0.05, line)
+        best = max(best, weight)
+        gone = [word.split(" using ", 1)[1].split(" on ", 1)[0] for word in before.outline
+                if " using " in word]
+        if gone and not any(f" using {index} " in f"{line} " for line in after.outline
+                            for index in gone):
+            s.sub = "index-gone"
+            s.add(0.0, f"the plan before used {', '.join(gone)}; the plan after "
+                       f"({access(after.outline)}) does not")
+        elif s.sub is None:
+            s.sub = "plan-flip"
+    if ev.plans.cut:
+        s.add(0.0, f"{ev.plans.cut} plan(s) were cut short in the log and not compared")
+    return s.finding()
+
+
 def _connection(label: str) -> frozenset[str]:
     """Both ends of a TCP connection, the same whichever end's socket `label` names: a
     standby on this host shows the one connection twice, as the walsender's socket and
@@ -828,6 +885,8 @@ CAUSES: tuple[Cause, ...] = (
     Cause("server-crash", "server crash/restart", server_crash),
     Cause("storage-device", "storage device hung, failed or slowed", storage_device),
     Cause("network", "network latency", network),
+    Cause("plan-change", "a statement's plan changed (an index gone, statistics)",
+          plan_change),
     Cause("data-loss", "acknowledged commits lost or data damaged by a crash or power loss",
           None, durability=data_loss),
     # one per layer that can drop a flush PostgreSQL asked for (durability.FLUSH_LAYERS)

@@ -25,6 +25,7 @@ import polars as pl
 
 from pglab.analysis.loading import RunFrames
 from pglab.analysis.names import ObjectNames
+from pglab.analysis.plans import RunPlans
 from pglab.analysis.stalls import StallReport, StallWindow
 from pglab.results.manifest import Manifest
 
@@ -157,6 +158,8 @@ class WindowEvidence:
     manifest: Manifest
     missing: list[str]
     names: ObjectNames = field(default_factory=ObjectNames)  # the whole run's OIDs named
+    # the whole run's plans per statement (set by the analysis, which reads their texts)
+    plans: RunPlans = field(default_factory=RunPlans)
 
     @property
     def cores(self) -> int:

@@ -669,6 +669,33 @@ RULES: tuple[Rule, ...] = (
          sub=("hot-row",),
          why_untestable="the fix is in the application's data model; pglab's pgbench "
                         "scripts (tpcb-like's branch row) would only measure another workload"),
+    Rule("plan-index", ("plan-change",),
+         "make again the index the statement's earlier plan used (the evidence names it and "
+         "both plans: CREATE INDEX CONCURRENTLY, then ANALYZE the table), and keep DDL that "
+         "drops or rebuilds indexes out of busy hours",
+         lambda f: {},
+         "the statement finds its rows through the index again: its time per call back to "
+         "what it was before the plan changed",
+         "building an index reads the whole table and slows writes to it while it is made",
+         testable=False,
+         not_when="the earlier plan's index is still there (then the statistics or a setting "
+                  "changed the plan: see autovacuum-analyze)",
+         sub=("index-gone",),
+         why_untestable="an index is the schema's, not a scenario key; a `sql` fault that "
+                        "makes it (faults = [{at = \"0s\", action = \"sql\", args = { sql = "
+                        "\"CREATE INDEX ...\" }}]) tries it in a run of your own"),
+    Rule("autovacuum-analyze", ("plan-change",),
+         "ANALYZE the tables the statement reads after a bulk change, and let autovacuum "
+         "analyze them sooner (autovacuum_analyze_scale_factor, per table with ALTER TABLE "
+         "... SET too): the planner chose the new plan from statistics that no longer "
+         "described the table",
+         lambda f: {"server.settings.autovacuum_analyze_scale_factor": "0.02"},
+         "statistics follow a bulk change within seconds, so the plan made from them fits "
+         "the table again",
+         "more frequent ANALYZE runs on big tables (each reads a sample of 300 x the "
+         "statistics target rows)",
+         not_when="the earlier plan used an index that is gone (see plan-index)",
+         sub=("plan-flip",)),
     Rule("quorum-commit", ("sync-replication",),
          "wait for any one of two synchronous standbys (synchronous_standby_names = "
          "'ANY 1 (standby1, standby2)'), so that one standby that stops answering no longer "

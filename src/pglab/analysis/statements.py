@@ -29,6 +29,9 @@ RUN_STATEMENTS = 20  # in the run's table, by total execution time
 MIN_SHARE = 0.02  # of a stall's samples: below, a statement is not listed
 TEXT_CHARS = 200  # the sampler keeps this much of a statement without query_id
 UNKNOWN = "(statement not identified: no query_id and no text readable)"
+# A backend idle in its transaction waits for its client's next statement with the last
+# one's query_id: that is the client's time, not the statement's.
+CLIENTS_TURN = "Client:ClientRead"
 _PARAM = re.compile(r"\$\d+")
 _SPACE = re.compile(r"\s+")
 
@@ -111,7 +114,7 @@ def _by_statement(segment: Segment, node: str, texts: StatementTexts
     when neither) and per wait."""
     out: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for (n, source, wait), by_label in segment.sums.items():
-        if n != node or source != STATEMENT_WAITS:
+        if n != node or source != STATEMENT_WAITS or wait == CLIENTS_TURN:
             continue
         for label, count in by_label.items():
             key = label
@@ -123,9 +126,10 @@ def _by_statement(segment: Segment, node: str, texts: StatementTexts
 
 def stall_statements(ev: WindowEvidence, texts: StatementTexts,
                      limit: int = STALL_STATEMENTS) -> list[dict[str, Any]]:
-    """The statements the window's client backends were running or waiting in: each
-    one's share of the window's samples against its share of the healthy seconds', and
-    its most sampled wait; the largest first."""
+    """The statements the window's client backends were running or waiting in (not
+    idle in a transaction between two: CLIENTS_TURN): each one's share of the window's
+    samples against its share of the healthy seconds', and its most sampled wait; the
+    largest first."""
     node = ev.nodes[0]
     inside = _by_statement(ev.inside, node, texts)
     healthy = _by_statement(ev.healthy, node, texts)

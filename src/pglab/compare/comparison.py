@@ -27,13 +27,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pglab.compare import stats
 from pglab.compare.envdiff import EnvDiff, compare_environments
 from pglab.compare.groups import Group
 from pglab.compare.metrics import BY_NAME, METRICS, Measure, Metric
 from pglab.errors import BadInput
+
+if TYPE_CHECKING:
+    from pglab.compare.statements import StatementsComparison
 
 DEFAULT_NOISE = 0.10
 NOISY_REPEATS_CV = 0.05  # repeats whose TPS spread (CV) exceeds this get a noise warning
@@ -90,6 +93,7 @@ class ContenderResult:
     metrics: list[MetricResult]
     env: EnvDiff
     warnings: list[str] = field(default_factory=list)
+    statements: StatementsComparison | None = None  # None: not asked for (--metric)
 
 
 @dataclass
@@ -188,6 +192,10 @@ def applies_to(metric: Metric, groups: list[Group]) -> bool:
 
 def compare(base: Group, contenders: list[Group], noise: float = DEFAULT_NOISE,
             confidence: float = 0.95, metric_names: list[str] | None = None) -> Comparison:
+    """BASE against each contender; statement by statement too unless `metric_names`
+    picks the rows."""
+    from pglab.compare.statements import compare_statements  # it calls compare_metric
+
     metrics = [BY_NAME[n] for n in metric_names] if metric_names else [
         m for m in METRICS if applies_to(m, [base, *contenders])]
     results = []
@@ -201,7 +209,9 @@ def compare(base: Group, contenders: list[Group], noise: float = DEFAULT_NOISE,
         warnings += [f"left out: {s}" for s in skipped[:4]]
         if len(skipped) > 4:
             warnings.append(f"left out: {len(skipped) - 4} more runs that did not complete")
-        results.append(ContenderResult(contender, rows, env, warnings))
+        found = (None if metric_names else
+                 compare_statements(base, contender, noise, confidence))
+        results.append(ContenderResult(contender, rows, env, warnings, found))
     return Comparison(base, results, noise, confidence)
 
 
@@ -253,6 +263,8 @@ def failed_conditions(comparison: Comparison, conditions: list[Condition]) -> li
 
 def as_dict(comparison: Comparison) -> dict[str, object]:
     """The comparison as JSON-serialisable data (`pglab compare --format json`)."""
+    from pglab.compare.statements import as_dict as statements_dict
+
     def metric(r: MetricResult) -> dict[str, object]:
         ci = r.ci_pct
         return {"metric": r.metric.name, "unit": r.unit, "better": r.metric.better,
@@ -273,6 +285,7 @@ def as_dict(comparison: Comparison) -> dict[str, object]:
             "environment": [{"category": cat, "key": key, "base": a, "contender": b}
                             for cat, key, a, b in c.env.rows],
             "metrics": [metric(r) for r in c.metrics],
+            **({"statements": statements_dict(c.statements)} if c.statements else {}),
         } for c in comparison.contenders],
         "failed_conditions": comparison.failed_conditions,
     }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from html import escape
 
-from pglab.compare import cells
+from pglab.compare import cells, render_statements
 from pglab.compare.comparison import Comparison
 
 _CSS = """
@@ -36,6 +36,7 @@ def render(comparison: Comparison) -> str:
             parts.append("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row[:-1])
                          + f"<td class='{css}'>{escape(row[-1])}</td></tr>")
         parts.append("</table>")
+        parts += render_statements.html(contender.statements)
         if contender.env.rows:
             parts.append("<h3>environment differences</h3><table><tr><th>what</th>"
                          "<th>base</th><th>contender</th></tr>")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pglab.compare import cells
+from pglab.compare import cells, render_statements
 from pglab.compare.comparison import Comparison
 
 _MARK = {"better": "✅ better", "worse": "❌ worse"}
@@ -30,6 +30,7 @@ def render(comparison: Comparison) -> str:
             row[-1] = _MARK.get(result.verdict, row[-1])
             lines.append("| " + " | ".join(_escape(c) for c in row) + " |")
         lines.append("")
+        lines += render_statements.markdown(contender.statements)
         if contender.env.rows:
             lines += ["<details><summary>environment differences</summary>", "",
                       "| what | base | contender |", "|---|---|---|"]

@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-from pglab.compare import cells
+from pglab.compare import cells, render_statements
 from pglab.compare.comparison import Comparison
 
 _ANY = 1_000_000  # columns: to measure the table's natural width
@@ -46,6 +46,7 @@ def render(console: Console, comparison: Comparison) -> None:
                    if cells.spread(r) and r.metric.name == "tps"]
         for line in spreads:
             console.print(f"  {line}", highlight=False)
+        render_statements.terminal(console, contender.statements)
         if contender.env.rows:
             console.print("  [bold]environment differences[/bold] (base -> contender)")
             for category, key, a, b in contender.env.rows:

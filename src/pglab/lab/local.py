@@ -85,19 +85,30 @@ def free_port() -> int:
 
 
 STATEMENTS_LIBRARY = "pg_stat_statements"
+PLANS_LIBRARY = "auto_explain"
+# A statement slower than this has its plan written to the server log (auto_explain, JSON):
+# slow enough that a pgbench statement's plan is logged only when it went wrong, so the
+# log stays small; a scenario sets auto_explain.log_min_duration to change it.
+PLANS_MIN_DURATION = "100ms"
 
 
 def statement_settings(bins: PgBinaries) -> dict[str, str]:
     """pg_stat_statements preloaded and query ids computed, where the binaries ship the
     library: wait samples then carry each backend's query_id, which the statements'
-    counters are keyed by. A build without it runs without (the probe says so once). A
-    scenario's shared_preload_libraries replaces this one (postgresql.auto.conf is read
-    last): it must name pg_stat_statements too to keep statements."""
-    if not library_path(bins, STATEMENTS_LIBRARY).is_file():
+    counters are keyed by; auto_explain beside it, writing the plans of statements slower
+    than PLANS_MIN_DURATION to the server log. A build without them runs without (the
+    probe says so once). A scenario's shared_preload_libraries replaces this one
+    (postgresql.auto.conf is read last): it must name both to keep statements and plans."""
+    libraries = [name for name in (STATEMENTS_LIBRARY, PLANS_LIBRARY)
+                 if library_path(bins, name).is_file()]
+    if not libraries:
         return {}
-    found = {"shared_preload_libraries": f"'{STATEMENTS_LIBRARY}'"}
-    if bins.major >= 14:
+    found = {"shared_preload_libraries": f"'{','.join(libraries)}'"}
+    if STATEMENTS_LIBRARY in libraries and bins.major >= 14:
         found["compute_query_id"] = "on"
+    if PLANS_LIBRARY in libraries:
+        found["auto_explain.log_min_duration"] = f"'{PLANS_MIN_DURATION}'"
+        found["auto_explain.log_format"] = "json"
     return found
 
 

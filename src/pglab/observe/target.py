@@ -271,7 +271,9 @@ def _facts(conn: psycopg.Connection[Any]) -> tuple[dict[str, Any], list[str]]:
     if not facts.get("rolsuper"):
         if not facts.get("all_stats"):
             missing.append(f"role {role} is not a member of pg_read_all_stats (or pg_monitor): "
-                           "other users' waits, queries and replication positions are hidden")
+                           "other users' waits, statements (texts and query ids in "
+                           "pg_stat_activity and pg_stat_statements: stalls and lock holders "
+                           "cannot name them) and replication positions are hidden")
         if not facts.get("all_settings"):
             missing.append(f"role {role} is not a member of pg_read_all_settings (or "
                            "pg_monitor): some settings read as hidden")

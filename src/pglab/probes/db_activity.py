@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from typing import Any
 
 import psycopg
@@ -12,14 +13,16 @@ from pglab.probes.base import ProbeContext, ProbeOutput, Sample
 from pglab.probes.capabilities import OWN_APPS_SQL, Capabilities, canonical_wait
 from pglab.probes.db_base import DbProbe, row_dict
 from pglab.probes.wal_clock import WalClock
+from pglab.sqltext import normalise
 
 # Waiting for work is not a wait worth counting: a background process in its main loop
 # (Activity) and a client session with nothing to do are idle, not samples. A client
 # backend's query_id (14+, with compute_query_id) groups its samples by statement too.
 # A statement has no query_id until it is parsed and analysed, and a wait for a table's
 # lock comes within that analysis (the table is locked as its name is resolved): such a
-# backend is grouped by its text instead, literals replaced by ? on the server, so that
-# a read returns a row per statement, not one per execution.
+# backend is grouped by its text instead, normalised here by PostgreSQL's own parser
+# (sqltext.normalise: constants as $n, as pg_stat_statements writes them), so that the
+# samples of one statement are one label, not one per execution.
 _WAITS_QUERY = f"""
 SELECT coalesce(backend_type, 'unknown'), wait_event_type, wait_event, {{query_id}},
        {{text}}, count(*)
@@ -31,16 +34,15 @@ WHERE pid <> pg_backend_pid()
 GROUP BY 1, 2, 3, 4, 5
 """
 TEXT_CHARS = 200  # of a statement without query_id: enough to tell statements apart
-# strings, then numbers not part of a name, then runs of white space
-_NORMALISED = (
-    f"regexp_replace(regexp_replace(regexp_replace(left(query, {TEXT_CHARS}), "
-    "$re$'([^']|'')*'$re$, '?', 'g'), $re$(?<![\\w$])-?\\d+(\\.\\d+)?([eE][-+]?\\d+)?$re$, "
-    "'?', 'g'), "
-    "$re$\\s+$re$, ' ', 'g')")
+
+
+@functools.lru_cache(maxsize=1024)  # a queue's waiters repeat their texts every sample
+def normalised(text: str) -> str:
+    return normalise(text)
 _WAITS_BY_STATEMENT = _WAITS_QUERY.format(
     query_id="CASE WHEN backend_type = 'client backend' THEN query_id END",
     text=("CASE WHEN backend_type = 'client backend' AND query_id IS NULL "
-          f"THEN {_NORMALISED} END"))
+          f"THEN left(query, {TEXT_CHARS}) END"))
 _WAITS_ONLY = _WAITS_QUERY.format(query_id="NULL::bigint", text="NULL::text")
 STATEMENT_WAITS = "db.statement_waits"  # the samples' source: a client backend per query_id
 TEXT_LABEL = "text:"  # the label of a statement known by its sampled text
@@ -75,7 +77,8 @@ class WaitSampler(DbProbe):
             if by_query and backend_type == CLIENT_BACKEND:
                 # "" for a backend with neither (its text hidden from the role, or none)
                 label = (str(query_id) if query_id is not None
-                         else TEXT_LABEL + text.strip() if text and text != HIDDEN else "")
+                         else TEXT_LABEL + normalised(text) if text and text != HIDDEN
+                         else "")
                 statement = (wait, label)
                 by_statement[statement] = by_statement.get(statement, 0) + int(count)
         for (wait, backend_type), count in by_backend.items():

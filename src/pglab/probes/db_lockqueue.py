@@ -3,7 +3,7 @@
 `db.lockqueue` reads, every interval while some lock is not granted, each waiting
 session's wanted lock, the row it queues for (the tuple lock a row-lock waiter holds or
 wants: relation, page and tuple), and the sessions blocking it (pg_blocking_pids) with
-their application, user, state, transaction age, query, normalised (literals -> ?), and
+their application, user, state, transaction age, query, normalised (constants -> $n), and
 what the holder itself waits on. One `lock-queue` event per (node, relation/row or lock,
 holder) from the first interval it is seen to the last, with the most waiters seen and
 how often the holder was seen in each wait (a holder stuck in its commit's WAL flush makes
@@ -16,7 +16,6 @@ left unnamed, and says so.
 from __future__ import annotations
 
 import datetime as dt
-import re
 from typing import Any
 
 import psycopg
@@ -25,6 +24,7 @@ from pglab.events import Event
 from pglab.probes.base import ProbeContext, ProbeOutput, Sample
 from pglab.probes.capabilities import Capabilities
 from pglab.probes.db_base import DbProbe
+from pglab.sqltext import normalise
 
 MAX_WAITERS = 50  # pg_blocking_pids takes the lock manager's locks: bounded per interval
 
@@ -57,18 +57,12 @@ CROSS JOIN LATERAL unnest(pg_blocking_pids(w.pid)) AS h(pid)
 LEFT JOIN pg_stat_activity a ON a.pid = h.pid
 """
 
-_STRING = re.compile(r"'(?:[^']|'')*'")
-_NUMBER = re.compile(r"(?<![\w$])-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?\b")
-_SPACE = re.compile(r"\s+")
-_IN_LIST = re.compile(r"\(\s*\?(?:\s*,\s*\?)+\s*\)")
-
-
 def normalise_query(query: str | None, limit: int = 300) -> str:
-    """Literals replaced by ?, whitespace collapsed: what the statement is, not its data."""
+    """What the statement is, not its data: constants as $n by PostgreSQL's own parser
+    (sqltext.normalise), as pg_stat_statements writes its texts."""
     if not query:
         return ""
-    text = _NUMBER.sub("?", _STRING.sub("?", query))
-    text = _IN_LIST.sub("(?, ...)", _SPACE.sub(" ", text).strip())
+    text = normalise(query)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

@@ -5,7 +5,8 @@ per statement (`label` = queryid), per-second rates of `calls`, `exec_ms`, `rows
 `shared_blks_hit`, `shared_blks_read`, `shared_blks_dirtied`, `temp_blks_written` and
 `wal_bytes` (13+), only for statements that ran in the interval. Its text is read once,
 when a statement first runs (a `statement-text` event: queryid, the normalised text as
-pg_stat_statements keeps it, the database). The view's entries come and go: a reset of
+pg_stat_statements keeps it, the database, and on 16+ the relations and outline of its
+generic plan). The view's entries come and go: a reset of
 all of them (pg_stat_statements_info.stats_reset, 14+), an entry evicted to make room
 (`dealloc`, 14+) or reset alone and made anew (its counters lower than at the last read,
 or its `stats_since` later, 17+) is counted from zero, never read as a negative delta,
@@ -32,6 +33,7 @@ from pglab.events import Event
 from pglab.probes.base import ProbeContext, ProbeOutput, Sample
 from pglab.probes.capabilities import Capabilities
 from pglab.probes.db_base import DbProbe
+from pglab.serverlog.plan_rules import outline_of
 
 # metric -> the view's column (None: the column of older versions, decided per server)
 COUNTERS: dict[str, str] = {
@@ -138,19 +140,22 @@ _PLANNABLE = re.compile(r"^\s*(select|insert|update|delete|merge|with|values|tab
                        re.IGNORECASE)
 
 
-def plan_relations(conn: psycopg.Connection[Any], query: str) -> list[str]:
-    """The tables and indexes a statement's generic plan reads (EXPLAIN (GENERIC_PLAN),
-    16+: planned with its $n parameters, never run; its relations named in this
-    database), or none: an older server, a utility statement, a plan refused."""
+def plan_relations(conn: psycopg.Connection[Any], query: str) -> tuple[list[str], list[str]]:
+    """The tables and indexes a statement's generic plan reads, and the plan's outline
+    (serverlog.plan_rules.outline_of, as auto_explain's plans are outlined: the plan the
+    statement had when it first ran, which a plan logged later is compared with), from
+    EXPLAIN (GENERIC_PLAN), 16+: planned with its $n parameters, never run; its relations
+    named in this database. Nothing for an older server, a utility statement, a plan
+    refused."""
     if conn.info.server_version < 160000 or not _PLANNABLE.match(query):
-        return []
+        return [], []
     try:
         row = conn.execute(f"EXPLAIN (GENERIC_PLAN, COSTS OFF, FORMAT JSON) {query}"
                            ).fetchone()
     except psycopg.errors.InsufficientPrivilege:
         raise  # the role may not read the tables: the caller says so once
     except psycopg.Error:  # a lock not granted in time, a text cut, a dropped table
-        return []
+        return [], []
     found: list[str] = []
 
     def walk(node: Any) -> None:
@@ -165,8 +170,11 @@ def plan_relations(conn: psycopg.Connection[Any], query: str) -> list[str]:
             for value in node:
                 walk(value)
 
-    walk(row[0] if row else None)
-    return found
+    document = row[0] if row else None
+    walk(document)
+    top = document[0] if isinstance(document, list) and document else {}
+    plan = top.get("Plan") if isinstance(top, dict) else None
+    return found, outline_of(plan) if isinstance(plan, dict) else []
 
 
 @dataclass
@@ -330,9 +338,10 @@ class StatementStats(DbProbe):
                               "texts of other users' statements are hidden from this role "
                               "(grant pg_read_all_stats): they are named by queryid only")
             relations: list[str] = []
+            outline: list[str] = []
             if not hidden and datname == conn.info.dbname and not state.unplannable:
                 try:
-                    relations = plan_relations(conn, query)
+                    relations, outline = plan_relations(conn, query)
                 except psycopg.errors.InsufficientPrivilege:
                     state.unplannable = True
                     self._missing(out, now, node, "relations",
@@ -343,4 +352,5 @@ class StatementStats(DbProbe):
                 "queryid": str(queryid), "database": datname,
                 "query": "" if hidden else " ".join(query.split())[:TEXT_LIMIT],
                 **({"relations": relations} if relations else {}),
+                **({"plan": outline} if outline else {}),
                 **({"hidden": True} if hidden else {})}))

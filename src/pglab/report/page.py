@@ -15,6 +15,7 @@ from typing import Any
 
 from pglab import __version__
 from pglab.analysis.durability import headline
+from pglab.analysis.plans import change_line
 from pglab.analysis.statements import statement_line
 from pglab.network.describe import network_lines
 from pglab.report.html_series import WAIT_CLASS_COLORS
@@ -214,6 +215,14 @@ def _stall_html(stall: dict[str, Any], t0: int) -> str:
         lines = "".join(f"<li>{escape(statement_line(st))}</li>" for st in statements)
         parts.append(f'<div class="cause">statements its client backends were sampled in'
                      f"<ul>{lines}</ul></div>")
+    changes = [ch for ch in stall.get("plan_changes") or [] if isinstance(ch, dict)]
+    if changes:
+        items = "".join(
+            f"<li>{escape(change_line(ch))}<pre>before: "
+            f"{escape(chr(10).join(map(str, ch.get('before') or [])))}\nafter: "
+            f"{escape(chr(10).join(map(str, ch.get('after') or [])))}</pre></li>"
+            for ch in changes)
+        parts.append(f'<div class="cause">plans that changed<ul>{items}</ul></div>')
     parts.append("</div>")
     return "".join(parts)
 

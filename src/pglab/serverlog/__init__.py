@@ -6,7 +6,8 @@ Pure, streaming and fast; it never raises on bad text (what it cannot read is co
 in ParseStats.skipped); a compressed file whose data does not decompress raises
 DamagedLog, one line naming the file. Event kinds (EVENT_KINDS): checkpoint,
 checkpoint-too-frequent, autovacuum, autoanalyze, lock-wait, deadlock, temp-file,
-slow-statement, connection-reset, crash, recovery, server-start, server-stop, error.
+slow-statement, statement-plan,
+connection-reset, crash, recovery, server-start, server-stop, error.
 
     events, stats = parse_log_file(Path("raw/postgresql.log"))       # one file
     events, per_file = parse_log_files([older, newer])                # rotated files

@@ -7,7 +7,7 @@ postmaster.c, checkpointer.c, postgres.c, pqcomm.c) and against real 15 and 18 l
 versions; attrs keys are the same whatever the version (None when a version does not
 print a value). The rules live by event family: checkpoint_rules, vacuum_rules,
 lock_rules, server_rules (start, stop, crash, recovery) and statement_rules (slow
-statements, temporary files, connection resets, errors).
+statements, temporary files, connection resets, errors), plan_rules (auto_explain).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from pglab.events import Event
 from pglab.serverlog.checkpoint_rules import CheckpointRules
 from pglab.serverlog.lock_rules import LockRules, deadlock_event
+from pglab.serverlog.plan_rules import plan_event
 from pglab.serverlog.records import LogRecord
 from pglab.serverlog.server_rules import ServerRules
 from pglab.serverlog.statement_rules import (
@@ -40,6 +41,7 @@ EVENT_KINDS = (
     "deadlock",
     "temp-file",
     "slow-statement",
+    "statement-plan",
     "connection-reset",
     "crash",
     "recovery",
@@ -87,8 +89,9 @@ class EventExtractor:
                 # Slow statements dominate busy logs: handled here, without a call.
                 if message.startswith("duration: "):
                     m = duration_match(message)
-                    if m is None:
-                        continue  # bare "duration: N ms" (log_duration), auto_explain plans
+                    if m is None:  # an auto_explain plan, or a bare "duration: N ms"
+                        self._plan(record, message, out)
+                        continue
                     append(slow_statement(node, record[0], record[1], *m.groups(), rec=record))
                 else:
                     log_message(record, message, out)
@@ -107,6 +110,8 @@ class EventExtractor:
                     out.append(slow_statement_event(
                         self.node, record[0], record[1], *m.groups(), rec=record
                     ))
+                else:
+                    self._plan(record, message, out)
             else:
                 self._log_message(record, message, out)
         elif severity in ERROR_SEVERITIES:
@@ -119,6 +124,13 @@ class EventExtractor:
         self._locks.flush(out, outcome=None)
         self._server.finish(out)
         return out
+
+    def _plan(self, rec: LogRecord, msg: str, out: list[Event]) -> None:
+        made = plan_event(rec, msg, self.node)
+        if made is not None:
+            out.append(made[0])
+            if not made[1]:
+                self.unparsed += 1  # cut: kept, without a plan_id
 
     def _log_message(self, rec: LogRecord, msg: str, out: list[Event]) -> None:
         if msg.startswith(("checkpoint ", "checkpoints ", "restartpoint ")):

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from pglab.analysis.durability import cut_lines, headline
+from pglab.analysis.plans import change_line
 from pglab.analysis.statements import statement_line
 from pglab.results.analysis_doc import AnalysisDocument, deficit, verdict_basis
 
@@ -136,7 +137,13 @@ def print_findings(console: Console, analysis: AnalysisDocument,
             console.print("    [bold]statements[/bold]")
             for entry in statements:
                 console.print(f"      - {escape(statement_line(entry))}", highlight=False)
-        left_out = left_out or bool(statements and not details)
+        changes = [ch for ch in stall.get("plan_changes") or [] if isinstance(ch, dict)]
+        for change in changes if details else []:  # both plans (the cause names the first)
+            console.print(f"    {escape(change_line(change))}", highlight=False)
+            for side in ("before", "after"):
+                console.print(f"      {side}: " + escape(" / ".join(
+                    str(line).strip() for line in change.get(side) or [])), highlight=False)
+        left_out = left_out or bool((statements or changes) and not details)
     if len(stalls) > shown:
         left_out = True
         console.print(f"  ... {len(stalls) - shown} smaller stall(s)"

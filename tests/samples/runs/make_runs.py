@@ -74,6 +74,11 @@ BUILTIN_RUNS["checkpoint-storm-ci"] = ("checkpoint-flush-storm", (  # as its tes
 BUILTIN_RUNS["wal-own-volume-slow"] = ("wal-on-own-volume", (
     'storage.wal.device={write_mbps=8, latency="3ms"}', "matrix={}",
 ))
+# the primary key of pgbench_accounts dropped for 16 s: its statements' plans flip to
+# sequential scans (auto_explain logs them); the same built-in without the fault is the
+# base its comparison is made against
+BUILTIN_RUNS["plan-flip"] = ("plan-flip-index-dropped", ())
+BUILTIN_RUNS["plan-flip-base"] = ("plan-flip-index-dropped", ("faults=[]",))
 BUILTIN_RUNS["sync-paused"] = ("sync-standby-paused", (  # a standby that stops answering
     "workload.duration=15s", "workload.warmup=2s",
     'faults=[{at="4s", action="pause-standby", node="standby1", duration="6s"}]',

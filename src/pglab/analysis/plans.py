@@ -1,0 +1,175 @@
+"""Which plans: each statement's plans over a run, and where one changed.
+
+Two sources, both outlined alike (serverlog.plan_rules.outline_of): the generic plan
+db.statements read when the statement first ran (`statement-text` events, 16+: the plan
+it started with, however fast), and auto_explain's plans of statements slower than its
+threshold (`statement-plan` events from the server log, in the lab and in an observed
+server's log alike). A statement's plan changed when a plan logged later has another
+shape than the one before it. Shapes leave out Gather and Gather Merge: a generic plan
+is planned without knowing its parameters and may go without the parallel workers its
+custom plans use, which is no change of how the rows are found.
+
+A plan cut short in the log is no evidence of a change (it has no shape); how many
+were cut is said once.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+if TYPE_CHECKING:  # statements reads the evidence, which holds a run's plans
+    from pglab.analysis.statements import StatementTexts
+
+_PARALLEL = ("Gather", "Gather Merge")
+
+
+def shape(outline: list[str]) -> tuple[str, ...]:
+    return tuple(line.strip() for line in outline if line.strip() not in _PARALLEL)
+
+
+@dataclass
+class PlanSeen:
+    """One shape of a statement's plan: when it was first and last seen, how often."""
+
+    outline: list[str]
+    source: str  # "generic plan" or "auto_explain"
+    first: dt.datetime
+    last: dt.datetime
+    count: int = 0
+    durations_ms: list[float] = field(default_factory=list)
+
+    @property
+    def median_ms(self) -> float | None:
+        if not self.durations_ms:
+            return None
+        ordered = sorted(self.durations_ms)
+        return ordered[len(ordered) // 2]
+
+
+@dataclass
+class StatementPlans:
+    text: str  # the normalised text
+    queryid: str | None
+    plans: dict[tuple[str, ...], PlanSeen] = field(default_factory=dict)  # first seen first
+
+    def changes(self) -> list[tuple[PlanSeen, PlanSeen]]:
+        """(before, after) for each shape that came after another."""
+        ordered = sorted(self.plans.values(), key=lambda p: p.first)
+        return list(itertools.pairwise(ordered))
+
+
+@dataclass
+class RunPlans:
+    statements: dict[str, StatementPlans] = field(default_factory=dict)  # comparable text
+    cut: int = 0  # plans cut short in the log
+
+    def changed(self, start: dt.datetime | None = None,
+                end: dt.datetime | None = None) -> list[tuple[StatementPlans, PlanSeen,
+                                                              PlanSeen]]:
+        """Plan changes whose new plan was seen in [start, end) (any time without)."""
+        found = []
+        for statement in self.statements.values():
+            for before, after in statement.changes():
+                seen_in = ((start is None or after.last >= start)
+                           and (end is None or after.first < end))
+                if seen_in:
+                    found.append((statement, before, after))
+        return found
+
+
+def _attrs(raw: Any) -> dict[str, Any]:
+    try:
+        parsed = json.loads(raw) if raw else {}
+    except json.JSONDecodeError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
+def run_plans(events: pl.DataFrame, texts: StatementTexts, node: str = "primary"
+              ) -> RunPlans:
+    """The run's plans per statement, from its events (events.parquet's columns)."""
+    from pglab.analysis.statements import comparable
+
+    out = RunPlans()
+    if events.height == 0:
+        return out
+    rows = events.filter(pl.col("kind").is_in(("statement-text", "statement-plan"))
+                         & (pl.col("node") == node)).sort("t_start")
+    for kind, t, raw in rows.select("kind", "t_start", "attrs").iter_rows():
+        attrs = _attrs(raw)
+        if kind == "statement-text":
+            outline, text = attrs.get("plan"), str(attrs.get("query") or "")
+            queryid = str(attrs["queryid"]) if attrs.get("queryid") is not None else None
+            source, ms = "generic plan", None
+        else:
+            if attrs.get("cut"):
+                out.cut += 1
+                continue
+            outline, text = attrs.get("outline"), str(attrs.get("query") or "")
+            queryid = texts.queryid_of_text(node, text) if text else None
+            source, ms = "auto_explain", attrs.get("duration_ms")
+        if not isinstance(outline, list) or not outline or not text:
+            continue
+        key = comparable(text)
+        statement = out.statements.get(key)
+        if statement is None:
+            statement = out.statements[key] = StatementPlans(
+                texts.text(node, queryid) if queryid else text, queryid)
+        outline = [str(line) for line in outline]
+        seen = statement.plans.get(shape(outline))
+        if seen is None:
+            seen = statement.plans[shape(outline)] = PlanSeen(outline, source, t, t)
+        seen.last = max(seen.last, t)
+        seen.count += 1
+        if isinstance(ms, (int, float)):
+            seen.durations_ms.append(float(ms))
+    return out
+
+
+def change_entry(statement: StatementPlans, before: PlanSeen, after: PlanSeen,
+                 start: dt.datetime | None = None, end: dt.datetime | None = None
+                 ) -> dict[str, Any]:
+    """A plan change as analysis.json keeps it (plans of the window counted when given)."""
+    return {
+        "queryid": statement.queryid, "text": statement.text,
+        "before": before.outline, "before_source": before.source,
+        "after": after.outline, "after_source": after.source,
+        "changed_at": after.first.isoformat(),
+        "after_plans": after.count,
+        **({"after_median_ms": round(m, 1)} if (m := after.median_ms) is not None else {}),
+        **({"before_median_ms": round(m, 1)} if (m := before.median_ms) is not None
+           else {}),
+    }
+
+
+def access(outline: list[str]) -> str:
+    """The plan in a few words: its scans, `Seq Scan on pgbench_accounts`."""
+    scans = [line.strip() for line in outline if " on " in line or "Scan" in line]
+    return ", ".join(dict.fromkeys(scans)) or " / ".join(line.strip() for line in outline)
+
+
+def change_line(entry: dict[str, Any]) -> str:
+    """One plan change, as the terminal and the report print it."""
+    before, after = entry.get("before") or [], entry.get("after") or []
+    timing = (f" ({entry['after_plans']} plans logged, median {entry['after_median_ms']:g} ms)"
+              if entry.get("after_median_ms") is not None else "")
+    return (f"plan changed at {str(entry.get('changed_at', ''))[11:19]}: "
+            f"{entry.get('text') or entry.get('queryid')}: {access(before)} "
+            f"({entry.get('before_source')}) -> {access(after)}{timing}")
+
+
+def by_statement(plans: RunPlans) -> dict[str, list[dict[str, Any]]]:
+    """Each statement's shapes in the order seen (compare's view), by comparable text."""
+    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for key, statement in plans.statements.items():
+        for seen in sorted(statement.plans.values(), key=lambda p: p.first):
+            out[key].append({"outline": seen.outline, "source": seen.source,
+                             "count": seen.count, "median_ms": seen.median_ms})
+    return out

@@ -1,0 +1,199 @@
+"""Which plan: auto_explain's plans read from real PostgreSQL 15 and 18 logs (all three
+formats, JSON and text plans), a plan cut short, texts normalised by PostgreSQL's parser,
+the plan change named on a real run of the plan-flip built-in, and compare statement by
+statement against a run of the same built-in without the fault."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from conftest import run_cli
+from pglab.analysis.analyze import analyze_run, build_analysis
+from pglab.analysis.loading import load_run_frames
+from pglab.analysis.plans import run_plans
+from pglab.analysis.statements import comparable, statement_texts
+from pglab.compare.comparison import as_dict, compare
+from pglab.compare.groups import load_group
+from pglab.compare.render import render_text
+from pglab.report.model import build_model
+from pglab.report.page import render
+from pglab.serverlog import parse_log_file
+from pglab.sqltext import normalise
+
+SAMPLES = Path(__file__).parent / "samples"
+LOGS = SAMPLES / "serverlog" / "auto_explain"
+FLIP = SAMPLES / "runs" / "plan-flip"
+FLIP_BASE = SAMPLES / "runs" / "plan-flip-base"
+FORMATS = ("postgresql.log", "postgresql.csv", "postgresql.json")
+SELECT = "SELECT abalance FROM accounts WHERE aid = $1"
+
+
+def _plans(path: Path) -> list[dict[str, object]]:
+    events, stats = parse_log_file(path)
+    assert stats.skipped == 0
+    return [e.attrs for e in events if e.kind == "statement-plan"]
+
+
+@pytest.mark.parametrize("major", [15, 18])
+@pytest.mark.parametrize("name", FORMATS)
+def test_auto_explain_plans_are_read_in_every_format(major: int, name: str) -> None:
+    """make_auto_explain.sh: the SELECT by primary key, its plan an Index Scan, then a
+    (Parallel) Seq Scan once the key is dropped: two plan ids of one statement, its text
+    normalised as pg_stat_statements writes it; the text-format plans outlined too."""
+    plans = _plans(LOGS / f"pg{major}" / name)
+    assert len(plans) == 10
+    select = [p for p in plans if p["query"] == SELECT]
+    assert select[0]["outline"] == ["Index Scan using accounts_pkey on accounts"]
+    assert all("Seq Scan on accounts" in str(p["outline"]) for p in select[1:])
+    ids = [p.get("plan_id") for p in select]
+    assert len(select) == 5 and ids[0] != ids[1] and ids[1] == ids[2]
+    # the extended protocol's plans: the text auto_explain logs has the $1 already
+    assert sum(1 for p in select if float(str(p["duration_ms"])) > 20) == 4
+    text_join = plans[-1]["outline"]
+    assert isinstance(text_join, list) and "          Parallel Seq Scan on accounts" in text_join
+    assert "            Seq Scan on branches" in text_join  # its alias left out
+
+
+def test_the_three_formats_and_both_versions_agree() -> None:
+    """The same messages in three formats are the same events; the two versions plan the
+    same statements alike, so their plan ids match too."""
+    seen = {(major, name): [(p["query"], p.get("plan_id")) for p in
+                            _plans(LOGS / f"pg{major}" / name)]
+            for major in (15, 18) for name in FORMATS}
+    assert len(set(map(tuple, seen.values()))) == 1
+
+
+def test_a_plan_cut_short_is_said_once_and_the_rest_goes_on(tmp_path: Path) -> None:
+    """A real log cut inside a plan (as a log copied while being written is). In stderr
+    the plan's lines so far are a record: the plans before it whole, the cut one kept
+    without a plan id, counted once as not understood. In jsonlog the cut line is no
+    record at all: skipped, and counted once."""
+    lines = (LOGS / "pg18" / "postgresql.log").read_text().splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if "Seq Scan" in line)
+    cut = tmp_path / "postgresql.log"
+    cut.write_text("".join(lines[:at + 1]))
+    events, stats = parse_log_file(cut)
+    plans = [e.attrs for e in events if e.kind == "statement-plan"]
+    assert [bool(p.get("cut")) for p in plans] == [False] * (len(plans) - 1) + [True]
+    assert "plan_id" not in plans[-1] and plans[-1]["query"] == SELECT
+    assert plans[-1]["outline"] == ["Gather", "Seq Scan"]  # the nodes it named
+    assert stats.skipped == 1
+    records = (LOGS / "pg18" / "postgresql.json").read_text().splitlines(keepends=True)
+    at = next(i for i, line in enumerate(records) if "Seq Scan" in line)
+    cut_json = tmp_path / "postgresql.json"
+    cut_json.write_text("".join(records[:at]) + records[at][: records[at].index("Seq Scan")])
+    events, stats = parse_log_file(cut_json)
+    assert stats.skipped == 1
+    assert len([e for e in events if e.kind == "statement-plan"]) == len(plans) - 1
+    result = run_cli("logs", str(cut))  # said once, in the summary line
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("1 unreadable") == 1 and "cut=True" in result.stdout
+
+
+def test_sampled_texts_meet_pg_stat_statements_texts() -> None:
+    """PostgreSQL's parser normalises auto_explain's literal texts of the plan-flip run
+    into the very texts pg_stat_statements recorded for it (its statement-text events)."""
+    frames = load_run_frames(FLIP)
+    texts = statement_texts(frames.events)
+    plans = frames.events.filter(pl.col("kind") == "statement-plan")
+    queries = {json.loads(a)["query"] for a in plans["attrs"].to_list()}
+    assert len(queries) >= 3
+    for query in queries:
+        assert texts.queryid_of_text("primary", query) is not None, query
+    assert normalise("UPDATE t SET a = a + -1640 WHERE b = 'x''y';") == \
+        "UPDATE t SET a = a + $1 WHERE b = $2"
+    assert comparable(normalise("select 1")) == "select ?"
+
+
+def test_the_plan_flip_names_the_statement_and_its_plan_change() -> None:
+    """The built-in plan-flip-index-dropped, run for real: its stall's first cause is the
+    plan change, index gone, naming the accounts statements, both plans, their time per
+    call; the advice is the index, not ANALYZE; its expect is met."""
+    document = build_analysis(load_run_frames(FLIP))
+    assert document.summary["verdict"]["cause"] == "plan-change"
+    stall = max(document.stalls, key=lambda s: s["seconds"])
+    first = stall["causes"][0]
+    assert first["cause"] == "plan-change" and first["sub_cause"] == "index-gone"
+    assert first["confidence"] >= 0.7
+    evidence = "\n".join(first["evidence"])
+    assert "UPDATE pgbench_accounts SET abalance = abalance + $1 WHERE aid = $2" in evidence
+    assert "SELECT abalance FROM pgbench_accounts WHERE aid = $1" in evidence
+    assert "Index Scan using pgbench_accounts_pkey" in evidence and "Seq Scan" in evidence
+    changes = stall["plan_changes"]
+    assert {c["after_source"] for c in changes} == {"auto_explain"}
+    assert all(c["before_source"] == "generic plan" for c in changes)
+    rules = [r["rule"] for r in document.recommendations]
+    assert "plan-index" in rules and "autovacuum-analyze" not in rules
+    # the run's plan changes: these two, the flag of the run as a whole
+    assert [c["text"] for c in document.summary["plan_changes"]] == [
+        c["text"] for c in sorted(changes, key=lambda c: c["changed_at"])]
+
+
+def test_the_base_run_without_the_fault_has_no_plan_change() -> None:
+    frames = load_run_frames(FLIP_BASE)
+    plans = run_plans(frames.events, statement_texts(frames.events))
+    assert plans.changed() == []
+    document = build_analysis(frames)
+    assert "plan_changes" not in document.summary
+    assert all(c["cause"] != "plan-change" for s in document.stalls for c in s["causes"])
+
+
+def test_compare_per_statement_with_plans_side_by_side() -> None:
+    """compare BASE CONTENDER: per statement its calls/s, mean ms and time with their
+    intervals; the accounts statements' mean ms significantly worse, their plans side by
+    side; in each of the three renderings and in JSON."""
+    result = compare(load_group(str(FLIP_BASE)), [load_group(str(FLIP))])
+    found = result.contenders[0].statements
+    assert found is not None and found.missing is None
+    by_text = {s.text: s for s in found.statements}
+    select = by_text["SELECT abalance FROM pgbench_accounts WHERE aid = $1"]
+    mean = next(r for r in select.metrics if r.metric.name == "mean_ms")
+    assert mean.verdict == "worse" and mean.interval is not None
+    assert select.plans is not None
+    assert select.plans[0] == ["Index Scan using pgbench_accounts_pkey on pgbench_accounts"]
+    assert "  Seq Scan on pgbench_accounts" in select.plans[1]
+    tellers = by_text["UPDATE pgbench_tellers SET tbalance = tbalance + $1 WHERE tid = $2"]
+    assert tellers.plans is None  # the same plan in both
+    terminal = render_text(result, "terminal")
+    assert "plan changed (base | contender)" in terminal
+    assert "Index Scan using pgbench_accounts_pkey on pgbench_accounts | Gather" in terminal
+    markdown = render_text(result, "markdown")
+    assert "| base plan | contender plan |" in markdown and "mean ms" in markdown
+    html = render_text(result, "html")
+    assert "<h4>plan changed" in html and "Seq Scan on pgbench_accounts" in html
+    data = as_dict(result)["contenders"][0]  # type: ignore[index]
+    assert data["statements"]["statements"][0]["plans"]["base"]
+
+
+def test_a_run_without_statements_data_is_said_once() -> None:
+    """The `lock` sample predates pg_stat_statements in labs: one line, in each rendering,
+    naming it; the run's rows are there as ever."""
+    result = compare(load_group(str(FLIP_BASE)), [load_group(str(SAMPLES / "runs" / "lock"))])
+    for fmt in ("terminal", "markdown", "html"):
+        text = render_text(result, fmt)
+        said = [line for line in text.splitlines() if "statements not compared" in line]
+        assert len(said) == 1 and "no pg_stat_statements data (db.statements) in runs/lock" \
+            in said[0], said
+        assert "TPS" in text
+
+
+def test_analyze_details_and_the_report_show_both_plans(tmp_path: Path) -> None:
+    run = tmp_path / "plan-flip"
+    shutil.copytree(FLIP, run)
+    analyze_run(run)
+    result = run_cli("analyze", str(run), "--details")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    changed = [i for i, line in enumerate(lines) if line.startswith("    plan changed at ")]
+    assert len(changed) == 2, result.stdout
+    assert lines[changed[0] + 1].startswith("      before: ")
+    assert "Index Scan using pgbench_accounts_pkey" in lines[changed[0] + 1]
+    assert "Seq Scan on pgbench_accounts" in lines[changed[0] + 2]
+    page = render(build_model(run))
+    assert "plans that changed" in page and "before: Index Scan using pgbench_accounts_pkey" \
+        in page
