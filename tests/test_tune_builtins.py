@@ -34,6 +34,13 @@ EXTRA = {
                             'duration="2s"}]'],
     "sync-standby-slow-disk": ['faults=[{at="1s", action="bulk-update", args={rows=20000}}]'],
     "standby-slow-volume": ['faults=[{at="1s", action="bulk-update", args={rows=20000}}]'],
+    # the network built-ins (hosts of their own): one matrix point, the fault inside
+    "sync-standby-across-zones": ["matrix={}"],
+    "app-far-from-database": ["matrix={}"],
+    "standby-narrow-link": ['faults=[{at="1s", action="bulk-update", args={rows=20000}}]'],
+    "sync-standby-partitioned": ["matrix={}", "workload.duration='4s'",
+                                 'faults=[{at="1s", action="network-partition", '
+                                 'node="standby1", duration="2s"}]'],
     # the durability built-ins: one cut (a cycle of a few seconds at scale 1)
     "crash-under-load": ['faults=[{at="1s", action="crash"}]'],
     **{name: ['faults=[{at="1s", action="power-loss"}]']
