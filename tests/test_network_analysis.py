@@ -14,6 +14,8 @@ import pytest
 from conftest import SAMPLES
 from pglab.analysis.analyze import build_analysis
 from pglab.analysis.loading import load_run_frames
+from pglab.analysis.recommendations import Facts, advise
+from pglab.results.manifest import Manifest
 from pglab.scenario.builtin import load_builtin
 
 RUNS = SAMPLES / "runs"
@@ -145,3 +147,18 @@ def test_an_application_far_from_its_database_waits_on_its_round_trips() -> None
     assert rules["application-closer"]["change"] == {"network.links.0.rtt": "0ms"}
     assert rules["fewer-round-trips"]["test"].startswith("not testable")
     assert "quorum-commit-nearby" not in rules
+
+
+@pytest.mark.parametrize(("rtt", "closer"), [("5ms", "0.5ms"), ("0.4ms", "0ms")])
+def test_a_standby_closer_is_half_a_millisecond_or_nearer_still(rtt: str, closer: str) -> None:
+    """standby-closer's change: a standby in the primary's zone (0.5 ms), or 0 ms for a
+    link that is already that short (0.5 ms would be no change, or a longer one)."""
+    scenario = {"topology": {"standbys": 1, "synchronous": "on"},
+                "network": {"hosts": "separate", "links": [
+                    {"between": ["primary", "client"], "rtt": "1ms"},
+                    {"between": ["standby1", "primary"], "rtt": rtt}]}}
+    facts = Facts({"network": 0.9}, Manifest(scenario=scenario), fpi_surge=False,
+                  sub_causes={"network": frozenset({"link-latency"})})
+    rules = {r["rule"]: r for r in advise(facts).given}
+    assert rules["standby-closer"]["change"] == {"network.links.1.rtt": closer}
+    assert "application-closer" not in rules  # the client's link is not what was found

@@ -413,6 +413,14 @@ def _separate_hosts(f: Facts) -> bool:
     return (f.manifest.scenario.get("network") or {}).get("hosts") == "separate"
 
 
+def _closer(f: Facts) -> dict[str, Any]:
+    """The far standby's link at 0.5 ms (a standby in the primary's zone), or at 0 ms
+    when it is that close already."""
+    found = _far_standby(f)
+    near = "0.5ms" if found is not None and _seconds(found[1].get("rtt")) > 0.0005 else "0ms"
+    return _link_change(f, "standby", "rtt", near)
+
+
 def _wider(f: Facts) -> dict[str, Any]:
     found = _far_standby(f)
     if found is None or not found[1].get("bandwidth_mbps"):
@@ -828,7 +836,7 @@ RULES: tuple[Rule, ...] = (
     Rule("standby-closer", ("network",),
          "put the synchronous standby closer to the primary (the same zone, or a shorter "
          "path between them)",
-         lambda f: _link_change(f, "standby", "rtt", "0.5ms"),
+         _closer,
          "each commit costs the shorter round trip: one client's commits/s rise as "
          "1 / (rtt + flush)",
          "a standby in the primary's zone does not survive that zone's loss",
