@@ -46,7 +46,8 @@ def _needs(name: str) -> dict[str, tuple[str, ...]]:
 
 def test_every_builtin_declares_root_where_the_lab_needs_it() -> None:
     """Root for every cgroup (an envelope, as the lab finds each node's, or a throttle-disk
-    fault), every volume and [kernel]; the README tour's checkpoint-flush-storm is one."""
+    fault), every volume, [kernel] and hosts of their own (network namespaces); the README
+    tour's checkpoint-flush-storm is one."""
     rooted = []
     for name in builtin_names():
         loaded = load_builtin(name)
@@ -57,11 +58,12 @@ def test_every_builtin_declares_root_where_the_lab_needs_it() -> None:
             wants_root |= (any(not node_envelope(s, n).is_unlimited() for n in nodes)
                            or any(f.action == "throttle-disk" for f in s.faults)
                            or bool(s.kernel)
+                           or s.network.hosts == "separate"
                            or any(s.node_storage(n).volumes() for n in s.node_names()))
         assert (ROOT in _needs(name)) == wants_root, name
         rooted += [name] if wants_root else []
     assert "checkpoint-flush-storm" in rooted
-    assert len(rooted) == 13, rooted  # 13 of the 20 built-ins
+    assert len(rooted) == 17, rooted  # 17 of the 24 built-ins
 
 
 def test_every_builtin_declares_the_packages_its_keys_use() -> None:

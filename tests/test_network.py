@@ -354,6 +354,7 @@ args = { rtt = "25ms", peer = "primary" }
     assert stalls, analysis["summary"]
     top = stalls[0]["causes"][0]
     assert top["cause"] == "network", stalls[0]["causes"]
+    assert top["sub_cause"] == "link-latency"  # not cut, not narrow: a longer round trip
     assert any("round-trip time" in e for e in top["evidence"])
 
 

@@ -210,3 +210,28 @@ def test_net_dev_of_a_namespace_is_read_exactly() -> None:
     assert link_rates(counters["lo"], link, 2.0) == {
         "sent_mbit_s": 186 * 8 / 2.0 / 1e6, "received_mbit_s": 116 * 8 / 2.0 / 1e6,
         "dropped_per_s": 0.0}
+
+
+def test_a_key_of_one_link_is_set_by_its_index() -> None:
+    """`network.links.0.rtt` (a matrix axis or a --set) changes that entry's key only."""
+    loaded = load_text(BASE + '[network]\nhosts = "separate"\n[[network.links]]\n'
+                       'between = ["primary", "standby1"]\nrtt = "2ms"\nbandwidth_mbps = 50\n'
+                       '[matrix]\n"network.links.0.rtt" = ["1ms", "5ms"]\n', "net.toml",
+                       overrides=["network.links.0.jitter=0.1ms"])
+    links = [variant.scenario.network.links[0] for variant in loaded.variants]
+    assert [(link.rtt, link.jitter, link.bandwidth_mbps) for link in links] == [
+        (0.001, 0.0001, 50), (0.005, 0.0001, 50)]
+
+
+@pytest.mark.parametrize(("override", "expected"), [
+    ("network.links.3.rtt=1ms",
+     "net.toml: network.links.3.rtt: no entry 3 in network.links (it has 1, numbered from 0)"),
+    ("network.links.0.rtts=1ms", "unknown key 'network.links.0.rtts' (did you mean "
+                                 "'network.links.0.rtt'?)"),
+    ("network.links.0=1", "network.links.0: a whole entry of network.links cannot be set"),
+])
+def test_a_bad_link_index_is_one_line(override: str, expected: str) -> None:
+    with pytest.raises(BadInput) as caught:
+        load_text(BASE + '[network]\nhosts = "separate"\n[[network.links]]\n'
+                  'between = ["primary", "standby1"]\n', "net.toml", overrides=[override])
+    assert expected in str(caught.value) and "\n" not in str(caught.value)

@@ -12,10 +12,11 @@ docs/ANALYSIS.md lists the causes; a test checks that the two agree.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from pglab.analysis import network as network_cause
 from pglab.analysis import steady as steady_state
 from pglab.analysis.durability import FLUSH_LAYERS, flush_scorer
 from pglab.analysis.evidence import EventView, Segment, WindowEvidence
@@ -351,7 +352,7 @@ def sync_replication(ev: WindowEvidence) -> Finding | None:
         if lag > 3 * max(lag_h, 0.01):
             s.add(0.2, f"standby {label} up to {lag:.2f} s behind in confirming WAL flushed "
                        f"(healthy {lag_h:.2f} s)")
-    for node, label, queued in _receive_backlogs(ev).values():
+    for node, label, queued in network_cause.receive_backlogs(ev).values():
         s.add(0.2, f"{queued / 2**20:.1f} MB waiting in the receive queue of {label} on "
                    f"{node}: the data arrived, the receiving side did not read it in time")
     for e in ev.events_of("replication-state")[:2]:
@@ -380,6 +381,8 @@ def sync_replication(ev: WindowEvidence) -> Finding | None:
         for node in ev.nodes[1:]:  # below the wait events: writing or flushing WAL
             if (line := receiver_line(ev, node)) is not None:
                 s.lines.append(line)
+        if (link := network_cause.link_held_back(ev)) is not None:
+            _halve(s, f"the standby's link held the WAL back ({link}): see network")
     return s.finding()
 
 
@@ -764,62 +767,6 @@ def plan_change(ev: WindowEvidence) -> Finding | None:
     return s.finding()
 
 
-def _connection(label: str) -> frozenset[str]:
-    """Both ends of a TCP connection, the same whichever end's socket `label` names: a
-    standby on this host shows the one connection twice, as the walsender's socket and
-    the walreceiver's."""
-    local, _, peer = label.partition("->")
-    return frozenset((local, peer))
-
-
-def _tcp_labels(ev: WindowEvidence, metric: str) -> list[tuple[str, str]]:
-    """(node, socket label) of the replication sockets that have `metric` in the window."""
-    return [(node, label) for (node, source, m), labels in ev.inside.sums.items()
-            if source == "os.tcp" and m == metric for label in labels]
-
-
-def _receive_backlogs(ev: WindowEvidence) -> dict[frozenset[str], tuple[str, str, float]]:
-    """Connections whose receiving socket filled up (connection -> node, label, peak
-    bytes queued): the receiving process did not read what had arrived."""
-    found = {}
-    for node, label in _tcp_labels(ev, "recv_q_bytes"):
-        key = (node, "os.tcp", "recv_q_bytes")
-        queued = ev.inside.peak(*key, label) or 0.0
-        fill = ev.inside.peak(node, "os.tcp", "rcv_buffer_fill_pct", label) or 0.0
-        if (queued > 2**20 or fill >= 90) and queued > 4 * (ev.healthy.peak(*key, label) or 0):
-            found[_connection(label)] = (node, label, queued)
-    return found
-
-
-def _worst_ends(ev: WindowEvidence, metric: str, rose: Callable[[float, float], bool],
-                skip: Collection[frozenset[str]] = ()) -> list[tuple[float, float, str]]:
-    """Per connection (not in `skip`), the end whose `metric` rose the most against the
-    healthy seconds: (inside mean, healthy mean, socket label)."""
-    worst: dict[frozenset[str], tuple[float, float, str]] = {}
-    for node, label in _tcp_labels(ev, metric):
-        inside = ev.inside.mean(node, "os.tcp", metric, label) or 0.0
-        healthy = ev.healthy.mean(node, "os.tcp", metric, label) or 0.0
-        connection = _connection(label)
-        if (connection not in skip and rose(inside, healthy)
-                and inside > worst.get(connection, (0.0, 0.0, ""))[0]):
-            worst[connection] = (inside, healthy, label)
-    return list(worst.values())
-
-
-def network(ev: WindowEvidence) -> Finding | None:
-    s = Score("network")
-    # A receiver that stops reading stretches the round trips too: that delay is the
-    # receiver's (sync-replication says so), not the wire's.
-    for inside, healthy, label in _worst_ends(
-            ev, "rtt_ms", lambda inside, healthy: inside > 5 * max(healthy, 0.05) and inside > 1,
-            skip=_receive_backlogs(ev)):
-        s.add(0.4, f"round-trip time {inside:.1f} ms on {label} (healthy {healthy:.2f} ms)")
-    for inside, _healthy, label in _worst_ends(
-            ev, "retrans_per_s", lambda inside, healthy: inside > 1 and inside > 3 * healthy):
-        s.add(0.3, f"{inside:.0f} TCP retransmissions/s on {label}")
-    return s.finding()
-
-
 def _where(cut: dict[str, Any]) -> str:
     return f"the {cut['kind']} of {cut['node']} at {float(cut.get('at_s') or 0):g} s"
 
@@ -884,7 +831,8 @@ CAUSES: tuple[Cause, ...] = (
     Cause("client-bound", "client-bound load generator", client_bound, steady_state.client_bound),
     Cause("server-crash", "server crash/restart", server_crash),
     Cause("storage-device", "storage device hung, failed or slowed", storage_device),
-    Cause("network", "network latency", network),
+    Cause("network", "network: a link cut, narrower than the WAL, or far away",
+          network_cause.network, network_cause.steady),
     Cause("plan-change", "a statement's plan changed (an index gone, statistics)",
           plan_change),
     Cause("data-loss", "acknowledged commits lost or data damaged by a crash or power loss",

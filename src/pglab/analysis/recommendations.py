@@ -36,6 +36,7 @@ from pglab.results import files
 from pglab.results.manifest import Manifest
 from pglab.scenario.builtin import builtin_names
 from pglab.scenario.overrides import toml_value
+from pglab.units import parse_duration
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -378,6 +379,55 @@ def _wal_segment_change(f: Facts) -> dict[str, Any]:
     return change
 
 
+def _scenario_link(f: Facts, one: str, other: str) -> tuple[int, dict[str, Any]] | None:
+    """The scenario's [[network.links]] entry between two hosts: (its index, itself)."""
+    links = (f.manifest.scenario.get("network") or {}).get("links") or []
+    for index, link in enumerate(links):
+        if isinstance(link, dict) and set(link.get("between") or []) == {one, other}:
+            return index, link
+    return None
+
+
+def _far_standby(f: Facts) -> tuple[int, dict[str, Any]] | None:
+    """The configured link from the primary to a standby with the longest round trip."""
+    found = [link for i in range(1, f.standbys + 1)
+             if (link := _scenario_link(f, "primary", f"standby{i}")) is not None]
+    return max(found, key=lambda link: _seconds(link[1].get("rtt")), default=None)
+
+
+def _seconds(value: Any) -> float:
+    try:
+        return parse_duration(value or 0)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _link_change(f: Facts, other: str, key: str, value: Any) -> dict[str, Any]:
+    """The scenario key that changes one figure of the primary's link to `other` (a
+    standby: the farthest configured one): {} when the scenario configured no such link."""
+    found = _far_standby(f) if other == "standby" else _scenario_link(f, "primary", other)
+    return {f"network.links.{found[0]}.{key}": value} if found else {}
+
+
+def _separate_hosts(f: Facts) -> bool:
+    return (f.manifest.scenario.get("network") or {}).get("hosts") == "separate"
+
+
+def _closer(f: Facts) -> dict[str, Any]:
+    """The far standby's link at 0.5 ms (a standby in the primary's zone), or at 0 ms
+    when it is that close already."""
+    found = _far_standby(f)
+    near = "0.5ms" if found is not None and _seconds(found[1].get("rtt")) > 0.0005 else "0ms"
+    return _link_change(f, "standby", "rtt", near)
+
+
+def _wider(f: Facts) -> dict[str, Any]:
+    found = _far_standby(f)
+    if found is None or not found[1].get("bandwidth_mbps"):
+        return {}
+    return {f"network.links.{found[0]}.bandwidth_mbps": 4 * float(found[1]["bandwidth_mbps"])}
+
+
 RULES: tuple[Rule, ...] = (
     Rule("max-wal-size", ("checkpoint-io",),
          "raise max_wal_size so checkpoints are triggered by time, not WAL volume",
@@ -592,7 +642,7 @@ RULES: tuple[Rule, ...] = (
                   "cannot be reserved (a container without the right, a fragmented host)"),
     Rule("pgbouncer", ("too-many-connections", "cpu-saturation"),
          "put a transaction pooler in front of the server",
-         lambda f: {"topology.pooler": "pgbouncer"},
+         lambda f: {} if _separate_hosts(f) else {"topology.pooler": "pgbouncer"},
          "a few server backends per core serve many clients: less contention on "
          "ProcArray/lock manager, less memory",
          "transaction pooling breaks session state (SET, advisory locks, session prepared "
@@ -600,7 +650,8 @@ RULES: tuple[Rule, ...] = (
          when=lambda f: f.found("too-many-connections") or _clients(f) > 4 * f.cores,
          not_when="the application relies on session state (SET, advisory locks, LISTEN, session "
                   "prepared statements before PgBouncer 1.21), or it pools its connections "
-                  "already"),
+                  "already",
+         why_untestable="the lab runs no pooler with network.hosts = 'separate' yet"),
     Rule("persistent-connections", ("too-many-connections",),
          "keep connections open across transactions (a pool in the application or its "
          "driver) instead of connecting for each one",
@@ -785,6 +836,82 @@ RULES: tuple[Rule, ...] = (
          not_when="the data directory is not on ZFS",
          why_untestable="on a ZFS dataset pglab did not make, the properties belong to the "
                         "filesystem: put the data on a [storage] ZFS volume to test them"),
+    Rule("quorum-commit-nearby", ("network",),
+         "commit on a quorum that includes a standby near the primary "
+         "(synchronous_standby_names = 'ANY 1 (near, far)'): the nearest standby to "
+         "confirm a flush releases the commit",
+         lambda f: {"topology.standbys": max(2, f.standbys), "topology.synchronous": "any:1"},
+         "commits wait for the nearer standby's round trip; a cut or far link no longer "
+         "holds every commit",
+         "a standby in the same zone as the primary, so a zone's loss can lose the commits "
+         "only that standby confirmed",
+         when=lambda f: f.standbys < 2 or f.synchronous in ("on", "any:2"),
+         not_when="every standby is as far as this one, or the far standby's copy is what "
+                  "the synchronous commit is for (a zone's loss must lose nothing)",
+         sub=("link-latency", "partition")),
+    Rule("synchronous-commit-remote-write", ("network",),
+         "let commits wait for the standby to write the WAL, not to flush it "
+         "(synchronous_commit = remote_write)",
+         lambda f: {"server.settings.synchronous_commit": "remote_write"},
+         "a commit costs the round trip and the standby's write, not its fsync",
+         "a commit confirmed only in the standby's page cache is lost if the primary and "
+         "the standby's OS fail together",
+         when=lambda f: f.text_of("synchronous_commit", "on") == "on" and f.standbys > 0,
+         not_when="the round trip, not the standby's flush, is nearly all of the wait: the "
+                  "commit still crosses the link",
+         sub=("link-latency", "narrow-link")),
+    Rule("standby-closer", ("network",),
+         "put the synchronous standby closer to the primary (the same zone, or a shorter "
+         "path between them)",
+         _closer,
+         "each commit costs the shorter round trip: one client's commits/s rise as "
+         "1 / (rtt + flush)",
+         "a standby in the primary's zone does not survive that zone's loss",
+         not_when="the standby is far on purpose (another zone for disaster recovery): "
+                  "quorum-commit-nearby keeps it and adds a near one",
+         sub=("link-latency",),
+         why_untestable="the scenario configured no link to the standby (its delay came "
+                        "from a fault)"),
+    Rule("wal-compression-link", ("network",),
+         "compress full-page images in WAL, so less crosses the narrow link",
+         lambda f: {"server.settings.wal_compression": _wal_compression(f)},
+         "fewer bytes to send for the same changes (full-page images shrink by half or more)",
+         "some CPU per full-page image; no gain for WAL without full-page images",
+         when=lambda f: f.text_of("wal_compression", "off") == "off",
+         not_when="few full-page images are written (under 10% of the WAL)",
+         ruled_out=_few_full_page_images,
+         sub=("narrow-link",)),
+    Rule("wider-standby-link", ("network",),
+         "give the standby a link wider than the WAL rate of the heaviest writes (or "
+         "spread bulk writes over time)",
+         _wider,
+         "the WAL crosses as fast as it is written: the primary's Send-Q stays empty",
+         "the cost of the wider link",
+         not_when="the standby's Recv-Q filled: the standby, not the link, was too slow",
+         sub=("narrow-link",),
+         why_untestable="the scenario configured no bandwidth for the standby's link"),
+    Rule("application-closer", ("network",),
+         "run the application next to its database (the same zone or host), or a pooler "
+         "on the database's host that keeps its connections there",
+         lambda f: _link_change(f, "client", "rtt", "0ms"),
+         "each statement costs the short round trip: a transaction of n statements saves "
+         "n round trips",
+         "none for the database",
+         not_when="the statements themselves are slow (their time, not ClientRead, "
+                  "dominates)",
+         sub=("client-far",),
+         why_untestable="the scenario configured no link to the client"),
+    Rule("fewer-round-trips", ("network",),
+         "send a transaction in fewer round trips: one function call or a multi-statement "
+         "string, or pipelining, instead of a statement at a time",
+         lambda f: {},
+         "a transaction costs one or two round trips instead of one per statement",
+         "logic moved into the database or batched in the client",
+         testable=False,
+         not_when="each statement depends on the client's work between them",
+         sub=("client-far",),
+         why_untestable="the round trips per transaction are the application's code; "
+                        "pglab's pgbench scripts send a statement at a time"),
     Rule("pgbench-jobs", ("client-bound",),
          "give pgbench more threads (the load generator, not the server, was the limit)",
          lambda f: {"workload.jobs": max(2, min(_clients(f), f.cores))},

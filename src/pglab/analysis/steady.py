@@ -14,6 +14,7 @@ steady-state causes are those reaching STEADY_FLOOR, most likely first.
 
 from __future__ import annotations
 
+from pglab.analysis import network
 from pglab.analysis.evidence import EventView, WindowEvidence
 from pglab.analysis.names import busiest_queue
 from pglab.analysis.signals import Finding, Score, cpu_busy, flush_lag_key, lock_kind, pct
@@ -160,6 +161,11 @@ def sync_replication(ev: WindowEvidence) -> Finding | None:
             s.add(0.2, f"standby {label} confirmed flushes {lag * 1000:.0f} ms late on "
                        "average")
             break
+    far = network.far_standby(ev, share_of_wait=network.LINK_SHARE)
+    if far is not None:
+        s.value /= 2
+        s.lines.append(f"(halved: the replication link's round trip, {far[0]:.2f} ms, is most "
+                       "of the wait: see network)")
     return s.finding()
 
 

@@ -69,7 +69,7 @@ def load_text(
     merged = copy.deepcopy(raw)
     for key, value in parsed:
         drop_kernel_pair(merged, key)
-        set_dotted(merged, key, value)
+        set_dotted(merged, key, value, where)
     scenario = validate(merged, where)
     loaded = LoadedScenario(path, text, merged, parsed, scenario)
     _check_files(loaded)

@@ -33,11 +33,17 @@ from pglab.scenario.sysbench_tests import (
 )
 from pglab.units import DURATION_HINT, SIZE_HINT, parse_duration, parse_size
 
-BUILTIN_SCRIPTS = ("tpcb-like", "simple-update", "select-only", "select-1")
+BUILTIN_SCRIPTS = ("tpcb-like", "simple-update", "select-only", "select-1", "update-1")
 # Builtins that pgbench does not have: pglab writes them as script files (workload/pgbench.py).
 # "select-1" is one `SELECT 1;` a transaction: no table, no plan worth the name, so its
 # latency is the connection path's round trip (workload.path).
-PGLAB_SCRIPTS = {"select-1": "SELECT 1;\n"}
+# "update-1" is one UPDATE of a random account in autocommit: one round trip from the
+# client and one commit a transaction, so that a commit's cost (a local flush, a standby's
+# round trip) is the transaction's.
+PGLAB_SCRIPTS = {"select-1": "SELECT 1;\n",
+                 "update-1": "\\set aid random(1, 100000 * :scale)\n"
+                             "UPDATE pgbench_accounts SET abalance = abalance + 1 "
+                             "WHERE aid = :aid;\n"}
 # Named mixes expand to weighted builtins; "read-intensive" is the common 80/20 read/write mix.
 NAMED_MIXES = {"read-intensive": ("select-only@80", "tpcb-like@20")}
 READ_ONLY_SCRIPTS = frozenset({"select-only", "select-1"})

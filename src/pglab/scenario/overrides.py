@@ -99,13 +99,32 @@ def drop_kernel_pair(raw: dict[str, Any], key: str) -> None:
         nested.pop(tail, None)
 
 
-def set_dotted(raw: dict[str, Any], key: str, value: Any) -> None:
-    node = raw
+def set_dotted(raw: dict[str, Any], key: str, value: Any, where: str = "") -> None:
+    """Sets `key` in the raw table; a number after an array of tables (network.links.0.rtt)
+    is an index into it: the entry the file wrote, changed in that one key."""
+    node: Any = raw
     parts = key.split(".")
-    for part in parts[:-1]:
+    for depth, part in enumerate(parts[:-1]):
+        if isinstance(node, list):
+            node = _entry(node, part, key, ".".join(parts[:depth]), where)
+            continue
         child = node.get(part)
-        if not isinstance(child, dict):
+        if not isinstance(child, dict | list) or (
+                isinstance(child, list) and not parts[depth + 1].isdigit()):
             child = {}
             node[part] = child
         node = child
+    if isinstance(node, list):
+        raise BadInput(f"{where}: {key}: a whole entry of {'.'.join(parts[:-1])} cannot be "
+                       "set: expected a key inside it, such as "
+                       f"{'.'.join(parts)}.<key>")
     node[parts[-1]] = value
+
+
+def _entry(entries: list[Any], part: str, key: str, table: str, where: str) -> dict[str, Any]:
+    index = int(part) if part.isdigit() else -1
+    if not 0 <= index < len(entries) or not isinstance(entries[index], dict):
+        raise BadInput(f"{where}: {key}: no entry {part} in {table} (it has {len(entries)}, "
+                       f"numbered from 0)")
+    found: dict[str, Any] = entries[index]
+    return found

@@ -44,6 +44,11 @@ def fields_at(path: tuple[str, ...]) -> list[str] | None:
         elif isinstance(value_type, type) and issubclass(value_type, BaseModel) and parts:
             parts.pop(0)  # a table of models such as [nodes.standby1]: any key, known fields
             model = value_type
+        elif (get_origin(annotation) is list and isinstance(item := get_args(annotation)[0],
+                                                             type)
+              and issubclass(item, BaseModel) and parts and parts[0].isdigit()):
+            parts.pop(0)  # an array of tables such as [[network.links]]: an entry's index
+            model = item
         else:
             return None
     return list(model.model_fields)

@@ -53,7 +53,7 @@ def expand_variants(scenario: Scenario, raw: dict[str, Any], where: str) -> list
         raw = copy.deepcopy(raw)
         raw.pop("matrix", None)
         for key, value in overrides.items():
-            set_dotted(raw, key, value)
+            set_dotted(raw, key, value, f"{where}: matrix")
         # each variant's own label: not accumulated over the loop
         variant_where = f"{where} (variant {overrides})" if overrides else where
         variants.append(Variant(validate(raw, variant_where), overrides))

@@ -107,6 +107,19 @@ BUILTIN_RUNS["churn-bursty"] = ("too-many-connections", (
     "workload.duration=3s", "workload.warmup=2s", "matrix={}",
 ))
 
+# The network built-ins (hosts of their own, needs root), one matrix point each: a
+# synchronous standby 5 ms away and one 0 ms away (its wait is the standby's flush, not
+# the link), a link narrower than a bulk update's WAL, a single synchronous standby cut
+# off for 10 s, and an application 1 ms from its database.
+BUILTIN_RUNS["net-far-standby"] = ("sync-standby-across-zones", (
+    "matrix={}", "network.links.0.rtt=5ms"))
+BUILTIN_RUNS["net-near-standby"] = ("sync-standby-across-zones", (
+    "matrix={}", "network.links.0.rtt=0ms"))
+BUILTIN_RUNS["net-narrow-link"] = ("standby-narrow-link", ())
+BUILTIN_RUNS["net-partition"] = ("sync-standby-partitioned", (
+    "matrix={}", 'topology.synchronous="on"'))
+BUILTIN_RUNS["net-app-far"] = ("app-far-from-database", ("matrix={}",))
+
 # sample name: a scenario of its own (no built-in does this yet), run by `pglab run` as
 # root (a storage volume). Scale 1 keeps a cut-recover-verify cycle to a few seconds.
 DURABILITY_RUNS: dict[str, str] = {

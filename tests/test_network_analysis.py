@@ -1,0 +1,164 @@
+"""The `network` cause's sub-causes, read from committed samples of real runs of the
+network built-ins (tests/samples/runs/net-*, made by make_runs.py on hosts of their own):
+a standby 5 ms away against one 0 ms away, a link narrower than a bulk update's WAL, a
+single synchronous standby cut off for 10 s, an application 1 ms from its database."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+from conftest import SAMPLES
+from pglab.analysis.analyze import build_analysis
+from pglab.analysis.loading import load_run_frames
+from pglab.analysis.recommendations import Facts, advise
+from pglab.results.manifest import Manifest
+from pglab.scenario.builtin import load_builtin
+
+RUNS = SAMPLES / "runs"
+
+
+def _analysis(name: str) -> dict[str, Any]:
+    return build_analysis(load_run_frames(RUNS / name)).to_json()
+
+
+def _worst(analysis: dict[str, Any]) -> dict[str, Any]:
+    return max(analysis["stalls"], key=lambda s: s["deficit_transactions"])
+
+
+def _series(name: str, node: str, metric: str) -> pl.DataFrame:
+    ts = pl.read_parquet(RUNS / name / "timeseries.parquet")
+    return ts.filter((pl.col("source") == "os.tcp") & (pl.col("node") == node)
+                     & (pl.col("metric") == metric))
+
+
+def _rules(analysis: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {r["rule"]: r for r in analysis["recommendations"]}
+
+
+def test_a_standby_5ms_away_holds_every_commit_back_by_its_round_trip() -> None:
+    """One client through a synchronous standby behind 5 ms: no stall, the whole run held
+    back by the link; sync-replication gives way (halved), and the advice moves the standby
+    closer or adds a near one to a quorum, each with the run that tests it."""
+    analysis = _analysis("net-far-standby")
+    assert analysis["stalls"] == []
+    top = analysis["steady_state"]["causes"][0]
+    assert (top["cause"], top["sub_cause"]) == ("network", "link-latency"), top
+    assert any("round trip of 5.04 ms (measured on the link)" in line
+               for line in top["evidence"]), top["evidence"]
+    sync = next(c for c in analysis["steady_state"]["causes"] if c["cause"] == "sync-replication")
+    assert sync["confidence"] < top["confidence"]
+    assert any("(halved: the replication link's round trip" in line for line in sync["evidence"])
+    rules = _rules(analysis)
+    assert rules["standby-closer"]["change"] == {"network.links.0.rtt": "0.5ms"}
+    assert "--set network.links.0.rtt=0.5ms" in rules["standby-closer"]["test"]
+    assert rules["quorum-commit-nearby"]["change"] == {"topology.standbys": 2,
+                                                       "topology.synchronous": "any:1"}
+    assert rules["synchronous-commit-remote-write"]["change"] == {
+        "server.settings.synchronous_commit": "remote_write"}
+    assert "wider-standby-link" not in rules and "application-closer" not in rules
+
+
+def test_a_standby_0ms_away_is_never_the_network() -> None:
+    """The same built-in at 0 ms: SyncRep waits are the standby's (its flush; this draw also
+    had the standby silent for 10 s on a busy machine), the network is not named at all."""
+    analysis = _analysis("net-near-standby")
+    named = {c["cause"] for c in analysis["steady_state"]["causes"]}
+    named |= {c["cause"] for stall in analysis["stalls"] for c in stall["causes"]}
+    assert "sync-replication" in named and "network" not in named, named
+
+
+def test_a_narrow_link_fills_the_primarys_send_queue_not_the_standbys_receive_queue() -> None:
+    """20 Mbit/s under a bulk update's WAL: the walsender's Send-Q filled (MBs) while the
+    walreceiver's Recv-Q stayed near empty, and the link ran at its limit: the network
+    (narrow-link) first; its advice compresses the WAL or widens the link."""
+    send_q = _series("net-narrow-link", "primary", "send_q_bytes")["value"].max()
+    recv_q = _series("net-narrow-link", "standby1", "recv_q_bytes")["value"].max()
+    assert send_q > 2**20 > 64 * 1024 > recv_q  # type: ignore[operator]
+    analysis = _analysis("net-narrow-link")
+    stall = _worst(analysis)
+    top = stall["causes"][0]
+    assert (top["cause"], top["sub_cause"]) == ("network", "narrow-link"), stall["causes"]
+    assert any("Send-Q" in line and "Recv-Q held at most" in line for line in top["evidence"])
+    assert any("carried up to" in line and "of its 20 Mbit/s" in line
+               for line in top["evidence"]), top["evidence"]
+    sync = next(c for c in stall["causes"] if c["cause"] == "sync-replication")
+    assert any("(halved: the standby's link held the WAL back (narrow-link)" in line
+               for line in sync["evidence"])
+    rules = _rules(analysis)
+    assert rules["wider-standby-link"]["change"] == {"network.links.0.bandwidth_mbps": 80.0}
+    assert set(rules["wal-compression-link"]["change"]) == {"server.settings.wal_compression"}
+    assert "standby-closer" not in rules
+
+
+def test_a_slow_standby_fills_its_own_receive_queue_and_is_not_the_network() -> None:
+    """The counterpart on a loopback: a standby whose disk is 6 MB/s (sync-slow-disk) takes
+    in less than arrives: its Recv-Q fills, and the stall is sync-replication's."""
+    analysis = _analysis("sync-slow-disk")
+    for stall in analysis["stalls"]:
+        named = [c["cause"] for c in stall["causes"]]
+        assert "network" not in named[:1], stall["causes"]
+
+
+def test_a_partitioned_synchronous_standby_is_told_by_its_stuck_send_queue() -> None:
+    """standby1 cut off for 10 s (single synchronous standby): commits stop, the primary's
+    Send-Q holds data its peer acknowledges none of while the peer's Recv-Q stays empty,
+    and the session survives: network (partition); the advice adds a quorum."""
+    analysis = _analysis("net-partition")
+    stall = _worst(analysis)
+    assert stall["seconds"] >= 10
+    top = stall["causes"][0]
+    assert (top["cause"], top["sub_cause"]) == ("network", "partition"), stall["causes"]
+    assert any("did not arrive, and the session stayed open" in line for line in top["evidence"])
+    rules = _rules(analysis)
+    assert rules["quorum-commit-nearby"]["change"] == {"topology.standbys": 2,
+                                                       "topology.synchronous": "any:1"}
+
+
+@pytest.mark.parametrize("name", ["sync-standby-across-zones", "standby-narrow-link",
+                                  "sync-standby-partitioned", "app-far-from-database"])
+def test_the_network_builtins_load_on_hosts_of_their_own(name: str) -> None:
+    loaded = load_builtin(name)
+    assert all(v.scenario.network.hosts == "separate" for v in loaded.variants)
+    assert loaded.scenario.expect
+
+
+def test_the_samples_are_runs_of_the_builtins_make_runs_names() -> None:
+    text = (RUNS / "make_runs.py").read_text()
+    for name in ("net-far-standby", "net-near-standby", "net-narrow-link", "net-partition",
+                 "net-app-far"):
+        assert f'BUILTIN_RUNS["{name}"]' in text
+        assert (RUNS / name / "manifest.json").is_file()
+    assert Path(RUNS / "net-far-standby" / "scenario.toml").read_text().count("rtt") >= 1
+
+
+def test_an_application_far_from_its_database_waits_on_its_round_trips() -> None:
+    """One client 1 ms away (the link measured at setup on a busy machine): the backend
+    waits for the client most of the time, the whole run is the network's (client-far);
+    the advice brings the application closer (testable) or cuts round trips (not)."""
+    analysis = _analysis("net-app-far")
+    top = analysis["steady_state"]["causes"][0]
+    assert (top["cause"], top["sub_cause"]) == ("network", "client-far"), top
+    assert any("waited for the client (ClientRead)" in line for line in top["evidence"])
+    rules = _rules(analysis)
+    assert rules["application-closer"]["change"] == {"network.links.0.rtt": "0ms"}
+    assert rules["fewer-round-trips"]["test"].startswith("not testable")
+    assert "quorum-commit-nearby" not in rules
+
+
+@pytest.mark.parametrize(("rtt", "closer"), [("5ms", "0.5ms"), ("0.4ms", "0ms")])
+def test_a_standby_closer_is_half_a_millisecond_or_nearer_still(rtt: str, closer: str) -> None:
+    """standby-closer's change: a standby in the primary's zone (0.5 ms), or 0 ms for a
+    link that is already that short (0.5 ms would be no change, or a longer one)."""
+    scenario = {"topology": {"standbys": 1, "synchronous": "on"},
+                "network": {"hosts": "separate", "links": [
+                    {"between": ["primary", "client"], "rtt": "1ms"},
+                    {"between": ["standby1", "primary"], "rtt": rtt}]}}
+    facts = Facts({"network": 0.9}, Manifest(scenario=scenario), fpi_surge=False,
+                  sub_causes={"network": frozenset({"link-latency"})})
+    rules = {r["rule"]: r for r in advise(facts).given}
+    assert rules["standby-closer"]["change"] == {"network.links.1.rtt": closer}
+    assert "application-closer" not in rules  # the client's link is not what was found
