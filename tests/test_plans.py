@@ -197,3 +197,18 @@ def test_analyze_details_and_the_report_show_both_plans(tmp_path: Path) -> None:
     page = render(build_model(run))
     assert "plans that changed" in page and "before: Index Scan using pgbench_accounts_pkey" \
         in page
+
+
+@pytest.mark.parametrize("text", [
+    "ALTER ROLE app PASSWORD $$S3cretPw",  # dollar-quoted, cut open
+    "SELECT E'it\\'s 4111-1111-S3cretPw",  # an E'...' string with \' inside, cut open
+    "SELECT * FROM t WHERE x = 'C:\\' AND y = $1 AND z = 'S3cretPw",  # cut in a literal
+    "UPDATE t SET a = 5 WHERE b = $q$S3cretPw",
+    "SELECT 'a''b', 'S3cretPw" + "x" * 200,
+])
+def test_a_text_the_parser_refuses_keeps_no_literal(text: str) -> None:
+    """The sampler keeps 200 characters of a statement without query_id: cut there, the
+    parser refuses it, and the fallback still leaves no literal's text in the label."""
+    found = normalise(text)
+    assert "S3cretPw" not in found and "4111" not in found, found
+    assert found.startswith(("ALTER ROLE app PASSWORD $", "SELECT", "UPDATE t SET a = $0"))

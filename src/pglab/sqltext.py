@@ -19,7 +19,12 @@ try:
 except ImportError:  # pragma: no cover - a dependency; a broken install still reads logs
     _pglast = None
 
-_STRING = re.compile(r"'(?:[^']|'')*'")
+# A literal the parser could not find (the text cut short, often inside one) must not
+# survive: quoted strings ('' inside, or \' in an E'...'), dollar-quoted ones, and one cut
+# open at the end, which is replaced to the end of the text.
+_STRING = re.compile(r"\b[eE]'(?:[^'\\]|''|\\.)*(?:'|\\?$)"  # E'...': backslash escapes
+                     r"|'(?:[^']|'')*(?:'|$)"  # standard_conforming_strings: none
+                     r"|\$([A-Za-z_]\w*)?\$.*?(?:\$\1\$|$)", re.DOTALL)
 _NUMBER = re.compile(r"(?<![\w$.])-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?\b")
 _SPACE = re.compile(r"\s+")
 
