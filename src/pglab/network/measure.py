@@ -14,6 +14,7 @@ import statistics
 import threading
 import time
 
+from pglab.probes.procfs.net import parse_net_dev
 from pglab.processes import in_netns
 
 ROUND_TRIPS = 50
@@ -59,7 +60,7 @@ def round_trip_ms(ns_a: str, addr_a: str, ns_b: str,
         server.close()
     times.sort()
     return {"p50": round(statistics.median(times), 4),
-            "p99": round(times[max(0, int(len(times) * 0.99) - 1)], 4),
+            "p99": round(statistics.quantiles(times, n=100, method="inclusive")[98], 4),
             "min": round(times[0], 4)}
 
 
@@ -74,11 +75,10 @@ class _RxCounter:
 
     def read(self) -> int:
         self.dev.seek(0)
-        for line in self.dev.read().decode().splitlines():
-            name, _, counters = line.partition(":")
-            if name.strip() == self.iface:
-                return int(counters.split()[0])
-        raise OSError(f"no interface {self.iface} in network namespace {self.netns}")
+        counters = parse_net_dev(self.dev.read().decode()).get(self.iface)
+        if counters is None:
+            raise OSError(f"no interface {self.iface} in network namespace {self.netns}")
+        return counters.rx_bytes
 
     def close(self) -> None:
         self.dev.close()

@@ -15,11 +15,11 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
+from pglab.probes.procfs.net import LINK_PREFIX
 from pglab.scenario.model import Link, Scenario
 
 # 10.213.0.0/16 cut into /30s: 16384 links, far above a full mesh of 10 hosts (45).
 _BASE = ipaddress.IPv4Address("10.213.0.0")
-IFACE_PREFIX = "pglab-"  # an interface's name in a host's namespace: pglab-<peer>
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class PlannedLink:
 
     def iface(self, host: str) -> str:
         """The link's interface in `host`'s namespace (named after the other end)."""
-        return IFACE_PREFIX + (self.b if host == self.a else self.a)
+        return LINK_PREFIX + (self.b if host == self.a else self.a)
 
     def address(self, host: str) -> str:
         return self.address_a if host == self.a else self.address_b

@@ -10,10 +10,8 @@ from typing import IO
 
 from pglab.probes.base import ProbeContext, ProbeOutput
 from pglab.probes.os_probes.common import OsProbe
-from pglab.probes.procfs.net import NetDevCounters, link_rates, parse_net_dev
+from pglab.probes.procfs.net import LINK_PREFIX, NetDevCounters, link_rates, parse_net_dev
 from pglab.processes import in_netns
-
-LINK_PREFIX = "pglab-"  # a link's interface in a host's namespace: pglab-<peer>
 
 
 class LinksProbe(OsProbe):

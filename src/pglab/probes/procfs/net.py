@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# a link's interface in a host's namespace is named pglab-<peer> (network/plan.py names
+# them; os.links reads only those)
+LINK_PREFIX = "pglab-"
+
 
 @dataclass(frozen=True)
 class NetDevCounters:
