@@ -19,7 +19,8 @@ import psutil
 import pytest
 
 from conftest import processes_under, run_cli, write_scenario
-from pglab.durability import Ledger, verify
+from pglab.durability.ledger import Ledger
+from pglab.durability.verdicts import verify
 from pglab.lab.lab import Lab
 from pglab.results.manifest import Manifest, read_manifest
 from pglab.scenario import load_text

@@ -203,7 +203,7 @@ def test_a_standby_fault_without_a_node_acts_on_the_only_standby() -> None:
     from pglab.lab.faults import check_faults
     from pglab.scenario import STANDBY_ACTIONS
 
-    assert set(STANDBY_ACTIONS) == {a.name for a in ACTIONS if a.nodes == "standby"}
+    assert set(STANDBY_ACTIONS) == {a.name for a in ACTIONS if a.kind.nodes == "standby"}
     fault = '[[faults]]\nat = "1s"\naction = "pause-standby"\nduration = "2s"\n'
     one = load_text(BASE + "[topology]\nstandbys = 1\n" + fault, "s.toml").scenario
     assert one.faults[0].node == "standby1"

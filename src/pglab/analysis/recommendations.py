@@ -24,7 +24,7 @@ from typing import Any
 
 import polars as pl
 
-from pglab.analysis.durability import (
+from pglab.analysis.flush_layers import (
     FLUSH_LAYERS,
     FlushLayer,
     flush_change,

@@ -58,6 +58,7 @@ from pglab.network.plan import plan_network
 from pglab.paths import ensure_dir, labs_dir
 from pglab.processes import kill_tree, shielded
 from pglab.scenario import Scenario
+from pglab.scenario.fault_kinds import is_cut, kind_of
 from pglab.scenario.model import resolve_envelope
 from pglab.scenario.needs import Need, device_fault_nodes, scenario_needs, unmet_problem
 from pglab.storage.volume import (
@@ -142,13 +143,13 @@ def _check_storage(scenario: Scenario, where: str) -> None:
                            "read_mbps, iops, profile), where they hold for every byte")
     check_storage(scenario, where, device_fault_nodes(scenario))
     for index, fault in enumerate(scenario.faults):
-        if fault.action != "power-loss":
+        if not kind_of(fault.action).drops_unflushed:
             continue
         volumes = scenario.node_storage(fault.node).volumes()
         for role, spec in volumes.items():
             if why := power_loss_problem(spec):
                 key = storage_key(fault.node) + (".wal" if role == "wal" else "")
-                raise BadInput(f"{where}: faults[{index}]: 'power-loss' cannot cut {key}: "
+                raise BadInput(f"{where}: faults[{index}]: '{fault.action}' cannot cut {key}: "
                                f"{why}")
 
 
@@ -391,7 +392,7 @@ class Lab:
             server.netns = self.network.netns("primary")
             server.listen = ",".join(self.network.addresses("primary"))
         if volumes and self.bins.major >= 14 and any(
-                f.action in ("crash", "power-loss") for f in self.scenario.faults):
+                is_cut(f.action) for f in self.scenario.faults):
             # Crash recovery first fsyncs every file of the data dir, one device flush
             # each (15 s at scale 2 on an emulated device); syncfs is one per filesystem
             # and as safe. server.settings can still say otherwise (ALTER SYSTEM wins).

@@ -62,7 +62,7 @@ class Manifest:
     # The hosts' links (network.hosts = "separate"): configured and measured figures.
     network: dict[str, Any] | None = None
     faults: list[dict[str, Any]] | None = None  # fired faults, as event records
-    # The integrity verdict of a run with crash or power-loss faults (durability.py):
+    # The integrity verdict of a run with crash or power-loss faults (durability/verdicts.py):
     # one per cut and one at the end.
     durability: dict[str, Any] | None = None
     telemetry: dict[str, Any] | None = None  # probes, sampling statistics, observer cost

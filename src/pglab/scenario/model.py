@@ -23,6 +23,7 @@ from pydantic import (
 from pglab.errors import did_you_mean
 from pglab.scenario.disk_profiles import DiskFigures, profile_figures
 from pglab.scenario.envelope_limits import EnvelopeLimits, cpu_list
+from pglab.scenario.fault_kinds import STANDBY_ACTIONS
 from pglab.scenario.kernel_knobs import check_knobs
 from pglab.scenario.sysbench_tests import (
     MANAGED_OPTIONS,
@@ -516,9 +517,6 @@ class Network(StrictModel):
     links: list[Link] = Field(default_factory=list)
 
 
-# Fault actions that act on a standby only (lab/fault_actions.py: nodes = "standby"; a test
-# checks the two agree): named here, as the model does not import the lab.
-STANDBY_ACTIONS = ("pause-standby",)
 
 
 class Fault(StrictModel):

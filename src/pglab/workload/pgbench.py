@@ -22,6 +22,7 @@ from pathlib import Path
 
 import psutil
 
+from pglab.durability.ledger import LEDGER_SCRIPTS
 from pglab.errors import BadInput
 from pglab.lab.binaries import PgBinaries
 from pglab.lab.pgbench_init import pgbench_env
@@ -70,56 +71,6 @@ def reap_stale_spools() -> list[Path]:
             shutil.rmtree(spool, ignore_errors=True)
             reaped.append(spool)
     return reaped
-
-
-# The built-in scripts that write pgbench_history, as pgbench 13-18 has them, with one
-# change: each history row carries the id of its transaction (segment:client:number) in
-# `filler`, which pgbench leaves NULL. Each client counts its transactions in `seq`
-# (pgbench variables live as long as the client), so every transaction pgbench logged as
-# committed can be looked for after a power loss (durability.py).
-LEDGER_SCRIPTS = {
-    "tpcb-like": """\\set aid random(1, 100000 * :scale)
-\\set bid random(1, 1 * :scale)
-\\set tid random(1, 10 * :scale)
-\\set delta random(-5000, 5000)
-\\set seq :seq + 1
-BEGIN;
-UPDATE pgbench_accounts SET abalance = abalance + :delta WHERE aid = :aid;
-SELECT abalance FROM pgbench_accounts WHERE aid = :aid;
-UPDATE pgbench_tellers SET tbalance = tbalance + :delta WHERE tid = :tid;
-UPDATE pgbench_branches SET bbalance = bbalance + :delta WHERE bid = :bid;
-INSERT INTO pgbench_history (tid, bid, aid, delta, mtime, filler)
-  VALUES (:tid, :bid, :aid, :delta, CURRENT_TIMESTAMP,
-          concat_ws(':', :segment::int, :client_id::int, :seq::int));
-END;
-""",
-    "simple-update": """\\set aid random(1, 100000 * :scale)
-\\set bid random(1, 1 * :scale)
-\\set tid random(1, 10 * :scale)
-\\set delta random(-5000, 5000)
-\\set seq :seq + 1
-BEGIN;
-UPDATE pgbench_accounts SET abalance = abalance + :delta WHERE aid = :aid;
-SELECT abalance FROM pgbench_accounts WHERE aid = :aid;
-INSERT INTO pgbench_history (tid, bid, aid, delta, mtime, filler)
-  VALUES (:tid, :bid, :aid, :delta, CURRENT_TIMESTAMP,
-          concat_ws(':', :segment::int, :client_id::int, :seq::int));
-END;
-""",
-}
-
-
-def ledger_problem(workload: Workload) -> str | None:
-    """Why acknowledged commits cannot be counted exactly for this workload, or None."""
-    if not any(name in LEDGER_SCRIPTS for name, _ in workload.expanded_mix()):
-        return "the workload writes no pgbench_history rows (tpcb-like or simple-update)"
-    if workload.max_tries != 1:
-        return "with max_tries a retried transaction counts twice"
-    if workload.latency_limit > 0:
-        return "with latency_limit skipped transactions are not in the ledger"
-    if workload.log_sampling < 1:
-        return "with log_sampling not every committed transaction is logged"
-    return None
 
 
 @dataclass(frozen=True)

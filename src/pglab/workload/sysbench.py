@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from pglab.errors import BadInput, EnvironmentProblem, PglabError
-from pglab.lab.faults import CUT_ACTIONS
 from pglab.lab.template import DataInit
 from pglab.processes import spawn, stop_child, wait_child
 from pglab.scenario import Scenario, Workload
+from pglab.scenario.fault_kinds import CUT_ACTIONS
 from pglab.scenario.sysbench_tests import PGLAB_TESTS, SYSBENCH_TESTS
 from pglab.system_parts import PARTS
 from pglab.workload.sysbench_output import IntervalLine, parse_interval_line
