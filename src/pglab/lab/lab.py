@@ -108,7 +108,7 @@ def check_supported(scenario: Scenario, where: str,
     _check_topology(scenario, where)
     check_faults(scenario, where)
     _check_storage(scenario, where)
-    if scenario.server.target == "dsn":
+    if not scenario.server.is_local:
         if not scenario.server.dsn:
             raise BadInput(f"{where}: server.dsn is empty: target = 'dsn' needs a connection "
                            "string like 'host=db1 dbname=bench user=bench'")
@@ -155,13 +155,11 @@ def _check_storage(scenario: Scenario, where: str) -> None:
 
 def _check_topology(scenario: Scenario, where: str) -> None:
     topo, workload = scenario.topology, scenario.workload
-    local = scenario.server.target == "local"
-    if topo.standbys and not local:
-        raise BadInput(f"{where}: topology.standbys = {topo.standbys} needs server.target = "
-                       "'local': pglab makes standbys only of servers it starts")
-    if topo.pooler != "none" and not local:
-        raise BadInput(f"{where}: topology.pooler = '{topo.pooler}' needs server.target = "
-                       "'local'")
+    if topo.standbys:
+        scenario.require_local(where, f"topology.standbys = {topo.standbys}",
+                               "pglab makes standbys only of servers it starts")
+    if topo.pooler != "none":
+        scenario.require_local(where, f"topology.pooler = '{topo.pooler}'")
     if topo.synchronous != "off":
         need = 1 if topo.synchronous == "on" else int(topo.synchronous.split(":")[1])
         if topo.standbys < need:
@@ -227,7 +225,7 @@ class Lab:
 
     @property
     def is_local(self) -> bool:
-        return self.scenario.server.target == "local"
+        return self.scenario.server.is_local
 
     @property
     def servers(self) -> list[LocalServer]:

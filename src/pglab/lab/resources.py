@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pglab.errors import BadInput, EnvironmentProblem
+from pglab.errors import EnvironmentProblem
 from pglab.lab.cgroups import detect_cgroups
 from pglab.lab.envelope import AppliedEnvelope, applied_envelope, cgroup_limits, check_possible
 from pglab.lab.kernel import kernel_knobs, read_knobs
@@ -35,9 +35,9 @@ def check_resources(scenario: Scenario, where: str) -> None:
     nodes = [*scenario.node_names(), "client"]
     limited = [n for n in nodes if not node_envelope(scenario, n).is_unlimited()]
     throttled = sorted({f.node for f in scenario.faults if kind_of(f.action).throttles})
-    if (limited or throttled) and scenario.server.target != "local":
-        raise BadInput(f"{where}: envelopes and throttle-disk faults need server.target = "
-                       "'local': pglab limits only servers it starts")
+    if limited or throttled:
+        scenario.require_local(where, "an envelope or a throttle-disk fault",
+                               "pglab limits only servers it starts")
     for node in limited:
         limits = resolve_envelope(node_envelope(scenario, node))
         try:

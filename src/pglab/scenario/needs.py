@@ -112,8 +112,9 @@ def _add_needs(scenario: Scenario, add: Callable[[str, str], None]) -> None:
         add("nftables", "faults: network-partition")
     if scenario.topology.pooler == "pgbouncer":
         add("pgbouncer", "topology.pooler = 'pgbouncer'")
-    if scenario.workload.driver == "sysbench":
-        add("sysbench", "workload.driver = 'sysbench'")
+    driver_part = scenario.workload.traits.part
+    if driver_part is not None:
+        add(driver_part, f"workload.driver = '{scenario.workload.driver}'")
 
 
 def unmet_problem(needs: tuple[Need, ...] | list[Need], where: str) -> str | None:

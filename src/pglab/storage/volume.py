@@ -95,9 +95,7 @@ def check_storage(scenario: Scenario, where: str, device_faults: dict[str, str])
                            "kind = 'auto' or 'emulated', not 'loop'")
     if not any(wanted.values()):
         return
-    if scenario.server.target != "local":
-        raise BadInput(f"{where}: [storage] needs server.target = 'local': pglab makes "
-                       "volumes only for servers it starts")
+    scenario.require_local(where, "[storage]", "pglab makes volumes only for servers it starts")
     for node, volumes in wanted.items():
         for role, spec in volumes.items():
             _check_volume(spec, f"{where}: {storage_key(node)}" + (

@@ -69,9 +69,8 @@ def check_scenario(scenario: Scenario, where: str) -> None:
                            "workload.driver = 'sysbench' yet: a cut ends every sysbench "
                            "thread for good (it does not reconnect), and acknowledged commits "
                            "are counted from pgbench's transaction log, which sysbench lacks")
-    if scenario.server.target != "local":
-        raise BadInput(f"{where}: workload.driver = 'sysbench' needs server.target = 'local' "
-                       "for now: pglab prepares sysbench's tables only in servers it starts")
+    scenario.require_local(where, "workload.driver = 'sysbench'",
+                           "pglab prepares sysbench's tables only in servers it starts")
     if workload.on != "primary":
         raise BadInput(f"{where}: workload.on = '{workload.on}' cannot be used with "
                        "workload.driver = 'sysbench' yet: sysbench connects to one host")
