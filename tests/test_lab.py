@@ -18,9 +18,10 @@ import pytest
 from conftest import make_reachable, processes_under
 from pglab.errors import BadInput
 from pglab.lab.binaries import find_binaries, runnable_by
-from pglab.lab.lab import ORPHAN_SOCKET_DIR_S, Lab, reap_stale_labs
+from pglab.lab.lab import Lab
 from pglab.lab.local import SOCKET_PARENT, LocalServer
 from pglab.lab.osuser import server_user
+from pglab.lab.reaper import ORPHAN_SOCKET_DIR_S, reap_stale_labs
 from pglab.lab.settings import apply_settings, start_with_settings
 from pglab.lab.template import get_template
 from pglab.paths import labs_dir

@@ -20,9 +20,11 @@ from typing import Protocol
 from pglab.durability.verdicts import CutVerdicts
 from pglab.errors import Interrupted, PglabError
 from pglab.hostfacts import host_facts
+from pglab.lab.dsn import redact_dsn, redact_text
 from pglab.lab.faults import FaultTimeline
-from pglab.lab.lab import Lab, check_supported, redact_dsn, redact_text
+from pglab.lab.lab import Lab
 from pglab.lab.local import LocalServer
+from pglab.lab.preflight import check_supported
 from pglab.probes import make_probes
 from pglab.probes.base import NodeHandle, ProbeContext, ProbeOutput
 from pglab.probes.dbsessions import DbSessions
