@@ -40,7 +40,7 @@ from pglab.lab.settings import (
     setting_choices,
     start_with_settings,
 )
-from pglab.lab.template import DataInit, Template, copy_data_dir, get_template
+from pglab.lab.template import DataInit, Template, TemplateSpec, copy_data_dir, get_template
 from pglab.lab.topology import (
     client_login,
     make_standby,
@@ -242,10 +242,9 @@ class Lab:
         self.resources.set_kernel_knobs(self.on_status)
         self.bins = runnable_by(find_binaries(self.pg_bin), self.user)
         server_spec = self.scenario.server
-        self.template = get_template(
+        self.template = get_template(TemplateSpec(
             self.bins, self.user, server_spec.initdb, self.scenario.workload.scale,
-            server_spec.settings, self.where, self.on_status, self.data_init,
-        )
+            server_spec.settings, self.where, self.on_status, self.data_init))
         ensure_dir(self.lab_dir.parent, spread=True)  # each lab's files in a group apart
         ensure_dir(self.lab_dir)
         (self.lab_dir / "owner.json").write_text(json.dumps(
