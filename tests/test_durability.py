@@ -230,7 +230,7 @@ SYNC_METHODS = {"fsync": (0, os.fsync), "fdatasync": (0, os.fdatasync),
 @pytest.mark.live
 @root
 def test_which_flushes_reach_the_device(storage_packages: None, tmp_path: Path) -> None:
-    """About 8 s. The ground the flush-dropping layers stand on (analysis/durability.py),
+    """About 8 s. The ground the flush-dropping layers stand on (analysis/flush_layers.py),
     measured on the emulated device's flush counter: on ext4 with barriers every
     wal_sync_method sends the device a flush, so none is a layer on Linux; mounted
     without barriers none does, whichever method PostgreSQL uses."""
