@@ -16,25 +16,21 @@ from rich.console import Console
 from conftest import SAMPLES
 from pglab.analysis.analyze import build_analysis
 from pglab.analysis.causes import durability_causes
-from pglab.analysis.durability import (
-    FLUSH_LAYERS,
-    amcheck_findings,
-    destage_bound_s,
-    durability_section,
-)
+from pglab.analysis.flush_layers import FLUSH_LAYERS
 from pglab.analysis.loading import load_run_frames
 from pglab.analysis.recommendations import NOT_TESTABLE, RULES, Facts, recommend
 from pglab.compare.comparison import compare
 from pglab.compare.groups import Group
 from pglab.compare.rundata import RunData
-from pglab.durability import parse_amcheck
+from pglab.durability.section import amcheck_findings, destage_bound_s, durability_section
+from pglab.durability.verdicts import parse_amcheck
 from pglab.report.page import write_report
 from pglab.results.analysis_doc import AnalysisDocument, write_analysis
 from pglab.results.folder import StoredRun
 from pglab.results.manifest import Manifest, read_manifest
 from pglab.storage.describe import lines as storage_lines
-from pglab.terminal.durability_summary import durability_lines
 from pglab.terminal.findings import print_findings
+from pglab.terminal.run_display import cut_lines
 from pglab.terminal.tune_result import print_tune
 from pglab.tune import TUNE_METRICS, Candidate, CandidateResult, Step, TuneResult, _decide
 
@@ -410,9 +406,9 @@ def test_no_wal_sync_method_advice_where_every_method_flushes() -> None:
 def test_the_terminal_names_the_layer_after_the_verdicts() -> None:
     """`pglab run` and `pglab show`: the cuts' verdicts, then the layer that dropped the
     flushes, named with what the run's stack did."""
-    lines = durability_lines(read_manifest(NOBARRIER))
+    lines = cut_lines(read_manifest(NOBARRIER))
     assert lines[0] == "2 power losses: 126 acknowledged commits lost, integrity clean"
     assert lines[-1].startswith("flushes dropped (no-write-barriers): primary's data volume "
                                 "(ext4) is mounted without write barriers"), lines
-    assert not any("flushes dropped" in line for line in durability_lines(
+    assert not any("flushes dropped" in line for line in cut_lines(
         read_manifest(HONEST)))

@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from conftest import TINY, processes_under, write_scenario
-from pglab.lab.lab import reap_stale_labs
+from pglab.lab.reaper import reap_stale_labs
 from pglab.workload.pgbench import reap_stale_spools
 
 pytestmark = pytest.mark.live  # real runs, signalled

@@ -18,11 +18,12 @@ import pytest
 from conftest import processes_under
 from pglab.errors import BadInput
 from pglab.lab.binaries import find_binaries, runnable_by
-from pglab.lab.lab import ORPHAN_SOCKET_DIR_S, Lab, reap_stale_labs
+from pglab.lab.lab import Lab
 from pglab.lab.local import SOCKET_PARENT, LocalServer
 from pglab.lab.osuser import server_user
+from pglab.lab.reaper import ORPHAN_SOCKET_DIR_S, reap_stale_labs
 from pglab.lab.settings import apply_settings, start_with_settings
-from pglab.lab.template import get_template
+from pglab.lab.template import TemplateSpec, get_template
 from pglab.paths import labs_dir
 from pglab.scenario import InitdbOptions, load_text
 from plugins.homes import make_reachable
@@ -143,11 +144,12 @@ def _on_ext4(path: Path) -> bool:
 def test_template_is_built_once_and_reused() -> None:
     user = server_user()
     bins = runnable_by(find_binaries(), user)
-    first = get_template(bins, user, InitdbOptions(), 1, {}, "s.toml")
-    second = get_template(bins, user, InitdbOptions(), 1, {}, "s.toml")
+    first = get_template(TemplateSpec(bins, user, InitdbOptions(), 1, {}, "s.toml"))
+    second = get_template(TemplateSpec(bins, user, InitdbOptions(), 1, {}, "s.toml"))
     assert second.reused and second.key == first.key
     assert (second.data_dir / "PG_VERSION").read_text().strip() == "18"
-    other = get_template(bins, user, InitdbOptions(wal_segsize_mb=4), 1, {}, "s.toml")
+    other = get_template(TemplateSpec(bins, user, InitdbOptions(wal_segsize_mb=4), 1, {},
+                                      "s.toml"))
     assert other.key != first.key
 
 

@@ -21,12 +21,13 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli, write_scenario
-from pglab.lab.fault_actions import DEVICE_FAULTS
+from pglab.lab.fault_actions import ACTIONS, PowerLoss, _DeviceState
 from pglab.lab.resources import node_envelope
 from pglab.scenario import load_text
 from pglab.scenario.builtin import builtin_names, load_builtin
+from pglab.scenario.fault_kinds import DEVICE_ACTIONS, FAULT_KINDS
 from pglab.scenario.model import Workload
-from pglab.scenario.needs import DEVICE_ACTIONS, ROOT, runs_needs, scenario_needs
+from pglab.scenario.needs import ROOT, runs_needs, scenario_needs
 from pglab.storage.registry import FILESYSTEMS
 from pglab.system_parts import EMULATED_DEVICE_PARTS, FILESYSTEM_PARTS, PARTS, SBIN_DIRS
 
@@ -104,9 +105,13 @@ def test_emulated_devices_need_nbdfuse_and_fuse_plain_loops_do_not(tmp_path: Pat
     assert needs('path = "/tmp"\n', filesystem="host") == {ROOT}  # used as it is
 
 
-def test_the_model_knows_the_labs_device_faults() -> None:
-    """needs.DEVICE_ACTIONS is what the lab's fault registry acts on devices with."""
-    assert set(DEVICE_ACTIONS) == {*DEVICE_FAULTS, "power-loss"}
+def test_the_fault_kinds_are_the_labs_fault_actions() -> None:
+    """The traits table names every action of the lab's registry and no other, and its
+    device actions are those the registry does through a volume's device."""
+    assert [a.name for a in ACTIONS] == list(FAULT_KINDS)
+    assert all(a.kind is FAULT_KINDS[a.name] for a in ACTIONS)
+    by_device = {a.name for a in ACTIONS if issubclass(a, (_DeviceState, PowerLoss))}
+    assert set(DEVICE_ACTIONS) == by_device
 
 
 def test_every_filesystem_and_driver_has_its_part() -> None:

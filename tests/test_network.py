@@ -20,7 +20,8 @@ import pytest
 
 from conftest import apt_install, processes_under, run_cli, write_scenario
 from pglab.lab.fault_actions import NetworkLatency, NetworkPartition
-from pglab.lab.lab import Lab, reap_stale_labs
+from pglab.lab.lab import Lab
+from pglab.lab.reaper import reap_stale_labs
 from pglab.network.hosts import LabNetwork, pglab_namespaces
 from pglab.network.plan import plan_network
 from pglab.probes.base import ProbeContext

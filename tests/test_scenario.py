@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from pglab.driver_traits import DEFAULT_DRIVER, DRIVER_TRAITS
 from pglab.errors import BadInput
 from pglab.scenario import Workload, load, load_text
 from pglab.scenario.builtin import builtin_names, load_builtin
@@ -203,7 +204,7 @@ def test_a_standby_fault_without_a_node_acts_on_the_only_standby() -> None:
     from pglab.lab.faults import check_faults
     from pglab.scenario import STANDBY_ACTIONS
 
-    assert set(STANDBY_ACTIONS) == {a.name for a in ACTIONS if a.nodes == "standby"}
+    assert set(STANDBY_ACTIONS) == {a.name for a in ACTIONS if a.kind.nodes == "standby"}
     fault = '[[faults]]\nat = "1s"\naction = "pause-standby"\nduration = "2s"\n'
     one = load_text(BASE + "[topology]\nstandbys = 1\n" + fault, "s.toml").scenario
     assert one.faults[0].node == "standby1"
@@ -331,4 +332,21 @@ def test_every_driver_the_scenario_accepts_is_registered() -> None:
     # workload.driver is validated by the scenario model, which cannot import the
     # registry (the scenario comes before the lab and the load): the two lists must agree
     accepted = typing.get_args(Workload.model_fields["driver"].annotation)
-    assert sorted(accepted) == sorted(DRIVERS)
+    assert sorted(accepted) == sorted(DRIVERS) == sorted(DRIVER_TRAITS)
+    assert Workload.model_fields["driver"].default == DEFAULT_DRIVER
+
+
+def test_each_drivers_traits_name_workload_keys_of_its_own() -> None:
+    """A driver's own keys are Workload fields no other driver reads, its client counts
+    among them: the model refuses them with another driver, and a sweep varies them."""
+    fields = set(Workload.model_fields)
+    seen: set[str] = set()
+    for traits in DRIVER_TRAITS.values():
+        assert set(traits.keys) <= fields, traits.name
+        assert not seen & set(traits.keys), traits.name
+        seen |= set(traits.keys)
+        assert traits.concurrency in traits.keys, traits.name
+        workload = Workload(driver=traits.name)
+        assert workload.concurrency == getattr(workload, traits.concurrency)
+        assert workload.concurrency_key == f"workload.{traits.concurrency}"
+

@@ -43,7 +43,7 @@ root_only = pytest.mark.skipif(os.geteuid() != 0, reason="storage volumes need r
 # --- pure: the registry, the checks, the doctor's parser and findings ------------------
 
 def _check(text: str) -> None:
-    from pglab.lab.lab import check_supported
+    from pglab.lab.preflight import check_supported
 
     loaded = load_text(text, "s.toml")
     check_supported(loaded.scenario, "s.toml")

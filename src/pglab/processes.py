@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 import psutil
 
@@ -221,6 +221,45 @@ _output_gone = threading.Event()  # output_closed() has stopped pglab already
 # cleanup waiting on a pgbench that has exited, until it stops on a traceback. Such a
 # signal is raised again a moment later, once the lock is let go.
 _RETRY_SIGNAL_S = 0.01
+
+
+def run_pumping(argv: list[str], *, cwd: Path, env: dict[str, str], limit_s: float,
+                copy_to: Path, on_line: Callable[[str, float], None], name: str,
+                stdout: IO[bytes] | None = None,
+                on_started: Callable[[int], None] | None = None,
+                cgroup_procs: list[Path] | None = None,
+                netns: str | None = None) -> tuple[int, bool]:
+    """Run a load generator to its end, reading one of its streams as it comes: each line
+    is copied to `copy_to` at once (raw/ has it even when pglab is killed) and handed to
+    `on_line` with the time it came. `stdout`: where stdout goes, the stream read being
+    stderr; None: stdout is read, stderr merged into it. After `limit_s` the process is
+    stopped, as on any exception. Returns its exit code and whether it timed out."""
+    proc = spawn(argv, stdout=subprocess.PIPE if stdout is None else stdout,
+                 stderr=subprocess.STDOUT if stdout is None else subprocess.PIPE,
+                 stdin=subprocess.DEVNULL, cwd=cwd, env=env, cgroup_procs=cgroup_procs,
+                 netns=netns)
+    stream = proc.stdout if stdout is None else proc.stderr
+    assert stream is not None
+    if on_started is not None:
+        on_started(proc.pid)
+
+    def pump() -> None:
+        with open(copy_to, "w") as copy:
+            for raw in iter(stream.readline, b""):
+                now = time.time()
+                line = raw.decode(errors="replace")
+                copy.write(line)
+                copy.flush()
+                on_line(line, now)
+
+    reader = threading.Thread(target=pump, name=name, daemon=True)
+    reader.start()
+    try:
+        timed_out = not wait_child(proc, limit_s)
+    finally:
+        stop_child(proc)  # no-op when it ended by itself; kills it on any exception
+    reader.join(timeout=5)
+    return (proc.returncode if proc.returncode is not None else -1), timed_out
 
 
 def _holding_a_child_lock(frame: FrameType | None) -> bool:

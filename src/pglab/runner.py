@@ -17,12 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from pglab.durability import CutVerdicts
+from pglab.durability.verdicts import CutVerdicts
 from pglab.errors import Interrupted, PglabError
 from pglab.hostfacts import host_facts
-from pglab.lab.faults import CUT_ACTIONS, FaultTimeline
-from pglab.lab.lab import Lab, check_supported, redact_dsn, redact_text
+from pglab.lab.dsn import redact_dsn, redact_text
+from pglab.lab.faults import FaultTimeline
+from pglab.lab.lab import Lab
 from pglab.lab.local import LocalServer
+from pglab.lab.preflight import check_supported
 from pglab.probes import make_probes
 from pglab.probes.base import NodeHandle, ProbeContext, ProbeOutput
 from pglab.probes.dbsessions import DbSessions
@@ -36,6 +38,7 @@ from pglab.results.spool import event_record
 from pglab.results.study import StudyDocument, study_entry, study_path
 from pglab.results.study import write_study as write_study_file
 from pglab.scenario import LoadedScenario, Scenario, Variant, Workload
+from pglab.scenario.fault_kinds import CUT_ACTIONS
 from pglab.scenario.needs import runs_needs
 from pglab.telemetry import TelemetryRunner, monotonic_wall_clock
 from pglab.workload.drivers import DRIVERS, Load, LoadHooks

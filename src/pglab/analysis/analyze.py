@@ -15,7 +15,6 @@ from typing import Any
 import polars as pl
 
 from pglab.analysis.causes import WEAK_BELOW, durability_causes, ranked_causes, steady_causes
-from pglab.analysis.durability import durability_section
 from pglab.analysis.evidence import WindowEvidence, run_evidence
 from pglab.analysis.kernel import dominant_wait_line
 from pglab.analysis.loading import RunFrames, load_run_frames
@@ -35,6 +34,7 @@ from pglab.analysis.statements import (
     stall_statements,
     statement_texts,
 )
+from pglab.durability.section import durability_section
 from pglab.errors import EnvironmentProblem
 from pglab.results.analysis_doc import AnalysisDocument, write_analysis
 from pglab.results.files import ANALYSIS, iso

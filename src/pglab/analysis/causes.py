@@ -18,8 +18,8 @@ from typing import Any
 
 from pglab.analysis import network as network_cause
 from pglab.analysis import steady as steady_state
-from pglab.analysis.durability import FLUSH_LAYERS, flush_scorer
 from pglab.analysis.evidence import EventView, Segment, WindowEvidence
+from pglab.analysis.flush_layers import FLUSH_LAYERS, flush_scorer
 from pglab.analysis.kernel import receiver_line
 from pglab.analysis.names import busiest_queue
 from pglab.analysis.plans import access, change_entry, change_line
@@ -64,7 +64,7 @@ class Cause:
     score: Callable[[WindowEvidence], Finding | None] | None  # one stall window
     # the whole run, for a cause that can hold a run back without a stall (steady.py)
     steady: Callable[[WindowEvidence], Finding | None] | None = None
-    # what the run's cuts cost in data (the durability section, durability.py): a cause
+    # what the run's cuts cost in data (the durability section, durability/section.py): a cause
     # of lost or damaged data rather than of lost time
     durability: Callable[[dict[str, Any], Manifest], Finding | None] | None = None
 
@@ -877,7 +877,7 @@ def steady_causes(ev: WindowEvidence) -> list[Finding]:
 
 
 def durability_causes(section: dict[str, Any], manifest: Manifest) -> list[Finding]:
-    """What the run's cuts cost in data, most likely first (durability.py's section)."""
+    """What the run's cuts cost in data, most likely first (durability/section.py)."""
     findings = [f for c in CAUSES if c.durability is not None
                 and (f := c.durability(section, manifest)) is not None]
     return sorted(findings, key=lambda f: f.confidence, reverse=True)

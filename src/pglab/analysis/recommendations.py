@@ -24,7 +24,7 @@ from typing import Any
 
 import polars as pl
 
-from pglab.analysis.durability import (
+from pglab.analysis.flush_layers import (
     FLUSH_LAYERS,
     FlushLayer,
     flush_change,
@@ -32,6 +32,7 @@ from pglab.analysis.durability import (
 )
 from pglab.analysis.loading import RunFrames
 from pglab.analysis.signals import LONG_HOLDER_S, long_holder
+from pglab.driver_traits import DriverTraits, driver_traits
 from pglab.results import files
 from pglab.results.manifest import Manifest
 from pglab.scenario.builtin import builtin_names
@@ -917,13 +918,13 @@ RULES: tuple[Rule, ...] = (
          lambda f: {"workload.jobs": max(2, min(_clients(f), f.cores))},
          "the measurement reflects the server again",
          "pgbench threads compete with the server for the same cores on one machine",
-         when=lambda f: not _is_sysbench(f),  # sysbench has a thread per client already
+         # a driver without workload.jobs (sysbench) has a thread per client already
+         when=lambda f: "jobs" in _driver(f).keys,
          not_when="pgbench has a thread per core or per client already",
          ruled_out=_jobs_already),
     Rule("fewer-clients", ("cpu-saturation",),
          "measure with fewer clients (about 2 per core) or more CPUs",
-         lambda f: {"workload.threads" if _is_sysbench(f) else "workload.clients":
-                    2 * f.cores},
+         lambda f: {_concurrency_key(f): 2 * f.cores},
          "same throughput, much lower latency: the excess clients only queue",
          "none for the server; it changes what is measured",
          when=lambda f: _clients(f) > 2 * f.cores,
@@ -931,15 +932,18 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-def _is_sysbench(f: Facts) -> bool:
-    return f.manifest.scenario_workload.get("driver") == "sysbench"
+def _driver(f: Facts) -> DriverTraits:
+    return driver_traits(f.manifest.scenario_workload.get("driver"))
+
+
+def _concurrency_key(f: Facts) -> str:
+    return _driver(f).concurrency_key
 
 
 def _clients(f: Facts) -> int:
     clients = f.manifest.clients
     if isinstance(clients, list):
-        key = "workload.threads" if _is_sysbench(f) else "workload.clients"
-        clients = f.manifest.variant.get(key, max(clients) if clients else 1)
+        clients = f.manifest.variant.get(_concurrency_key(f), max(clients) if clients else 1)
     return int(clients or 1)
 
 

@@ -125,7 +125,7 @@ def faults(as_json: bool = False) -> int:
     from pglab.lab.fault_actions import ACTIONS
 
     if as_json:
-        click.echo(json.dumps([{"name": action.name, "nodes": action.nodes,
+        click.echo(json.dumps([{"name": action.name, "nodes": action.kind.nodes,
                                 "duration": action.duration,
                                 "args": {name: {"type": kind.__name__, "default": default}
                                          for name, (kind, default) in action.args.items()},
@@ -134,7 +134,7 @@ def faults(as_json: bool = False) -> int:
     rows = []
     for action in ACTIONS:
         args = ", ".join(f"{name}={default!r}" for name, (_t, default) in action.args.items())
-        rows.append((action.name, action.nodes, action.duration, args or "-", action.help))
+        rows.append((action.name, action.kind.nodes, action.duration, args or "-", action.help))
     # the arguments stay whole only while they are short: one line per argument otherwise
     print_table(out, (Column("action"), Column("nodes"), Column("duration"),
                       Column("args (default)", prose=True),

@@ -28,6 +28,7 @@ from pglab.errors import PglabError
 from pglab.lab.local import LocalServer
 from pglab.network.hosts import LabNetwork
 from pglab.processes import in_keeper_thread, kill_tree, spawn
+from pglab.scenario.fault_kinds import FAULT_KINDS, FaultKind
 from pglab.units import parse_duration
 
 ArgSpec = tuple[type, Any]  # (type, default)
@@ -55,12 +56,16 @@ class FaultTarget:
 class FaultAction(ABC):
     name: ClassVar[str]
     help: ClassVar[str]
-    nodes: ClassVar[Literal["any", "standby", "primary"]] = "any"
     duration: ClassVar[Literal["required", "optional", "none"]] = "optional"
     args: ClassVar[dict[str, ArgSpec]] = {}
     runs_until_done: ClassVar[bool] = False  # ends by itself (a statement), not by duration
-    cuts_node: ClassVar[bool] = False  # kills the node: the load restarts once it is back
     default_duration: ClassVar[float | None] = None  # None: active until the run ends
+    kind: ClassVar[FaultKind]  # what it is (its nodes, whether it cuts): FAULT_KINDS
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" in cls.__dict__:  # an action, not a base of some: its kind must exist
+            cls.kind = FAULT_KINDS[cls.name]
 
     def __init__(self, args: dict[str, Any]) -> None:
         self.values: dict[str, Any] = {name: args.get(name, default) for name, (_t, default) in
@@ -95,7 +100,6 @@ class PauseStandby(FaultAction):
     name = "pause-standby"
     help = ("SIGSTOP a standby (part = 'node': every process; 'walreceiver': only its WAL "
             "receiver) and SIGCONT it after `duration` (or at the end of the run)")
-    nodes = "standby"
     args: ClassVar[dict[str, ArgSpec]] = {"part": (str, "node")}
 
     def __init__(self, args: dict[str, Any]) -> None:
@@ -199,7 +203,6 @@ class _Statement(FaultAction):
 class Vacuum(_Statement):
     name = "vacuum"
     help = "VACUUM a table (args: table, full = false, analyze = false) on a side connection"
-    nodes = "primary"
     args: ClassVar[dict[str, ArgSpec]] = {
         "table": (str, "pgbench_accounts"), "full": (bool, False), "analyze": (bool, False),
     }
@@ -215,7 +218,6 @@ class BulkUpdate(_Statement):
     name = "bulk-update"
     help = ("UPDATE the first `rows` rows of pgbench_accounts (args: rows = 100000) in one "
             "transaction: a burst of WAL, dirty pages and dead tuples")
-    nodes = "primary"
     args: ClassVar[dict[str, ArgSpec]] = {"rows": (int, 100000)}
 
     def statement(self) -> sql.Composed:
@@ -229,7 +231,6 @@ class Sql(_Statement):
             "as one transaction unless they say BEGIN/COMMIT) on a side connection to the "
             "benchmark database, for as long as it takes: a lock held (\"BEGIN; LOCK TABLE t; "
             "SELECT pg_sleep(5); COMMIT\"), an index dropped, a table analysed")
-    nodes = "primary"
     args: ClassVar[dict[str, ArgSpec]] = {"sql": (str, "")}
 
     def statement(self) -> sql.Composed:
@@ -243,7 +244,6 @@ class IdleInTransaction(FaultAction):
             "`table` where `key` = `value`) and sits idle in its transaction until "
             "`duration` ends, then rolls back: every transaction that updates the row "
             "queues behind it (what a forgotten psql session does)")
-    nodes = "primary"
     args: ClassVar[dict[str, ArgSpec]] = {
         "table": (str, "pgbench_branches"), "key": (str, "bid"), "value": (int, 1),
         "application": (str, "psql"),
@@ -294,7 +294,6 @@ class SwitchWal(FaultAction):
     name = "switch-wal"
     help = ("pg_switch_wal() now: the next WAL record starts a new segment, as with "
             "archive_timeout (with wal_recycle off or none to reuse, it is created)")
-    nodes = "primary"
     duration = "none"
 
     def begin(self, target: FaultTarget) -> dict[str, Any]:
@@ -310,7 +309,6 @@ class Crash(FaultAction):
             "and record the recovery time")
     duration = "optional"
     default_duration = 0.0
-    cuts_node = True
 
     def __init__(self, args: dict[str, Any]) -> None:
         super().__init__(args)
@@ -407,7 +405,6 @@ class PowerLoss(FaultAction):
             "(journal replay) and the node restarts (needs an ext4 or XFS volume)")
     duration = "optional"
     default_duration = 0.0
-    cuts_node = True
 
     def __init__(self, args: dict[str, Any]) -> None:
         super().__init__(args)
@@ -578,4 +575,3 @@ ACTIONS: tuple[type[FaultAction], ...] = (
     SwitchWal, Crash, PowerLoss, MemoryPressure, PauseDisk, FailDisk, SlowDisk,
     NetworkPartition, NetworkLatency,
 )
-DEVICE_FAULTS = tuple(a.name for a in ACTIONS if issubclass(a, _DeviceState))

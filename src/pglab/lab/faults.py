@@ -20,10 +20,10 @@ from pglab.errors import BadInput
 from pglab.events import Event
 from pglab.lab.fault_actions import ACTIONS, FaultAction, FaultTarget
 from pglab.scenario import Fault, Scenario
+from pglab.scenario.fault_kinds import is_cut
 from pglab.units import DURATION_HINT, parse_duration
 
 ACTION_NAMES = [a.name for a in ACTIONS]
-CUT_ACTIONS = tuple(a.name for a in ACTIONS if a.cuts_node)  # crash, power-loss
 NETWORK_LATENCY = "network-latency"
 # A cut of the primary (crash, power loss) waits until the previous one's node is back,
 # verified, and the load has run again this long: each cut then gets an integrity verdict
@@ -51,12 +51,12 @@ def check_faults(scenario: Scenario, where: str) -> None:
         if fault.node not in nodes:
             raise BadInput(f"{at}: node '{fault.node}' is not in this topology"
                            f"{_hint(fault.node, nodes)}; nodes: {', '.join(nodes)}")
-        if action.nodes == "standby" and not fault.node.startswith("standby"):
+        if action.kind.nodes == "standby" and not fault.node.startswith("standby"):
             if "node" not in fault.model_fields_set:  # more than one standby to choose from
                 raise BadInput(f"{at}: '{fault.action}' acts on a standby: name it with "
                                f"node ({', '.join(nodes[1:]) or 'no standby here'})")
             raise BadInput(f"{at}: '{fault.action}' acts on a standby, not on '{fault.node}'")
-        if action.nodes == "primary" and fault.node != "primary":
+        if action.kind.nodes == "primary" and fault.node != "primary":
             raise BadInput(f"{at}: '{fault.action}' runs on the primary, not on '{fault.node}'")
         if fault.at >= measured:
             raise BadInput(f"{at}: at = {fault.at:g}s is after the run ends (the measured "
@@ -136,8 +136,7 @@ def _check_network_fault(scenario: Scenario, fault: Fault, at: str) -> None:
 
 def _cuts_primary(fault: Fault) -> bool:
     """The load runs on the primary: a cut of it stops the load until it is verified."""
-    return fault.node == "primary" and next(
-        a for a in ACTIONS if a.name == fault.action).cuts_node
+    return fault.node == "primary" and is_cut(fault.action)
 
 
 def _utc(epoch: float) -> dt.datetime:
@@ -241,7 +240,7 @@ class FaultTimeline:
             active.attrs["delayed_s"] = round(started - scheduled, 3)
         with self._lock:
             self._active.append(active)
-            if action.cuts_node:  # before it acts: the load sees the cut only after this
+            if action.kind.cuts_node:  # before it acts: the load sees the cut only after this
                 self.cut_times.append(started)
                 self._open_cuts += 1
             if gated:
@@ -272,7 +271,7 @@ class FaultTimeline:
             active.attrs.update(active.action.end(active.target))
         except Exception as exc:
             active.attrs["end_error"] = f"{type(exc).__name__}: {exc}"
-        if active.action.cuts_node:  # its end restarted the node (or found it cannot)
+        if active.action.kind.cuts_node:  # its end restarted the node (or found it cannot)
             with self._lock:
                 self._open_cuts -= 1
         fault = active.fault
@@ -286,7 +285,7 @@ class FaultTimeline:
     def last_cut(self) -> Event | None:
         """The event of the latest crash or power loss to have ended, if any."""
         return next((e for e in reversed(self.recorded)
-                     if e.attrs.get("action") in CUT_ACTIONS), None)
+                     if is_cut(str(e.attrs.get("action")))), None)
 
     def cut_active(self) -> bool:
         """A crash or power loss has begun and its node is not back yet."""

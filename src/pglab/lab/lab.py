@@ -12,8 +12,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
-import time
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
@@ -21,29 +19,28 @@ from typing import Any
 
 import psutil
 import psycopg
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import conninfo_to_dict
 
-from pglab.errors import BadInput, EnvironmentProblem, PglabError
+from pglab.errors import BadInput, EnvironmentProblem
 from pglab.lab.binaries import PgBinaries, find_binaries, runnable_by
+from pglab.lab.dsn import redact_dsn
 from pglab.lab.fault_actions import FaultTarget
-from pglab.lab.faults import check_faults
 from pglab.lab.local import (
     BENCH_DB,
     CLIENT_ROLE,
-    SOCKET_PARENT,
     LocalServer,
-    remove_socket_dir,
 )
 from pglab.lab.osuser import ServerUser, server_user
 from pglab.lab.pooler import PgBouncer, find_pgbouncer, pgbouncer_version
-from pglab.lab.resources import LabResources, check_resources, node_envelope
+from pglab.lab.preflight import check_supported
+from pglab.lab.reaper import reap_stale_labs
+from pglab.lab.resources import LabResources, node_envelope
 from pglab.lab.settings import (
-    check_managed,
     non_default_settings,
     setting_choices,
     start_with_settings,
 )
-from pglab.lab.template import DataInit, Template, copy_data_dir, get_template
+from pglab.lab.template import DataInit, Template, TemplateSpec, copy_data_dir, get_template
 from pglab.lab.topology import (
     client_login,
     make_standby,
@@ -53,141 +50,19 @@ from pglab.lab.topology import (
     synchronous_standby_names,
     wait_for_replication,
 )
-from pglab.network.hosts import LabNetwork, reap_stale_networks, require_namespaces
+from pglab.network.hosts import LabNetwork
 from pglab.network.plan import plan_network
 from pglab.paths import ensure_dir, labs_dir
-from pglab.processes import kill_tree, shielded
+from pglab.processes import shielded
 from pglab.scenario import Scenario
-from pglab.scenario.model import resolve_envelope
-from pglab.scenario.needs import Need, device_fault_nodes, scenario_needs, unmet_problem
+from pglab.scenario.fault_kinds import is_cut
+from pglab.scenario.needs import device_fault_nodes
 from pglab.storage.volume import (
     LabStorage,
-    check_storage,
     move_wal,
-    power_loss_problem,
-    reap_storage_under,
-    storage_key,
 )
 
 StatusCallback = Callable[[str], None]
-
-
-def dsn_password(dsn: str) -> str | None:
-    try:
-        password = conninfo_to_dict(dsn).get("password")
-    except psycopg.ProgrammingError:
-        return None
-    return str(password) if password else None
-
-
-def redact_text(text: str, dsn: str) -> str:
-    """`text` with the DSN's password masked wherever it appears (a scenario file, an
-    override): passwords never land in results."""
-    password = dsn_password(dsn)
-    return text.replace(password, "********") if password else text
-
-
-def redact_dsn(dsn: str) -> str:
-    """The DSN without its password, for anything that is written down."""
-    try:
-        params = conninfo_to_dict(dsn)
-    except psycopg.ProgrammingError:
-        return "(unparseable dsn)"
-    if "password" in params:
-        params["password"] = "********"
-    return make_conninfo(**{k: str(v) for k, v in params.items()})
-
-
-def check_supported(scenario: Scenario, where: str,
-                    needs: tuple[Need, ...] | None = None) -> None:
-    """Refuse, before anything starts, what cannot work: one line naming the key. The
-    scenario's own mistakes first (exit 2), then what this machine lacks (exit 3) of
-    `needs` (default: the scenario's own; a sweep's checks pass what all its runs need,
-    so that one line names all that is missing)."""
-    _check_topology(scenario, where)
-    check_faults(scenario, where)
-    _check_storage(scenario, where)
-    if scenario.server.target == "dsn":
-        if not scenario.server.dsn:
-            raise BadInput(f"{where}: server.dsn is empty: target = 'dsn' needs a connection "
-                           "string like 'host=db1 dbname=bench user=bench'")
-        if scenario.faults:
-            raise BadInput(f"{where}: faults cannot be used with target = 'dsn': they stop, "
-                           "crash or write to the server, and pglab does that only to servers "
-                           "it starts")
-        if scenario.server.settings:
-            raise BadInput(f"{where}: server.settings cannot be used with target = 'dsn': "
-                           "pglab does not change the configuration of a server it did not "
-                           "create")
-        if not scenario.server.allow_writes and not scenario.workload.is_read_only():
-            raise BadInput(f"{where}: the workload writes, and the server at server.dsn is not "
-                           "pglab's: use a read-only mix (select-only) or set "
-                           "server.allow_writes = true")
-    else:
-        check_managed(scenario.server.settings, where)
-    if problem := unmet_problem(needs or scenario_needs(scenario), where):
-        raise EnvironmentProblem(problem)  # root and system parts, all in one line
-    if scenario.network.hosts == "separate":
-        require_namespaces()  # made and removed once: the kernel may still refuse
-    check_resources(scenario, where)  # the cgroups this machine offers, once root
-
-
-def _check_storage(scenario: Scenario, where: str) -> None:
-    for node in scenario.node_names():
-        envelope = node_envelope(scenario, node)
-        if scenario.node_storage(node).volumes() and resolve_envelope(envelope).has_disk:
-            key = "envelope" if node == "primary" else f"nodes.{node}.envelope"
-            raise BadInput(f"{where}: {key} has disk limits and {node} has a storage volume: "
-                           f"put the limits on {storage_key(node)}.device (write_mbps, "
-                           "read_mbps, iops, profile), where they hold for every byte")
-    check_storage(scenario, where, device_fault_nodes(scenario))
-    for index, fault in enumerate(scenario.faults):
-        if fault.action != "power-loss":
-            continue
-        volumes = scenario.node_storage(fault.node).volumes()
-        for role, spec in volumes.items():
-            if why := power_loss_problem(spec):
-                key = storage_key(fault.node) + (".wal" if role == "wal" else "")
-                raise BadInput(f"{where}: faults[{index}]: 'power-loss' cannot cut {key}: "
-                               f"{why}")
-
-
-def _check_topology(scenario: Scenario, where: str) -> None:
-    topo, workload = scenario.topology, scenario.workload
-    local = scenario.server.target == "local"
-    if topo.standbys and not local:
-        raise BadInput(f"{where}: topology.standbys = {topo.standbys} needs server.target = "
-                       "'local': pglab makes standbys only of servers it starts")
-    if topo.pooler != "none" and not local:
-        raise BadInput(f"{where}: topology.pooler = '{topo.pooler}' needs server.target = "
-                       "'local'")
-    if topo.synchronous != "off":
-        need = 1 if topo.synchronous == "on" else int(topo.synchronous.split(":")[1])
-        if topo.standbys < need:
-            raise BadInput(f"{where}: topology.synchronous = '{topo.synchronous}' needs at "
-                           f"least {need} standby(s), topology.standbys = {topo.standbys}")
-    if workload.on == "standbys":
-        if not topo.standbys:
-            raise BadInput(f"{where}: workload.on = 'standbys' needs topology.standbys ≥ 1")
-        if not workload.is_read_only():
-            raise BadInput(f"{where}: workload.on = 'standbys': hot standbys are read-only; "
-                           "use a read-only mix such as ['select-only']")
-        if topo.pooler != "none":
-            raise BadInput(f"{where}: topology.pooler fronts the primary; it cannot be used "
-                           "with workload.on = 'standbys'")
-    if topo.pooler == "pgbouncer" and workload.protocol == "prepared" and (
-            workload.path == "pooler"):
-        raise BadInput(f"{where}: workload.protocol = 'prepared' does not work through "
-                       "PgBouncer in transaction mode; use 'simple' or 'extended'")
-    names = scenario.node_names()
-    for name, spec in scenario.nodes.items():
-        if name == "primary":
-            raise BadInput(f"{where}: nodes.primary: the primary is set by [server.settings] "
-                           "and [envelope]")
-        if name != "standbys" and name not in names:
-            raise BadInput(f"{where}: nodes.{name}: no such standby (topology.standbys = "
-                           f"{topo.standbys}; names are standby1.., or 'standbys' for all)")
-        check_managed(spec.settings, f"{where}: nodes.{name}")
 
 
 class Lab:
@@ -226,7 +101,7 @@ class Lab:
 
     @property
     def is_local(self) -> bool:
-        return self.scenario.server.target == "local"
+        return self.scenario.server.is_local
 
     @property
     def servers(self) -> list[LocalServer]:
@@ -270,17 +145,11 @@ class Lab:
 
         def set_disk_limits(overrides: dict[str, float]) -> dict[str, Any]:
             if devices:  # the volume's device: the limit holds for every byte
-                return set_device_limits(devices, overrides)
+                return self.storage.set_disk_limits(node, overrides)
             return self.resources.set_disk_limits(node, overrides)
 
         def set_device(behaviour: dict[str, Any]) -> dict[str, Any]:
-            applied = {}
-            for volume in devices:
-                wanted = dict(behaviour)
-                if wanted.pop("restore", None) == "latency_s":  # the volume's own latency
-                    wanted["latency_s"] = volume.limits.latency_ms / 1000
-                applied[volume.role] = volume.set_behaviour(wanted)["behaviour"]
-            return applied
+            return self.storage.set_behaviour(node, behaviour)
 
         def power_cut() -> dict[str, Any]:
             return self.storage.power_cut(node)
@@ -373,10 +242,9 @@ class Lab:
         self.resources.set_kernel_knobs(self.on_status)
         self.bins = runnable_by(find_binaries(self.pg_bin), self.user)
         server_spec = self.scenario.server
-        self.template = get_template(
+        self.template = get_template(TemplateSpec(
             self.bins, self.user, server_spec.initdb, self.scenario.workload.scale,
-            server_spec.settings, self.where, self.on_status, self.data_init,
-        )
+            server_spec.settings, self.where, self.on_status, self.data_init))
         ensure_dir(self.lab_dir.parent, spread=True)  # each lab's files in a group apart
         ensure_dir(self.lab_dir)
         (self.lab_dir / "owner.json").write_text(json.dumps(
@@ -391,7 +259,7 @@ class Lab:
             server.netns = self.network.netns("primary")
             server.listen = ",".join(self.network.addresses("primary"))
         if volumes and self.bins.major >= 14 and any(
-                f.action in ("crash", "power-loss") for f in self.scenario.faults):
+                is_cut(f.action) for f in self.scenario.faults):
             # Crash recovery first fsyncs every file of the data dir, one device flush
             # each (15 s at scale 2 on an emulated device); syncfs is one per filesystem
             # and as safe. server.settings can still say otherwise (ALTER SYSTEM wins).
@@ -557,111 +425,3 @@ class Lab:
                 (self.lab_dir / "keep").write_text("kept by --keep; delete when done\n")
             else:
                 shutil.rmtree(self.lab_dir, ignore_errors=True)
-
-
-def set_device_limits(devices: list[Any], overrides: dict[str, float]) -> dict[str, Any]:
-    """throttle-disk on a node with emulated volumes: {} puts each device's own back."""
-    from pglab.storage.device_server import behaviour_from_limits
-
-    applied = {}
-    for volume in devices:
-        if overrides:
-            behaviour = behaviour_from_limits(
-                overrides.get("write_mbps", 0.0), overrides.get("read_mbps", 0.0),
-                overrides.get("write_iops", 0), overrides.get("read_iops", 0),
-                volume.limits.latency_ms, volume.limits.cache, volume.limits.cache_mb,
-                volume.limits.destage_ms)
-        else:
-            behaviour = volume.limits.behaviour()
-        volume.set_behaviour(behaviour)
-        applied[volume.role] = {"write_mbps": behaviour["write_bps"] / 2**20,
-                                "read_mbps": behaviour["read_bps"] / 2**20,
-                                "write_iops": behaviour["write_iops"],
-                                "read_iops": behaviour["read_iops"], "on": "device"}
-    return applied.get("data") or next(iter(applied.values()))
-
-
-def _owner_alive(pid: int, started: float | None) -> bool:
-    """The pglab that made a lab is still running: its pid, and (where recorded) the
-    same start time, since a busy machine reuses a dead pglab's pid within minutes."""
-    try:
-        proc = psutil.Process(pid)
-        return started is None or abs(proc.create_time() - float(started)) < 1.0
-    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError, TypeError):
-        return bool(psutil.pid_exists(pid))
-
-
-def _postmaster_pid_files(lab: Path) -> list[Path]:
-    found: list[Path] = []
-    for pattern in ("*/data/postmaster.pid", "*/data-volume/data/postmaster.pid"):
-        # A volume left mid-power-loss (pglab killed during the cut) is a filesystem
-        # shut down: any look inside fails with EIO, and its server is dead already.
-        with contextlib.suppress(OSError):
-            found += lab.glob(pattern)
-    return found
-
-
-# A socket dir under /tmp outlives its record when its pglab dies between making it and
-# writing the record, or when the lab dir it is recorded in went (a test's home removed, a
-# lab dir deleted by hand). Empty for this long, it is no one's: a live server, pooler or
-# device server has its socket in it a moment after it is made.
-ORPHAN_SOCKET_DIR_S = 3600.0
-
-
-def reap_orphan_socket_dirs() -> list[Path]:
-    """Remove pglab's empty socket dirs under /tmp older than ORPHAN_SOCKET_DIR_S."""
-    reaped = []
-    for path in Path(SOCKET_PARENT).glob("pglab-*"):
-        with contextlib.suppress(OSError):
-            if (path.is_dir() and not path.is_symlink() and not any(path.iterdir())
-                    and time.time() - path.stat().st_mtime > ORPHAN_SOCKET_DIR_S):
-                path.rmdir()
-                reaped.append(path)
-    return reaped
-
-
-def reap_stale_labs(on_problem: StatusCallback | None = None) -> list[Path]:
-    """Stop servers and remove dirs of labs whose pglab process no longer exists.
-
-    What cannot be removed yet (a pool zfs-fuse still calls busy) stays, with its lab dir,
-    for the next pglab to try again: `on_problem` is told, and the command that reaps goes
-    on. Without `on_problem` that is a PglabError."""
-    from pglab.lab.cgroups import reap_stale_cgroups
-    from pglab.lab.kernel import restore_stale_knobs
-    reap_stale_cgroups()
-    restore_stale_knobs()
-    reap_stale_networks()
-    reap_orphan_socket_dirs()
-    root = labs_dir()
-    reaped: list[Path] = []
-    if not root.is_dir():
-        return reaped
-    for lab in root.iterdir():
-        owner = lab / "owner.json"
-        try:
-            record = json.loads(owner.read_text())
-            pid = int(record["pid"])
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        if _owner_alive(pid, record.get("started")) or (lab / "keep").exists():
-            continue
-        for pid_file in _postmaster_pid_files(lab):
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                postmaster = int(pid_file.read_text().splitlines()[0])
-                proc = psutil.Process(postmaster)
-                if str(pid_file.parent) in " ".join(proc.cmdline()):
-                    os.kill(postmaster, signal.SIGQUIT)
-                    kill_tree(postmaster)
-        for node_dir in lab.iterdir():
-            remove_socket_dir(node_dir)
-        try:
-            reap_storage_under(lab)  # unmounted before the dir goes: never through a mount
-        except PglabError as exc:
-            if on_problem is None:
-                raise
-            on_problem(f"left for the next pglab: what pglab {pid} left in {lab} "
-                       f"({exc})")
-            continue
-        shutil.rmtree(lab, ignore_errors=True)
-        reaped.append(lab)
-    return reaped

@@ -12,12 +12,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pglab.errors import BadInput, EnvironmentProblem
+from pglab.errors import EnvironmentProblem
 from pglab.lab.cgroups import detect_cgroups
 from pglab.lab.envelope import AppliedEnvelope, applied_envelope, cgroup_limits, check_possible
 from pglab.lab.kernel import kernel_knobs, read_knobs
 from pglab.scenario import Envelope, Scenario
 from pglab.scenario.envelope_limits import EnvelopeLimits
+from pglab.scenario.fault_kinds import kind_of
 from pglab.scenario.model import resolve_envelope
 
 
@@ -33,10 +34,10 @@ def check_resources(scenario: Scenario, where: str) -> None:
     """Refuse limits or knobs that cannot be had here, before anything starts."""
     nodes = [*scenario.node_names(), "client"]
     limited = [n for n in nodes if not node_envelope(scenario, n).is_unlimited()]
-    throttled = sorted({f.node for f in scenario.faults if f.action == "throttle-disk"})
-    if (limited or throttled) and scenario.server.target != "local":
-        raise BadInput(f"{where}: envelopes and throttle-disk faults need server.target = "
-                       "'local': pglab limits only servers it starts")
+    throttled = sorted({f.node for f in scenario.faults if kind_of(f.action).throttles})
+    if limited or throttled:
+        scenario.require_local(where, "an envelope or a throttle-disk fault",
+                               "pglab limits only servers it starts")
     for node in limited:
         limits = resolve_envelope(node_envelope(scenario, node))
         try:
@@ -101,7 +102,7 @@ class LabResources:
         """The node's cgroup (made when it has limits or a throttle-disk fault); returns
         the cgroup.procs files its processes join at spawn ([] when there is none)."""
         limits = resolve_envelope(node_envelope(self.scenario, node))
-        needs = any(f.node == node and f.action == "throttle-disk"
+        needs = any(f.node == node and kind_of(f.action).throttles
                     for f in self.scenario.faults)
         applied = self._stack.enter_context(applied_envelope(
             f"{self.run_id}-{node}", limits, data_dir, always=needs))

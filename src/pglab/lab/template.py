@@ -73,24 +73,28 @@ def templates_dir() -> Path:
     return ensure_dir(pglab_home() / "templates", spread=True)  # each build's files apart
 
 
-def get_template(
-    bins: PgBinaries,
-    user: ServerUser,
-    initdb: InitdbOptions,
-    scale: int,
-    settings: dict[str, SettingValue],
-    where: str,
-    on_status: Any = None,
-    data: DataInit | None = None,
-) -> Template:
-    """The template for these binaries, initdb options and scale (or `data`); built when
-    missing.
+@dataclass(frozen=True)
+class TemplateSpec:
+    """What a template is made of (binaries, initdb options, scale or `data`: its key)
+    and how its builder runs."""
 
-    `settings` are checked on the builder server before pgbench -i, so a misspelt
-    parameter fails in a second instead of after the initialisation.
-    """
+    bins: PgBinaries
+    user: ServerUser
+    initdb: InitdbOptions
+    scale: int
+    # checked on the builder server before the data is made, so a misspelt parameter
+    # fails in a second instead of after the initialisation
+    settings: dict[str, SettingValue]
+    where: str
+    on_status: Callable[[str], None] | None = None
+    data: DataInit | None = None
+
+
+def get_template(spec: TemplateSpec) -> Template:
+    """The template `spec` names; built when missing."""
+    bins, data = spec.bins, spec.data
     root = templates_dir()
-    key = template_key(bins, initdb, scale, data.ident if data is not None else None)
+    key = template_key(bins, spec.initdb, spec.scale, data.ident if data is not None else None)
     final = root / key
     with open(root / f"{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one builder per key, others wait and reuse
@@ -101,8 +105,7 @@ def get_template(
             shutil.rmtree(stale, ignore_errors=True)
         staging = root / f"{key}.partial-{os.getpid()}"
         try:
-            meta = _build(bins, user, initdb, scale, settings, where, staging, on_status,
-                          data)
+            meta = _build(spec, staging)
             staging.rename(final)
         finally:
             with shielded():
@@ -111,17 +114,9 @@ def get_template(
     return Template(key, final / "data", meta, reused=False)
 
 
-def _build(
-    bins: PgBinaries,
-    user: ServerUser,
-    initdb: InitdbOptions,
-    scale: int,
-    settings: dict[str, SettingValue],
-    where: str,
-    staging: Path,
-    on_status: Any,
-    data: DataInit | None = None,
-) -> dict[str, Any]:
+def _build(spec: TemplateSpec, staging: Path) -> dict[str, Any]:
+    bins, user, initdb, scale, data = spec.bins, spec.user, spec.initdb, spec.scale, spec.data
+    on_status, settings = spec.on_status, spec.settings
     server = LocalServer("template", bins, staging, user)
     try:
         if on_status:
@@ -130,7 +125,7 @@ def _build(
                       initdb.encoding)
         server.start()
         if settings:
-            check_settings(server, settings, where)
+            check_settings(server, settings, spec.where)
         with server.connect("postgres") as conn:
             conn.execute(f"CREATE DATABASE {BENCH_DB}")
         init: dict[str, Any] | None

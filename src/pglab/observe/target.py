@@ -23,7 +23,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from pglab.errors import BadInput, EnvironmentProblem
-from pglab.lab.lab import redact_dsn
+from pglab.lab.dsn import redact_dsn
 from pglab.probes.base import NodeHandle
 from pglab.probes.capabilities import OBSERVER_APP, Capabilities
 from pglab.probes.dbsessions import DbSessions, process_cpu_s

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from pglab import __version__
-from pglab.analysis.durability import headline
 from pglab.analysis.plans import change_line
 from pglab.analysis.statements import statement_line
+from pglab.durability.section import headline
 from pglab.network.describe import network_lines
 from pglab.report.html_series import WAIT_CLASS_COLORS
 from pglab.report.model import ReportModel, build_model

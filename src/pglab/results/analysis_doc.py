@@ -46,7 +46,7 @@ class AnalysisDocument:
     steady_state: dict[str, Any] = field(default_factory=lambda: {"causes": []})
     recommendations: list[dict[str, Any]] = field(default_factory=list)
     withheld: list[dict[str, Any]] = field(default_factory=list)  # rule, because, why
-    # only for a run with crashes or power losses (analysis/durability.py)
+    # only for a run with crashes or power losses (durability/section.py)
     durability: dict[str, Any] | None = None
     # the run's statements by execution time (pg_stat_statements), when it recorded them
     statements: list[dict[str, Any]] = field(default_factory=list)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pglab import __version__
+from pglab.driver_traits import driver_traits
 from pglab.errors import BadInput, expect_path
 from pglab.results.files import MANIFEST
 
@@ -62,7 +63,7 @@ class Manifest:
     # The hosts' links (network.hosts = "separate"): configured and measured figures.
     network: dict[str, Any] | None = None
     faults: list[dict[str, Any]] | None = None  # fired faults, as event records
-    # The integrity verdict of a run with crash or power-loss faults (durability.py):
+    # The integrity verdict of a run with crash or power-loss faults (durability/verdicts.py):
     # one per cut and one at the end.
     durability: dict[str, Any] | None = None
     telemetry: dict[str, Any] | None = None  # probes, sampling statistics, observer cost
@@ -111,7 +112,7 @@ class Manifest:
         """workload.clients as the scenario recorded it (a number or a one-point list);
         a sysbench run's workload.threads."""
         workload = self.scenario_workload
-        return workload.get("threads" if workload.get("driver") == "sysbench" else "clients")
+        return workload.get(driver_traits(workload.get("driver")).concurrency)
 
     @property
     def duration_s(self) -> int:

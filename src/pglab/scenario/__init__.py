@@ -7,9 +7,9 @@ keys), `variants` (sweeps and matrices) and `loading` (file -> LoadedScenario). 
 names below are the ones the rest of pglab uses.
 """
 
+from pglab.scenario.fault_kinds import STANDBY_ACTIONS
 from pglab.scenario.loading import LoadedScenario, load, load_text
 from pglab.scenario.model import (
-    STANDBY_ACTIONS,
     DeviceSpec,
     Envelope,
     Fault,

@@ -90,7 +90,7 @@ def load(path: Path, overrides: list[str] | None = None) -> LoadedScenario:
 
 def _check_files(loaded: LoadedScenario) -> None:
     workload = loaded.scenario.workload
-    if workload.driver == "sysbench" and workload.test.endswith(".lua"):
+    if workload.traits.runs_test and workload.test.endswith(".lua"):
         path = loaded.base_dir / workload.test
         if not path.is_file():
             raise BadInput(f"{loaded.where}: workload.test: '{workload.test}' not found "

@@ -20,9 +20,11 @@ from pydantic import (
     model_validator,
 )
 
-from pglab.errors import did_you_mean
+from pglab.driver_traits import DRIVER_TRAITS, DriverTraits
+from pglab.errors import BadInput, did_you_mean
 from pglab.scenario.disk_profiles import DiskFigures, profile_figures
 from pglab.scenario.envelope_limits import EnvelopeLimits, cpu_list
+from pglab.scenario.fault_kinds import STANDBY_ACTIONS
 from pglab.scenario.kernel_knobs import check_knobs
 from pglab.scenario.sysbench_tests import (
     MANAGED_OPTIONS,
@@ -95,6 +97,11 @@ class ServerSpec(StrictModel):
     allow_writes: bool = False
     initdb: InitdbOptions = InitdbOptions()
     settings: dict[str, SettingValue] = Field(default_factory=dict)
+
+    @property
+    def is_local(self) -> bool:
+        """A server pglab starts (and may limit, fault, give standbys), not one by DSN."""
+        return self.target == "local"
 
     @field_validator("settings")
     @classmethod
@@ -294,11 +301,6 @@ def _counts(what: str) -> Any:
 
 _clients = _counts("clients")
 
-# Keys that only one driver reads: given with the other driver they would be silently
-# ignored, so they are refused (Workload._driver_keys).
-PGBENCH_KEYS = ("scale", "mix", "scripts", "clients", "jobs", "latency_limit", "protocol",
-                "per_statement", "max_tries", "reconnect", "log_sampling")
-SYSBENCH_KEYS = ("test", "tables", "table_size", "threads", "percentile", "options")
 _SYSBENCH_OPTION = re.compile(r"[a-z][a-z0-9]*(?:[_-][a-z0-9]+)*")
 
 
@@ -400,18 +402,22 @@ class Workload(StrictModel):
                                  "itself")
         return value
 
+    @property
+    def traits(self) -> DriverTraits:
+        return DRIVER_TRAITS[self.driver]
+
     @model_validator(mode="after")
     def _driver_keys(self) -> Workload:
+        """Keys only another driver reads would be silently ignored: refused."""
         given = self.model_fields_set
-        other = SYSBENCH_KEYS if self.driver == "pgbench" else PGBENCH_KEYS
-        wrong = [key for key in other if key in given]
-        if wrong:
-            owner = "sysbench" if self.driver == "pgbench" else "pgbench"
-            names = ", ".join(f"'{key}'" for key in wrong)
-            raise ValueError(f"{names} {'is a' if len(wrong) == 1 else 'are'} {owner} "
-                             f"key{'s' if len(wrong) > 1 else ''}, and driver = "
-                             f"'{self.driver}'")
-        if self.driver == "sysbench" and self.rate != int(self.rate):
+        for other in DRIVER_TRAITS.values():
+            wrong = [key for key in other.keys if key in given and key not in self.traits.keys]
+            if wrong:
+                names = ", ".join(f"'{key}'" for key in wrong)
+                raise ValueError(f"{names} {'is a' if len(wrong) == 1 else 'are'} "
+                                 f"{other.name} key{'s' if len(wrong) > 1 else ''}, and "
+                                 f"driver = '{self.driver}'")
+        if self.traits.whole_rate and self.rate != int(self.rate):
             raise ValueError(f"rate = {self.rate:g}: sysbench --rate takes a whole number of "
                              "transactions per second")
         return self
@@ -419,12 +425,13 @@ class Workload(StrictModel):
     @property
     def concurrency(self) -> list[int]:
         """The client counts of the sweep: pgbench's clients or sysbench's threads."""
-        return self.threads if self.driver == "sysbench" else self.clients
+        counts: list[int] = getattr(self, self.traits.concurrency)
+        return counts
 
     @property
     def concurrency_key(self) -> str:
         """The dotted key a sweep varies (`workload.clients` or `workload.threads`)."""
-        return "workload.threads" if self.driver == "sysbench" else "workload.clients"
+        return self.traits.concurrency_key
 
     def expanded_mix(self) -> list[tuple[str, int]]:
         """Builtin scripts with weights, named mixes expanded."""
@@ -448,7 +455,7 @@ class Workload(StrictModel):
 
     def is_read_only(self) -> bool:
         """True when every script is a builtin known not to write."""
-        if self.driver == "sysbench":
+        if self.traits.runs_test:
             return self.test in READ_ONLY_TESTS
         return not self.scripts and all(n in READ_ONLY_SCRIPTS for n, _ in self.expanded_mix())
 
@@ -522,9 +529,6 @@ class Network(StrictModel):
     links: list[Link] = Field(default_factory=list)
 
 
-# Fault actions that act on a standby only (lab/fault_actions.py: nodes = "standby"; a test
-# checks the two agree): named here, as the model does not import the lab.
-STANDBY_ACTIONS = ("pause-standby",)
 
 
 class Fault(StrictModel):
@@ -602,6 +606,12 @@ class Scenario(StrictModel):
         faults = [{**f, "node": "standby1"} if isinstance(f, dict) and "node" not in f
                   and f.get("action") in STANDBY_ACTIONS else f for f in data["faults"]]
         return {**data, "faults": faults}
+
+    def require_local(self, where: str, what: str, why: str = "") -> None:
+        """BadInput unless pglab starts the server: `what` needs that, because `why`."""
+        if not self.server.is_local:
+            raise BadInput(f"{where}: {what} needs server.target = 'local'"
+                           + (f": {why}" if why else ""))
 
     def node_names(self) -> list[str]:
         return ["primary", *(f"standby{i}" for i in range(1, self.topology.standbys + 1))]

@@ -16,15 +16,12 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from pglab.scenario.fault_kinds import kind_of
 from pglab.scenario.model import Scenario, VolumeSpec
 from pglab.system_parts import EMULATED_DEVICE_PARTS, FILESYSTEM_PARTS, PARTS, is_root
 
 ROOT = "root"
 
-# Fault actions that act on a node's volume devices (lab/fault_actions.py: DEVICE_FAULTS
-# and power-loss; a test checks the two agree): named here, as the model does not import
-# the lab.
-DEVICE_ACTIONS = ("pause-disk", "fail-disk", "slow-disk", "power-loss")
 
 
 @dataclass(frozen=True)
@@ -41,8 +38,8 @@ def device_fault_nodes(scenario: Scenario) -> dict[str, str]:
     throttle-disk fault does when the node has volumes: their device is throttled)."""
     found: dict[str, str] = {}
     for fault in scenario.faults:
-        if fault.action in DEVICE_ACTIONS or (
-                fault.action == "throttle-disk" and scenario.node_storage(fault.node).volumes()):
+        kind = kind_of(fault.action)
+        if kind.on_device or (kind.throttles and scenario.node_storage(fault.node).volumes()):
             found.setdefault(fault.node, fault.action)
     return found
 
@@ -91,8 +88,8 @@ def _add_needs(scenario: Scenario, add: Callable[[str, str], None]) -> None:
     for key, envelope in envelopes.items():
         if not envelope.is_unlimited():
             add(ROOT, f"{key} (cgroup limits)")
-    if any(f.action == "throttle-disk" for f in scenario.faults):
-        add(ROOT, "faults: throttle-disk (a cgroup)")
+    for action in sorted({f.action for f in scenario.faults if kind_of(f.action).throttles}):
+        add(ROOT, f"faults: {action} (a cgroup)")
     if scenario.kernel:
         add(ROOT, "[kernel] (machine-wide knobs)")
     faulted = device_fault_nodes(scenario)
@@ -115,8 +112,9 @@ def _add_needs(scenario: Scenario, add: Callable[[str, str], None]) -> None:
         add("nftables", "faults: network-partition")
     if scenario.topology.pooler == "pgbouncer":
         add("pgbouncer", "topology.pooler = 'pgbouncer'")
-    if scenario.workload.driver == "sysbench":
-        add("sysbench", "workload.driver = 'sysbench'")
+    driver_part = scenario.workload.traits.part
+    if driver_part is not None:
+        add(driver_part, f"workload.driver = '{scenario.workload.driver}'")
 
 
 def unmet_problem(needs: tuple[Need, ...] | list[Need], where: str) -> str | None:

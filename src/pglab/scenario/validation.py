@@ -113,9 +113,9 @@ def check_connection_path(scenario: Scenario, where: str) -> None:
     if path == "pooler" and topology.pooler == "none":
         raise BadInput(f"{where}: workload.path = 'pooler' needs a pooler: add [topology] "
                        "pooler = 'pgbouncer'")
-    if path != "unix" and scenario.server.target != "local":
-        raise BadInput(f"{where}: workload.path = '{path}' needs server.target = 'local': "
-                       "server.dsn says how to reach a server pglab did not start")
+    if path != "unix":
+        scenario.require_local(where, f"workload.path = '{path}'",
+                               "server.dsn says how to reach a server pglab did not start")
     if path == "tcp" and scenario.workload.on == "standbys":
         raise BadInput(f"{where}: workload.path = 'tcp' reaches the primary only; it cannot "
                        "be used with workload.on = 'standbys'")
@@ -135,9 +135,8 @@ def check_network(scenario: Scenario, where: str) -> None:
                            "'shared' every node talks over this host's loopback)")
         return
     topo, workload = scenario.topology, scenario.workload
-    if scenario.server.target != "local":
-        raise BadInput(f"{where}: network.hosts = 'separate' needs server.target = 'local': "
-                       "pglab puts on hosts of their own only servers it starts")
+    scenario.require_local(where, "network.hosts = 'separate'",
+                           "pglab puts on hosts of their own only servers it starts")
     if topo.pooler != "none":
         raise BadInput(f"{where}: network.hosts = 'separate' with topology.pooler = "
                        f"'{topo.pooler}' is not supported yet: run the pooler on shared "

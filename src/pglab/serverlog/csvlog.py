@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import re
 
-from pglab.serverlog.decoder_base import RecordsToEvents
+from pglab.serverlog.decoder_base import LineDecoder
 from pglab.serverlog.records import LogRecord, ParseStats, TimestampParser
 from pglab.serverlog.triggers import KNOWN_SEVERITIES, is_candidate
 
@@ -18,7 +18,7 @@ _CSV_MAX_RECORD = 1 << 20  # a quoted field this long is a broken quote, not a m
 _CSV_START_RE = re.compile(r'"?\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?(?: [^,"\n]{1,8})?"?,')
 
 
-class CsvDecoder(RecordsToEvents):
+class CsvDecoder(LineDecoder):
     """csvlog: one record per row; quoted fields may hold newlines. Rows are assembled
     from lines by quote parity (a doubled quote inside a field keeps the parity), so a
     record is only parsed once it is whole. A broken quote would swallow the rest of the
@@ -28,26 +28,16 @@ class CsvDecoder(RecordsToEvents):
     def __init__(
         self, stats: ParseStats, timestamps: TimestampParser, candidates_only: bool = True
     ) -> None:
-        self.stats = stats
-        self._ts = timestamps
-        self._candidates_only = candidates_only
-        self._partial = ""
+        super().__init__(stats, timestamps, candidates_only)
         self._open: list[str] = []
         self._open_len = 0
         self._open_quotes = 0
 
     def feed(self, text: str, eager: bool = False) -> list[LogRecord]:
-        lines = (self._partial + text).split("\n")
-        self._partial = lines.pop()
-        self.stats.lines += len(lines)
-        return self._rows(self._assemble(lines))
+        return self._rows(self._assemble(self._whole_lines(text)))
 
     def finish(self) -> list[LogRecord]:
-        rows: list[str] = []
-        if self._partial:
-            self.stats.lines += 1
-            rows = self._assemble([self._partial])
-            self._partial = ""
+        rows = self._assemble(self._last_line())
         if self._open:
             self.stats.skipped += 1  # unterminated quote at the end of the log
             self._open = []

@@ -19,7 +19,7 @@ from datetime import datetime
 from itertools import pairwise
 from typing import Any
 
-from pglab.serverlog.decoder_base import RecordsToEvents
+from pglab.serverlog.decoder_base import LineDecoder
 from pglab.serverlog.prefix import guess_fields, severity_start
 from pglab.serverlog.records import UTC, LogRecord, ParseStats, TimestampParser, rfc3339_time
 from pglab.serverlog.stderr_fast import ATTACHED
@@ -35,16 +35,13 @@ def _opt_str(obj: dict[str, Any], key: str) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-class JsonDecoder(RecordsToEvents):
+class JsonDecoder(LineDecoder):
     """jsonlog (PostgreSQL 15+): one JSON object per line."""
 
     def __init__(
         self, stats: ParseStats, timestamps: TimestampParser, candidates_only: bool = True
     ) -> None:
-        self.stats = stats
-        self._ts = timestamps
-        self._candidates_only = candidates_only
-        self._partial = ""
+        super().__init__(stats, timestamps, candidates_only)
         # None until the order is known; then the lines of a newest-first file, kept
         # to be read in reverse at the end ([] for a file in log order)
         self._newest_first: list[str] | None = None
@@ -55,17 +52,10 @@ class JsonDecoder(RecordsToEvents):
         self._line_head: tuple[int | None, LogRecord | None] | None = None
 
     def feed(self, text: str, eager: bool = False) -> list[LogRecord]:
-        lines = (self._partial + text).split("\n")
-        self._partial = lines.pop()
-        self.stats.lines += len(lines)
-        return self._in_order(lines, eager)
+        return self._in_order(self._whole_lines(text), eager)
 
     def finish(self) -> list[LogRecord]:
-        lines: list[str] = []
-        if self._partial:
-            self.stats.lines += 1
-            lines, self._partial = [self._partial], ""
-        out = self._in_order(lines, True)
+        out = self._in_order(self._last_line(), True)
         if self._newest_first:
             kept, self._newest_first = self._newest_first, []
             kept.reverse()

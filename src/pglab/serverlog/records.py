@@ -37,6 +37,14 @@ class LogRecord(NamedTuple):
     client: str | None = None  # %r (host(port)) or %h, csvlog/jsonlog's connection
 
 
+def attached_fields(attached: dict[str, str]) -> tuple[str | None, str | None, str | None,
+                                                     str | None]:
+    """A text log's message: its DETAIL, HINT, CONTEXT and STATEMENT lines (a QUERY line
+    stands for the statement), in LogRecord's order."""
+    return (attached.get("DETAIL"), attached.get("HINT"), attached.get("CONTEXT"),
+            attached.get("STATEMENT") or attached.get("QUERY"))
+
+
 @dataclass
 class ParseStats:
     """What a reader saw. `skipped` counts lines/records that could not be read."""

@@ -26,7 +26,7 @@ from pglab.serverlog.prefix import (
     guess_fields,
     severity_start,
 )
-from pglab.serverlog.records import LogRecord, ParseStats, TimestampParser
+from pglab.serverlog.records import LogRecord, ParseStats, TimestampParser, attached_fields
 from pglab.serverlog.stderr_fast import ATTACHED, SEVERITIES, last_message_start, scan_shaped
 from pglab.serverlog.triggers import LOG_TRIGGERS
 
@@ -184,10 +184,7 @@ class StderrDecoder:
                         pid,
                         severity,
                         message,
-                        attached.get("DETAIL"),
-                        attached.get("HINT"),
-                        attached.get("CONTEXT"),
-                        attached.get("STATEMENT") or attached.get("QUERY"),
+                        *attached_fields(attached),
                         None,
                         None,
                         parsed.user,

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from pglab.events import Event
 from pglab.serverlog.event_parts import MICROSECOND
 from pglab.serverlog.extractor import EventExtractor
-from pglab.serverlog.records import LogRecord, ParseStats, TimestampParser
+from pglab.serverlog.records import LogRecord, ParseStats, TimestampParser, attached_fields
 from pglab.serverlog.triggers import LOG_TRIGGERS, STATEMENT_MAX
 
 ATTACHED = frozenset({"DETAIL", "HINT", "CONTEXT", "STATEMENT", "QUERY", "LOCATION"})
@@ -227,10 +227,7 @@ def scan_shaped(
                     int(pid),
                     severity,
                     message,
-                    attached.get("DETAIL"),
-                    attached.get("HINT"),
-                    attached.get("CONTEXT"),
-                    attached.get("STATEMENT") or attached.get("QUERY"),
+                    *attached_fields(attached),
                     None,
                     None,
                     None,

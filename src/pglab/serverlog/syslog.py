@@ -44,7 +44,7 @@ from pglab.serverlog.prefix import (
     guess_fields,
     severity_start,
 )
-from pglab.serverlog.records import UTC, LogRecord, ParseStats, TimestampParser
+from pglab.serverlog.records import UTC, LogRecord, ParseStats, TimestampParser, attached_fields
 from pglab.serverlog.stderr_fast import ATTACHED
 from pglab.serverlog.triggers import KNOWN_SEVERITIES, is_candidate
 
@@ -231,10 +231,7 @@ class SyslogDecoder(RecordsToEvents):
             message.pid,
             severity,
             text,
-            attached.get("DETAIL"),
-            attached.get("HINT"),
-            attached.get("CONTEXT"),
-            attached.get("STATEMENT") or attached.get("QUERY"),
+            *attached_fields(attached),
             None,
             None,
             fields.user if fields is not None else None,

@@ -31,6 +31,7 @@ from pglab.errors import BadInput, PglabError
 from pglab.processes import run_to_end
 from pglab.scenario import Scenario, StorageSpec, VolumeSpec
 from pglab.scenario.needs import volume_is_emulated
+from pglab.storage.device_server import behaviour_from_limits
 from pglab.storage.devices import (
     DeviceLimits,
     EmulatedDevice,
@@ -95,9 +96,7 @@ def check_storage(scenario: Scenario, where: str, device_faults: dict[str, str])
                            "kind = 'auto' or 'emulated', not 'loop'")
     if not any(wanted.values()):
         return
-    if scenario.server.target != "local":
-        raise BadInput(f"{where}: [storage] needs server.target = 'local': pglab makes "
-                       "volumes only for servers it starts")
+    scenario.require_local(where, "[storage]", "pglab makes volumes only for servers it starts")
     for node, volumes in wanted.items():
         for role, spec in volumes.items():
             _check_volume(spec, f"{where}: {storage_key(node)}" + (
@@ -417,6 +416,38 @@ class LabStorage:
 
     def power_restore(self, node: str) -> dict[str, float]:
         return {v.role: round(v.power_restore(), 3) for v in self.emulated(node)}
+
+    def set_disk_limits(self, node: str, overrides: dict[str, float]) -> dict[str, Any]:
+        """throttle-disk on a node with emulated volumes: each device gets the limits
+        (they hold for every byte); {} puts each device's own back. What the data
+        volume (or the first) applies."""
+        applied = {}
+        for volume in self.emulated(node):
+            limits = volume.limits
+            if overrides:
+                behaviour = behaviour_from_limits(
+                    overrides.get("write_mbps", 0.0), overrides.get("read_mbps", 0.0),
+                    overrides.get("write_iops", 0), overrides.get("read_iops", 0),
+                    limits.latency_ms, limits.cache, limits.cache_mb, limits.destage_ms)
+            else:
+                behaviour = limits.behaviour()
+            volume.set_behaviour(behaviour)
+            applied[volume.role] = {"write_mbps": behaviour["write_bps"] / 2**20,
+                                    "read_mbps": behaviour["read_bps"] / 2**20,
+                                    "write_iops": behaviour["write_iops"],
+                                    "read_iops": behaviour["read_iops"], "on": "device"}
+        return applied.get("data") or next(iter(applied.values()))
+
+    def set_behaviour(self, node: str, behaviour: dict[str, Any]) -> dict[str, Any]:
+        """A device fault on every emulated volume of the node: role -> the behaviour
+        in force. `restore: "latency_s"` puts back each volume's own latency."""
+        applied = {}
+        for volume in self.emulated(node):
+            wanted = dict(behaviour)
+            if wanted.pop("restore", None) == "latency_s":
+                wanted["latency_s"] = volume.limits.latency_ms / 1000
+            applied[volume.role] = volume.set_behaviour(wanted)["behaviour"]
+        return applied
 
     def manifest(self) -> dict[str, list[dict[str, Any]]]:
         found: dict[str, list[dict[str, Any]]] = {}

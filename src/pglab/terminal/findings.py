@@ -9,9 +9,9 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from pglab.analysis.durability import cut_lines, headline
 from pglab.analysis.plans import change_line
 from pglab.analysis.statements import statement_line
+from pglab.durability.section import cut_lines, headline
 from pglab.results.analysis_doc import AnalysisDocument, deficit, verdict_basis
 
 MAX_STALLS = 8  # the worst ones; the rest are in analysis.json

@@ -12,16 +12,25 @@ import polars as pl
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
+from pglab.analysis.flush_layers import flush_layer_lines
+from pglab.durability.lines import durability_lines
 from pglab.network.describe import network_lines
 from pglab.results.folder import StoredRun
+from pglab.results.manifest import Manifest
 from pglab.storage.describe import lines as storage_lines
-from pglab.terminal.durability_summary import durability_lines
 from pglab.terminal.tables import Column, print_table
 from pglab.terminal.telemetry_summary import summarize, summary_lines
 from pglab.workload.pgbench_output import ProgressLine
 
 BARS = "▁▂▃▄▅▆▇█"
 ZERO = "·"  # a second with no transaction at all must not look like a low one
+
+
+def cut_lines(manifest: Manifest) -> list[str]:
+    """What a run's cuts found (the whole run, then each cut), then the layers of its
+    stack that drop flushes: read after the losses they explain. Empty without cuts."""
+    lines = durability_lines(manifest)
+    return lines + flush_layer_lines(manifest) if lines else []
 
 
 def sparkline(values: list[float], width: int = 60) -> str:
@@ -115,7 +124,7 @@ def print_summary(console: Console, run: StoredRun) -> None:
     console.print(f"[bold]{title}[/bold]  [{colour}]{status}[/{colour}]")
     if run.reason:
         console.print(f"  reason: {run.reason}")
-    for line in durability_lines(manifest):  # first: data lost matters more than speed
+    for line in cut_lines(manifest):  # first: data lost matters more than speed
         console.print(f"  {line}", highlight=False)
     node = manifest.node()
     if node:

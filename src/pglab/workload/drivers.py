@@ -24,7 +24,8 @@ from typing import Any, Protocol
 
 import polars as pl
 
-from pglab.durability import CutVerdicts
+from pglab.durability.ledger import ledger_problem
+from pglab.durability.verdicts import CutVerdicts
 from pglab.errors import PglabError
 from pglab.lab.faults import FaultTimeline
 from pglab.lab.lab import Lab
@@ -128,8 +129,8 @@ class PgbenchLoad:
 
     def cut_verdicts(self, lab: Lab, scenario: Scenario, measured_start: list[float],
                      timeline: FaultTimeline) -> CutVerdicts | None:
-        return CutVerdicts(lab, self.cmd, pgbench.ledger_problem(self.workload), scenario,
-                           measured_start, timeline)
+        return CutVerdicts(lab, self.cmd.ledger_scripts, ledger_problem(self.workload),
+                           scenario, measured_start, timeline)
 
     def run(self, lab: Lab, raw: Path, hooks: LoadHooks, timeline: FaultTimeline,
             verdicts: CutVerdicts | None) -> None:
@@ -148,7 +149,8 @@ class PgbenchLoad:
             if load_end is None:
                 load_end = result.started_at + self.cmd.total_s
             if verdicts is not None:
-                verdicts.segment_done(segment.segment)
+                verdicts.segment_done(segment.segment, pgbench.txlog_files(
+                    self.cmd.txlog_dir, pgbench.segment_prefix(segment.segment)).values())
             if result.returncode == 0 or len(timeline.cut_times) == handled:
                 return  # the load ended by itself, or failed for its own reasons
             # No cut of the primary comes before the load has run again (the timeline
@@ -223,7 +225,7 @@ class PgbenchTool:
     def build(self, lab: Lab, workload: Workload, clients: int, raw: Path,
               scripts_base: Path, cuts: bool) -> Load:
         assert lab.bins is not None
-        ledger = cuts and pgbench.ledger_problem(workload) is None
+        ledger = cuts and ledger_problem(workload) is None
         cmd = pgbench.build_command(lab.bins, workload, clients, raw, scripts_base,
                                     pgbench.txlog_spool_dir(), ledger=ledger)
         return PgbenchLoad(cmd, workload)

@@ -12,9 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
-import subprocess
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,10 +20,11 @@ from pathlib import Path
 
 import psutil
 
+from pglab.durability.ledger import LEDGER_SCRIPTS
 from pglab.errors import BadInput
 from pglab.lab.binaries import PgBinaries
 from pglab.lab.pgbench_init import pgbench_env
-from pglab.processes import spawn, stop_child, wait_child
+from pglab.processes import run_pumping
 from pglab.scenario import Workload
 from pglab.scenario.model import PGLAB_SCRIPTS
 from pglab.workload.pgbench_output import (
@@ -70,56 +69,6 @@ def reap_stale_spools() -> list[Path]:
             shutil.rmtree(spool, ignore_errors=True)
             reaped.append(spool)
     return reaped
-
-
-# The built-in scripts that write pgbench_history, as pgbench 13-18 has them, with one
-# change: each history row carries the id of its transaction (segment:client:number) in
-# `filler`, which pgbench leaves NULL. Each client counts its transactions in `seq`
-# (pgbench variables live as long as the client), so every transaction pgbench logged as
-# committed can be looked for after a power loss (durability.py).
-LEDGER_SCRIPTS = {
-    "tpcb-like": """\\set aid random(1, 100000 * :scale)
-\\set bid random(1, 1 * :scale)
-\\set tid random(1, 10 * :scale)
-\\set delta random(-5000, 5000)
-\\set seq :seq + 1
-BEGIN;
-UPDATE pgbench_accounts SET abalance = abalance + :delta WHERE aid = :aid;
-SELECT abalance FROM pgbench_accounts WHERE aid = :aid;
-UPDATE pgbench_tellers SET tbalance = tbalance + :delta WHERE tid = :tid;
-UPDATE pgbench_branches SET bbalance = bbalance + :delta WHERE bid = :bid;
-INSERT INTO pgbench_history (tid, bid, aid, delta, mtime, filler)
-  VALUES (:tid, :bid, :aid, :delta, CURRENT_TIMESTAMP,
-          concat_ws(':', :segment::int, :client_id::int, :seq::int));
-END;
-""",
-    "simple-update": """\\set aid random(1, 100000 * :scale)
-\\set bid random(1, 1 * :scale)
-\\set tid random(1, 10 * :scale)
-\\set delta random(-5000, 5000)
-\\set seq :seq + 1
-BEGIN;
-UPDATE pgbench_accounts SET abalance = abalance + :delta WHERE aid = :aid;
-SELECT abalance FROM pgbench_accounts WHERE aid = :aid;
-INSERT INTO pgbench_history (tid, bid, aid, delta, mtime, filler)
-  VALUES (:tid, :bid, :aid, :delta, CURRENT_TIMESTAMP,
-          concat_ws(':', :segment::int, :client_id::int, :seq::int));
-END;
-""",
-}
-
-
-def ledger_problem(workload: Workload) -> str | None:
-    """Why acknowledged commits cannot be counted exactly for this workload, or None."""
-    if not any(name in LEDGER_SCRIPTS for name, _ in workload.expanded_mix()):
-        return "the workload writes no pgbench_history rows (tpcb-like or simple-update)"
-    if workload.max_tries != 1:
-        return "with max_tries a retried transaction counts twice"
-    if workload.latency_limit > 0:
-        return "with latency_limit skipped transactions are not in the ledger"
-    if workload.log_sampling < 1:
-        return "with log_sampling not every committed transaction is logged"
-    return None
 
 
 @dataclass(frozen=True)
@@ -262,40 +211,26 @@ def run(
     progress: list[ProgressLine] = []
     tail: list[str] = []
     started = time.time()
+
+    def on_line(line: str, _at: float) -> None:
+        # stderr carries the progress lines; raw/ keeps it all as well
+        parsed = parse_progress_line(line)
+        if parsed is not None:
+            progress.append(parsed)
+            if on_progress is not None:
+                on_progress(parsed)
+        else:
+            tail.append(line.rstrip("\n"))
+            del tail[:-20]
+
     with open(stdout_path, "wb") as out:
-        proc = spawn(cmd.argv, stdout=out, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                     cwd=raw_dir, env=pgbench_env(conn_env), cgroup_procs=cgroup_procs,
-                     netns=netns)
-        assert proc.stderr is not None
-        if on_started is not None:
-            on_started(proc.pid)
-
-        def pump() -> None:
-            # stderr carries the progress lines; keep it all in raw/ as well.
-            assert proc.stderr is not None
-            with open(stderr_path, "w") as err_file:
-                for raw in iter(proc.stderr.readline, b""):
-                    line = raw.decode(errors="replace")
-                    err_file.write(line)
-                    err_file.flush()
-                    parsed = parse_progress_line(line)
-                    if parsed is not None:
-                        progress.append(parsed)
-                        if on_progress is not None:
-                            on_progress(parsed)
-                    else:
-                        tail.append(line.rstrip("\n"))
-                        del tail[:-20]
-
-        reader = threading.Thread(target=pump, name="pgbench-stderr", daemon=True)
-        reader.start()
-        try:
-            timed_out = not wait_child(proc, cmd.total_s + FINISH_GRACE_S)
-        finally:
-            stop_child(proc)  # no-op when it ended by itself; kills it on any exception
-        reader.join(timeout=5)
+        returncode, timed_out = run_pumping(
+            cmd.argv, cwd=raw_dir, env=pgbench_env(conn_env),
+            limit_s=cmd.total_s + FINISH_GRACE_S, copy_to=stderr_path, on_line=on_line,
+            name="pgbench-stderr", stdout=out, on_started=on_started,
+            cgroup_procs=cgroup_procs, netns=netns)
     return PgbenchRun(
-        returncode=proc.returncode,
+        returncode=returncode,
         stdout=stdout_path.read_text(errors="replace"),
         stderr_tail=tail,
         progress=progress,

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from pglab.errors import BadInput, EnvironmentProblem, PglabError
-from pglab.lab.faults import CUT_ACTIONS
 from pglab.lab.template import DataInit
-from pglab.processes import spawn, stop_child, wait_child
+from pglab.processes import run_pumping
 from pglab.scenario import Scenario, Workload
+from pglab.scenario.fault_kinds import CUT_ACTIONS
 from pglab.scenario.sysbench_tests import PGLAB_TESTS, SYSBENCH_TESTS
 from pglab.system_parts import PARTS
 from pglab.workload.sysbench_output import IntervalLine, parse_interval_line
@@ -69,9 +68,8 @@ def check_scenario(scenario: Scenario, where: str) -> None:
                            "workload.driver = 'sysbench' yet: a cut ends every sysbench "
                            "thread for good (it does not reconnect), and acknowledged commits "
                            "are counted from pgbench's transaction log, which sysbench lacks")
-    if scenario.server.target != "local":
-        raise BadInput(f"{where}: workload.driver = 'sysbench' needs server.target = 'local' "
-                       "for now: pglab prepares sysbench's tables only in servers it starts")
+    scenario.require_local(where, "workload.driver = 'sysbench'",
+                           "pglab prepares sysbench's tables only in servers it starts")
     if workload.on != "primary":
         raise BadInput(f"{where}: workload.on = '{workload.on}' cannot be used with "
                        "workload.driver = 'sysbench' yet: sysbench connects to one host")
@@ -241,38 +239,21 @@ def run(cmd: SysbenchCommand, conn_env: dict[str, str], raw_dir: Path,
     threads_started: list[float] = []
     fatal: list[tuple[str, float]] = []
     started = time.time()
-    proc = spawn(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                 stdin=subprocess.DEVNULL, cwd=raw_dir, env=sysbench_env(conn_env),
-                 cgroup_procs=cgroup_procs, netns=netns)
-    assert proc.stdout is not None
-    if on_started is not None:
-        on_started(proc.pid)
+    def on_line(line: str, at: float) -> None:
+        if line.startswith("Threads started!"):
+            threads_started.append(at)
+        elif line.startswith("FATAL: ") and not fatal:
+            fatal.append((line.removeprefix("FATAL: ").strip(),
+                          at - (threads_started[0] if threads_started else started)))
+        elif on_interval is not None and (parsed := parse_interval_line(line)):
+            on_interval(parsed)
 
-    def pump() -> None:
-        assert proc.stdout is not None
-        with open(stdout_path, "w") as out:
-            for raw in iter(proc.stdout.readline, b""):
-                now = time.time()
-                line = raw.decode(errors="replace")
-                out.write(line)
-                out.flush()
-                if line.startswith("Threads started!"):
-                    threads_started.append(now)
-                elif line.startswith("FATAL: ") and not fatal:
-                    fatal.append((line.removeprefix("FATAL: ").strip(),
-                                  now - (threads_started[0] if threads_started else started)))
-                elif on_interval is not None and (parsed := parse_interval_line(line)):
-                    on_interval(parsed)
-
-    reader = threading.Thread(target=pump, name="sysbench-stdout", daemon=True)
-    reader.start()
-    try:
-        timed_out = not wait_child(proc, cmd.total_s + FINISH_GRACE_S)
-    finally:
-        stop_child(proc)  # no-op when it ended by itself; kills it on any exception
-    reader.join(timeout=5)
+    returncode, timed_out = run_pumping(
+        argv, cwd=raw_dir, env=sysbench_env(conn_env), limit_s=cmd.total_s + FINISH_GRACE_S,
+        copy_to=stdout_path, on_line=on_line, name="sysbench-stdout", on_started=on_started,
+        cgroup_procs=cgroup_procs, netns=netns)
     return SysbenchRun(
-        returncode=proc.returncode if proc.returncode is not None else -1,
+        returncode=returncode,
         stdout=stdout_path.read_text(errors="replace") if stdout_path.exists() else "",
         started_at=started, threads_started_at=threads_started[0] if threads_started else None,
         ended_at=time.time(), timed_out=timed_out,

@@ -18,7 +18,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from pglab.durability import AMCHECK_OPTIONS
+from pglab.durability.verdicts import AMCHECK_OPTIONS
 from pglab.lab.lab import Lab
 from pglab.scenario import load_text
 

@@ -9,7 +9,7 @@ What is checked, with no load running (between the load's segments, and after th
   accounts, and a bulk-update fault moves accounts alone, so those are left out);
 - acknowledged commits lost: every transaction pgbench logged as done (its
   per-transaction log is written after the COMMIT's reply arrived) carries an id in its
-  history row (pgbench.LEDGER_SCRIPTS); an acknowledged id missing from pgbench_history
+  history row (ledger.LEDGER_SCRIPTS); an acknowledged id missing from pgbench_history
   after recovery is a lost commit. The count is exact: ids are per segment, client and
   the client's own count of ledger transactions, so neither clocks nor the transaction
   that was in flight at the cut (committed or not, never acknowledged) enter it. Each
@@ -20,60 +20,24 @@ What is checked, with no load running (between the load's segments, and after th
 
 from __future__ import annotations
 
-import re
 import subprocess
 import time
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from pglab.durability.ledger import Ledger, LedgerId
+from pglab.durability.section import AMCHECK_RELATION
 from pglab.lab.binaries import PgBinaries
 from pglab.lab.local import LocalServer
-from pglab.workload import pgbench
 
 if TYPE_CHECKING:  # the lab's types only
     from pglab.lab.faults import FaultTimeline
     from pglab.lab.lab import Lab
     from pglab.scenario import Scenario
 
-LedgerId = tuple[int, int, int]  # (segment, client, seq)
-AMCHECK_RELATION = re.compile(r'^(heap table|btree index|table|index) "([^"]+)"')
-
-
-@dataclass
-class Ledger:
-    """What pgbench acknowledged, read from the transaction logs of finished segments, and
-    what the verdicts so far found missing (so each verdict tells its own cut's loss)."""
-
-    ledger_scripts: tuple[int, ...]
-    acked: dict[LedgerId, int] = field(default_factory=dict)  # id -> completion, epoch µs
-    read_segments: set[int] = field(default_factory=set)
-    # each id found missing -> seconds between its acknowledgement and the cut that lost it
-    lost_before_cut: dict[LedgerId, float] = field(default_factory=dict)
-    checked_cuts: int = 0  # how many cuts the verdicts so far came after
-
-    def read_segment(self, txlog_dir: Path, segment: int) -> None:
-        """Add a finished segment's acknowledged transactions (once per segment)."""
-        if segment in self.read_segments:
-            return
-        self.read_segments.add(segment)
-        scripts = set(self.ledger_scripts)
-        for path in pgbench.txlog_files(txlog_dir, pgbench.segment_prefix(segment)).values():
-            counts: dict[int, int] = {}
-            for line in path.read_text(errors="replace").splitlines():
-                parts = line.split()
-                if len(parts) < 6 or not (parts[0].isdigit() and parts[3].isdigit()):
-                    continue  # a line cut short by a killed pgbench
-                if int(parts[3]) not in scripts or parts[2] == "skipped":
-                    continue
-                client = int(parts[0])
-                # Each client logs its transactions in order, and the script counted
-                # every one it ran (done or failed) in :seq.
-                seq = counts[client] = counts.get(client, 0) + 1
-                if parts[2].isdigit():  # done: its COMMIT was acknowledged
-                    self.acked[(segment, client, seq)] = int(parts[4]) * 10**6 + int(parts[5])
 
 
 def _present(conn: psycopg.Connection[Any]) -> set[LedgerId]:
@@ -190,12 +154,13 @@ class CutVerdicts:
     after each cut, once its node is back and before the load runs again, and one at the
     end of the run (the runner asks for that one with the lab still up)."""
 
-    def __init__(self, lab: Lab, cmd: pgbench.PgbenchCommand, ledger_problem: str | None,
+    def __init__(self, lab: Lab, ledger_scripts: tuple[int, ...], ledger_problem: str | None,
                  scenario: Scenario, measured_start: list[float],
                  timeline: FaultTimeline) -> None:
+        """`ledger_scripts`: the load's script numbers that carry ledger ids (none: the
+        commits are not counted, `ledger_problem` says why)."""
         self.lab = lab
-        self.cmd = cmd
-        self.ledger = Ledger(cmd.ledger_scripts) if cmd.ledger_scripts else None
+        self.ledger = Ledger(ledger_scripts) if ledger_scripts else None
         self.ledger_problem = ledger_problem
         mix = [n for n, _ in scenario.workload.expanded_mix()]
         compared = [] if any(f.action == "bulk-update" for f in scenario.faults) else [
@@ -209,9 +174,10 @@ class CutVerdicts:
                                        "ledger_problem": ledger_problem if self.ledger is None
                                        else None, "cuts": [], "final": None}
 
-    def segment_done(self, segment: int) -> None:
+    def segment_done(self, segment: int, txlogs: Iterable[Path]) -> None:
+        """A segment of the load ended: its per-transaction logs join the ledger."""
         if self.ledger is not None:
-            self.ledger.read_segment(self.cmd.txlog_dir, segment)
+            self.ledger.read_segment(segment, txlogs)
 
     def verify_now(self, cut_epoch: float | None) -> dict[str, Any]:
         """The verdict now: of the cut at `cut_epoch` (the latest to have ended), or with

@@ -1,13 +1,14 @@
 """What a run with crashes or power losses found (the manifest's durability record), as
-lines for the terminal: the whole run first, then each cut (durability.py makes the
+lines for the terminal: the whole run first, then each cut (verdicts.py makes the
 record)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from pglab.analysis.durability import FLUSH_LAYERS, flush_places
+from pglab.durability.section import event_attrs
 from pglab.results.manifest import Manifest
+from pglab.scenario.fault_kinds import is_cut, kind_of
 
 
 def summary_line(what: str, verdict: dict[str, Any], own_cut: bool = False) -> str:
@@ -51,13 +52,6 @@ def _clean(verdict: dict[str, Any]) -> bool:
                 and verdict.get("tpcb", {}).get("holds", True) and "error" not in verdict)
 
 
-def _flush_layer_lines(manifest: Manifest) -> list[str]:
-    """The layers of the run's stack that drop flushes PostgreSQL asks for, each with
-    what it does there: read before the losses they explain."""
-    return [f"flushes dropped ({layer.cause}): {place.line}"
-            for layer in FLUSH_LAYERS for place in flush_places(layer, manifest)]
-
-
 def durability_lines(manifest: Manifest) -> list[str]:
     """What a run with crashes or power losses found, for the terminal: the whole run
     first, then each cut. Empty for a run without cuts."""
@@ -66,13 +60,12 @@ def durability_lines(manifest: Manifest) -> list[str]:
         return []
     cuts = [c for c in record.get("cuts", []) if isinstance(c, dict)]
     final = record.get("final") or {}
-    events = [f for f in manifest.faults or []
-              if str(f.get("attrs", "")).find('"power-loss"') >= 0
-              or str(f.get("attrs", "")).find('"crash"') >= 0]
+    events = [f for f in manifest.faults or [] if is_cut(str(event_attrs(f).get("action")))]
     count = len(events) or sum(int(c.get("cuts_covered", 1)) for c in cuts)
-    kinds = {c.get("action") for c in cuts}
-    noun = "power loss" if kinds == {"power-loss"} else "crash" if kinds == {"crash"} else "cut"
-    plural = {"power loss": "power losses", "crash": "crashes", "cut": "cuts"}[noun]
+    kinds = {str(c.get("action")) for c in cuts}
+    only = kinds.pop() if len(kinds) == 1 else ""
+    noun = kind_of(only).words if is_cut(only) else "cut"
+    plural = {"power loss": "power losses", "crash": "crashes"}.get(noun, noun + "s")
     lines = []
     verdicts = [*cuts, final] if final else cuts
     # the last verdict that could count (a server that did not come back cannot)
@@ -92,8 +85,8 @@ def durability_lines(manifest: Manifest) -> list[str]:
         head += f" ({unfired} more not fired: the load did not run again)"
     lines.append(head)
     for cut in cuts:
-        what = f"{noun if cut.get('action') in ('power-loss', 'crash') else 'cut'}"
-        what = {"power-loss": "power loss", "crash": "crash"}.get(str(cut.get("action")), what)
+        action = str(cut.get("action"))
+        what = kind_of(action).words if is_cut(action) else "cut"
         what += f" at {round(float(cut.get('at_s', 0)), 1):g} s"
         if int(cut.get("cuts_covered", 1)) > 1:
             what += f" (after {cut['cuts_covered']} cuts)"
@@ -105,4 +98,5 @@ def durability_lines(manifest: Manifest) -> list[str]:
         lines.append(line)
     if final:
         lines.append(summary_line("end of run", final))
-    return lines + _flush_layer_lines(manifest)
+    return lines
+
