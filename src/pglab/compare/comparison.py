@@ -73,7 +73,8 @@ class MetricResult:
     def delta_pct(self) -> float | None:
         if self.delta is None or not self.base:
             return None
-        return 100.0 * self.delta / abs(self.base)
+        # the ratio first: a contender of 0 is exactly -100%, as its interval's end is
+        return 100.0 * (self.delta / abs(self.base))
 
     @property
     def ci_pct(self) -> tuple[float, float] | None:
