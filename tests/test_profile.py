@@ -6,11 +6,17 @@ flame graphs on a committed run folder with profile.parquet; then one short live
 from __future__ import annotations
 
 import datetime as dt
+import gzip
+import io
 import json
 import math
 import os
 import re
+import shutil
+import struct
+import subprocess
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +32,7 @@ from pglab.probes.os_probes.profile import (
     perf_command,
     unresolved_line,
 )
+from pglab.probes.perf_filter import PerfDataError, ProcessFilter
 from pglab.probes.perf_script import Frame, fold, parse_perf_script
 from pglab.results.schemas import PROFILE_SCHEMA
 
@@ -164,6 +171,80 @@ def test_the_commands_are_those_the_sample_was_made_with() -> None:
     record, script = perf_command("perf", 49)
     assert record[:-1] == META["record"][:len(record) - 1]
     assert script == META["script"]
+
+
+# --- the filter between perf record and perf script --------------------------------------
+
+PIPE = json.loads((SAMPLES / "pipe.json").read_text())
+
+
+def perf_events(data: bytes) -> list[tuple[int, bytes]]:
+    """(type, body) of each event of perf's pipe format, read apart from the filter."""
+    assert data[:8] == b"PERFILE2"
+    events, at = [], 16
+    while at + 8 <= len(data):
+        kind, _misc, size = struct.unpack_from("<IHH", data, at)
+        events.append((kind, data[at + 8:at + size]))
+        at += size
+    assert at == len(data)
+    return events
+
+
+def test_only_the_profiled_processes_events_reach_perf_script() -> None:
+    """The committed stream (samples/perf/make_pipe_sample.py): 2.5 s of the whole machine.
+    The parent shell given, its child forked after perf started is followed; every other
+    process's maps and samples are dropped; the kernel's maps and the attributes pass."""
+    data = gzip.decompress((SAMPLES / "pipe.data.gz").read_bytes())
+    parent = PIPE["parent"]
+    kept = io.BytesIO()
+    flt = ProcessFilter({parent}, set(), set())
+    flt.copy(io.BytesIO(data), kept)
+    before, after = perf_events(data), perf_events(kept.getvalue())
+    assert flt.passed == len(after) and flt.dropped == len(before) - len(after) > 1000
+    # this record's samples (cpu-clock's, and perf's side-band event's): ip, then pid
+    types = {struct.unpack_from("<Q", body, 24)[0] for kind, body in before if kind == 64}
+    assert types and all(t & 0b11 == 0b11 and not t & (1 << 16) for t in types), types
+
+    def pids(events: list[tuple[int, bytes]], kind: int, at: int) -> Counter[int]:
+        return Counter(struct.unpack_from("<I", body, at)[0] for k, body in events if k == kind)
+
+    children = {struct.unpack_from("<I", body)[0] for kind, body in before if kind == 7
+                and struct.unpack_from("<II", body)[1] == parent}
+    descendants = set(children) | {parent}
+    for body in (b for k, b in before if k == 7):  # the grandchild (timeout's spinning sh)
+        pid, ppid = struct.unpack_from("<II", body)
+        if ppid in descendants - {parent} and pid != ppid:
+            descendants.add(pid)
+    sampled = pids(after, 9, 8)
+    assert set(sampled) <= descendants and sum(sampled.values()) > 0
+    assert {pid: n for pid, n in pids(before, 9, 8).items() if pid in descendants} == sampled
+    assert len(descendants) > 2  # parent, timeout, sh: followed through two forks
+    for kind in (1, 10, 3):  # MMAP, MMAP2, COMM: the descendants' and the kernel's only
+        assert set(pids(after, kind, 0)) <= descendants | {0xFFFFFFFF}
+    assert 0xFFFFFFFF in pids(after, 10, 0) or 0xFFFFFFFF in pids(after, 1, 0)
+    assert [b for k, b in after if k >= 64] == [b for k, b in before if k >= 64]
+
+
+def test_the_filter_refuses_a_stream_that_is_not_perfs_in_one_line() -> None:
+    with pytest.raises(PerfDataError) as caught:
+        ProcessFilter(set(), set(), set()).copy(io.BytesIO(b"# not perf data at all\n"),
+                                                io.BytesIO())
+    assert "not perf's pipe format" in str(caught.value) and "\n" not in str(caught.value)
+    empty = io.BytesIO()  # perf record that failed before writing: nothing to pass
+    ProcessFilter(set(), set(), set()).copy(io.BytesIO(b""), empty)
+    assert empty.getvalue() == b""
+
+
+@pytest.mark.skipif(shutil.which("perf") is None, reason="needs linux-perf")
+def test_perf_script_reads_the_filtered_stream() -> None:
+    data = gzip.decompress((SAMPLES / "pipe.data.gz").read_bytes())
+    kept = io.BytesIO()
+    ProcessFilter({PIPE["parent"]}, set(), set()).copy(io.BytesIO(data), kept)
+    text = subprocess.run(["perf", "script", "-i", "-", "-F", "comm,pid,tid,sym,dso"],
+                          input=kept.getvalue(), capture_output=True, check=True).stdout
+    heads = [line.split()[0] for line in text.decode().splitlines()
+             if line and not line[0].isspace()]
+    assert heads and set(heads) <= {"bash", "timeout", "sh"}, Counter(heads)
 
 
 # --- where perf cannot run ------------------------------------------------------------------

@@ -9,18 +9,21 @@ folded, and counted per second of pglab's clock (perf's monotonic time plus the 
 of pglab's clock taken at start). At the end the counts become profile.parquet (second,
 node, kind, stack, samples: docs/RESULTS.md).
 
-Why these choices (bench/README, "os.profile"): the wheel's postgres has no frame
-pointers, so `--call-graph fp` names the leaf function and no caller; DWARF unwinding
-names the whole chain. It copies 8 KB of user stack per sample (about 1.4 MB/s at 49 Hz on
-two busy cores, through the pipe, never on disk), which perf script unwinds; with
-`--no-inline` (no addr2line per frame, which cost 40 times as much) unwinding costs about
-what fp's script does. The whole machine is sampled (-a): `-p` follows no process
-forked after it starts (every new backend), and samples of other processes are dropped here.
+Why these choices (bench/profile_cost.py measures them): the wheel's postgres has no
+frame pointers, so `--call-graph fp` names the leaf function and no caller; DWARF
+unwinding names the whole chain. It copies 8 KB of user stack per sample (about 1.4 MB/s
+at 49 Hz on two busy cores, through the pipe, never on disk), which perf script unwinds;
+with `--no-inline` (no addr2line per frame, which cost 40 times as much) unwinding costs
+about what fp's script does. The whole machine is sampled (-a): `-p` follows no process
+forked after it starts (every new backend). Between record and script a thread of the
+probe passes only the profiled processes' events (probes/perf_filter.py): perf script
+otherwise spent most of its CPU on the maps of every other process of the machine and on
+unwinding their samples.
 
 Where perf is missing or may not sample the machine (not root, perf_event_paranoid above
 -1) the probe says why once (a `probe-unreadable` event, the manifest, a status line of
 the run) and the run goes on. Its cost is the CPU of perf record, perf script and the
-reading thread: `tool_cpu_s`, in the manifest's observer cost.
+filtering and reading threads: `tool_cpu_s`, in the manifest's observer cost.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from pglab.events import Event
 from pglab.probes import procfs
 from pglab.probes.base import ProbeContext, ProbeOutput
 from pglab.probes.os_probes.common import CLIENT, CLK_TCK, OsProbe, read_children, read_text
+from pglab.probes.perf_filter import PerfDataError, ProcessFilter
 from pglab.probes.perf_script import Resolution, fold, parse_perf_script
 from pglab.processes import spawn, wait_child
 from pglab.results import files
@@ -203,11 +207,13 @@ class ProfileProbe(OsProbe):
         self.hz = ctx.profile_hz
         self.events: list[tuple[str, str]] = []
         self.said: set[str] = set()
-        self.cpu = {"record": 0.0, "script": 0.0, "reader": 0.0}
+        self.cpu = {"record": 0.0, "filter": 0.0, "script": 0.0, "reader": 0.0}
         self.ended: str | None = None
         self.record_proc: subprocess.Popen[bytes] | None = None
         self.script_proc: subprocess.Popen[bytes] | None = None
         self.reader: threading.Thread | None = None
+        self.passer: threading.Thread | None = None
+        self.filter = ProcessFilter(set(), set(), set())
         self.errors: list[IO[bytes]] = []
         self.attribution = Attribution(self.proc_root)
         self.stacks = StackCounts(0.0)
@@ -223,15 +229,44 @@ class ProfileProbe(OsProbe):
         # perf dies with pglab (spawn's parent-death signal), so a kill -9 leaves none running
         self.record_proc = spawn(record, stdout=subprocess.PIPE, stderr=self.errors[0],
                                  stdin=subprocess.DEVNULL)
-        self.script_proc = spawn(script, stdin=self.record_proc.stdout, stdout=subprocess.PIPE,
+        self.script_proc = spawn(script, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  stderr=self.errors[1])
-        assert self.record_proc.stdout is not None
-        self.record_proc.stdout.close()  # script holds the pipe's read end now
+        self.filter = ProcessFilter(self.profiled(), {os.getpid()},
+                                    {self.record_proc.pid, self.script_proc.pid})
+        self.passer = threading.Thread(target=self._pass, name="os.profile-filter",
+                                       daemon=True)
+        self.passer.start()
         self.reader = threading.Thread(target=self._read, name="os.profile-reader",
                                        daemon=True)
         self.reader.start()
 
-    # --- the reading thread -----------------------------------------------------------
+    def profiled(self) -> set[int]:
+        """The processes profiled as perf starts: each node's postmaster and its children,
+        pgbench (later ones are followed through their forks)."""
+        pids = set(self.attribution.roots)
+        for root in self.attribution.roots:
+            pids.update(read_children(self.proc_root, root))
+        if self.attribution.client is not None:
+            pids.add(self.attribution.client)
+        return pids
+
+    # --- the threads: record's data filtered into script, script's text counted -------
+
+    def _pass(self) -> None:
+        assert self.record_proc is not None and self.record_proc.stdout is not None
+        assert self.script_proc is not None and self.script_proc.stdin is not None
+        try:
+            self.filter.copy(self.record_proc.stdout, self.script_proc.stdin)
+        except PerfDataError as exc:
+            self.note(str(exc))
+        except (BrokenPipeError, ValueError):  # script ended (its stderr says why)
+            pass
+        finally:
+            with contextlib.suppress(BrokenPipeError, ValueError):
+                self.script_proc.stdin.close()  # script's end of stream: it finishes
+            self.record_proc.stdout.close()  # a record still writing ends (broken pipe)
+            self.cpu["filter"] = time.thread_time()
+
 
     def _read(self) -> None:
         assert self.script_proc is not None and self.script_proc.stdout is not None
@@ -281,6 +316,8 @@ class ProfileProbe(OsProbe):
                 _wait_unreaped(proc, 5.0)
             self.cpu[key] = _cpu_of_zombie(proc.pid, self.proc_root)
             wait_child(proc, 5.0)
+            if key == "record" and self.passer is not None:
+                self.passer.join(timeout=5.0)  # record's end is the stream's: script's too
         if self.reader is not None:
             self.reader.join(timeout=5.0)
             if self.reader.is_alive():  # what it has counted so far is written
@@ -314,7 +351,8 @@ class ProfileProbe(OsProbe):
     # --- what the run keeps -------------------------------------------------------------
 
     def tool_cpu_s(self) -> float:
-        return sum(self.cpu.values())  # perf record, perf script and the reading thread
+        # perf record, perf script, and the filtering and reading threads
+        return sum(self.cpu.values())
 
     def record(self) -> dict[str, Any] | None:
         if self.unavailable is not None:
@@ -329,6 +367,10 @@ class ProfileProbe(OsProbe):
             "samples_seen": self.stacks.seen,
             "samples_by_kind": by_kind,
             "unplaced_samples": self.attribution.gone,
+            # perf record's events passed to perf script, and those of other processes
+            # dropped before it (maps and samples)
+            "events_passed": self.filter.passed,
+            "events_dropped": self.filter.dropped,
             "resolution": resolution,
             "unresolved": unresolved_line(resolution),
             "perf_cpu_s": {key: round(value, 3) for key, value in self.cpu.items()},
