@@ -466,3 +466,68 @@ def test_a_run_with_os_profile_records_postgres_functions_and_draws_them(
     assert telemetry["probe_cpu_s"]["os.profile"] >= tools - 0.01
     page = (run / "report.html").read_text()
     assert '<div id="flames"></div>' in page and "Graph.prototype.draw" in page
+
+
+# --- analyze, on the committed run ----------------------------------------------------------
+
+def test_analyze_cites_the_function_that_rose_in_a_cpu_bound_stall(tmp_path: Path) -> None:
+    """The sample's first dip (four side queries summing generate_series): the client
+    backends' samples in ExecAgg rose from the healthy seconds' few, and cpu-saturation's
+    evidence says so with the same shares profile.parquet gives, counted here apart."""
+    import shutil
+
+    from pglab.analysis.analyze import analyze_run
+
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    (run / "analysis.json").unlink()
+    analysis = analyze_run(run)
+    first = analysis.document.stalls[0]
+    (line,) = [ln for ln in first["on_cpu"] if ln.startswith("primary's client backends")]
+    found = re.match(r"primary's client backends: (\d+)% of its on-CPU samples in (\S+) "
+                     r"\(healthy (\d+)%\)", line)
+    assert found is not None, line
+    frame = found[2]
+    cause = next(c for c in first["causes"] if c["cause"] == "cpu-saturation")
+    assert line in cause["evidence"]
+
+    def epoch(iso: str) -> int:
+        return int(dt.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp())
+
+    client = pl.read_parquet(RUN / "client.parquet").filter(
+        pl.col("job").is_null() & ~pl.col("warmup") & ~pl.col("partial"))
+    measured = set(client["t"].dt.epoch("s").to_list())
+    near: set[int] = set()
+    for stall in analysis.document.stalls:
+        begin = epoch(stall["start"])
+        near |= set(range(begin - 1, begin + stall["seconds"] + 1))
+    begin = epoch(first["start"])
+    window = set(range(begin, begin + first["seconds"] + 1))  # and the second after
+    backends = pl.read_parquet(RUN / "profile.parquet").filter(pl.col("kind") == "backends")
+    seconds = backends["t"].dt.epoch("s")
+    holds = pl.col("stack").str.split(";").list.contains(frame)
+
+    def share(which: set[int]) -> float:
+        rows = backends.filter(seconds.is_in(list(which)))
+        return 100 * int(rows.filter(holds)["samples"].sum()) / int(rows["samples"].sum())
+
+    assert int(found[1]) == round(share(window))
+    assert int(found[3]) == round(share(measured - near))
+    assert int(found[1]) - int(found[3]) >= 50
+    assert frame in {"ExecAgg", "ExecProjectSet", "ExecSRF", "ExecMakeTableFunctionResult",
+                     "generate_series_int4", "int4_sum", "advance_aggregates"}, frame
+
+
+def test_analyze_of_a_run_without_profile_has_no_on_cpu_evidence(tmp_path: Path) -> None:
+    import shutil
+
+    from pglab.analysis.analyze import analyze_run
+
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    (run / "profile.parquet").unlink()
+    (run / "analysis.json").unlink()
+    stalls = analyze_run(run).document.stalls
+    assert stalls and not any("on_cpu" in s for s in stalls)
+    assert not any("on-CPU samples" in line for s in stalls for c in s["causes"]
+                   for line in c["evidence"])
