@@ -461,6 +461,14 @@ def test_a_run_with_os_profile_records_postgres_functions_and_draws_them(
     assert record["call_graph"] == "dwarf" and record["hz"] == 49
     assert record["resolution"]["samples"] == frame["samples"].sum()
     assert record["unresolved"]
+    # what perf could not name and why, once, on a status line of the run too
+    assert set(record["resolution"]["why_unnamed"]) == set(
+        record["resolution"]["unresolved_by_file"])
+    said = " ".join((result.stdout + result.stderr).split())
+    assert said.count("os.profile: ") == 1, said
+    assert f"os.profile: {record['unresolved']}" in said
+    # only the profiled processes' events reached perf script (the machine has others)
+    assert record["events_passed"] > 0 and record["events_dropped"] > 0
     tools = telemetry["observer_tools_cpu_s"]
     assert tools > 0 and tools == pytest.approx(sum(record["perf_cpu_s"].values()), abs=0.01)
     assert telemetry["probe_cpu_s"]["os.profile"] >= tools - 0.01
@@ -531,3 +539,99 @@ def test_analyze_of_a_run_without_profile_has_no_on_cpu_evidence(tmp_path: Path)
     assert stalls and not any("on_cpu" in s for s in stalls)
     assert not any("on-CPU samples" in line for s in stalls for c in s["causes"]
                    for line in c["evidence"])
+
+
+# --- compare, on two committed runs ---------------------------------------------------------
+
+HEALTHY_RUN = RUN.parent / "profile-healthy"
+
+
+def _per_1000_tx(run: Path, node: str, kind: str) -> float:
+    """A run's on-CPU samples of a kind per 1000 transactions over its measured seconds,
+    counted apart from compare's code."""
+    client = pl.read_parquet(run / "client.parquet").filter(
+        pl.col("job").is_null() & ~pl.col("warmup") & ~pl.col("partial")).sort("t")
+    seconds = json.loads((run / "manifest.json").read_text())["results"]["measured"]["seconds"]
+    client = client.head(seconds)
+    times: list[dt.datetime] = client["t"].to_list()
+    start, end = times[0], times[-1] + dt.timedelta(seconds=1)
+    samples = pl.read_parquet(run / "profile.parquet").filter(
+        (pl.col("node") == node) & (pl.col("kind") == kind)
+        & (pl.col("t") >= start) & (pl.col("t") < end))["samples"].sum()
+    return 1000 * int(samples) / float(client["tps"].sum())
+
+
+def test_compare_draws_a_differential_flame_graph_per_transaction(tmp_path: Path) -> None:
+    """profile-healthy (tpcb-like) against profile-stall (the same load and four side
+    queries): the client backends spend more CPU per transaction, in ExecAgg."""
+    from pglab.compare.comparison import compare
+    from pglab.compare.groups import load_group
+    from pglab.compare.render_html import render
+
+    comparison = compare(load_group(str(HEALTHY_RUN)), [load_group(str(RUN))])
+    page = render(comparison)
+    assert "<div id='flames'></div>" in page and "Graph.prototype.draw" in page
+    data = json.loads(re.search(r"id='pglab-data'>(.*?)</script>", page, re.S)[1])  # type: ignore[index]
+    profile = data["profile"]
+    (section,) = profile["stalls"]
+    graph = next(g for g in section["graphs"] if (g["node"], g["kind"]) == ("primary", "backends"))
+    base, contender = (_per_1000_tx(HEALTHY_RUN, "primary", "backends"),
+                       _per_1000_tx(RUN, "primary", "backends"))
+    assert graph["per_1000_tx"] == [round(base, 2), round(contender, 2)]
+    assert contender > base
+    tree, names = graph["tree"], profile["names"]
+    assert tree[3] == pytest.approx(1000 * base / contender, abs=0.1)  # the root, rescaled
+
+    def total(node: list[Any], name: str) -> tuple[int, float]:
+        """Samples and base share (1/1000) of the outermost frames called `name`."""
+        if names[node[0]] == name:
+            return node[1], node[3]
+        found = [total(child, name) for child in node[2]]
+        return sum(f[0] for f in found), sum(f[1] for f in found)
+
+    samples, base_share = total(tree, "ExecAgg")
+    assert 1000 * samples / tree[1] > base_share + 100  # red: it grew per transaction
+
+
+def test_compare_without_a_profile_on_one_side_draws_none() -> None:
+    from pglab.compare.comparison import compare
+    from pglab.compare.groups import load_group
+    from pglab.compare.render_html import render
+
+    other = RUN.parent / "sync-slow-disk-kernel"
+    page = render(compare(load_group(str(other)), [load_group(str(RUN))]))
+    assert "id='flames'" not in page and "flame.js" not in page and "<script" not in page
+
+
+# --- what perf could not name, and why ------------------------------------------------------
+
+@pytest.mark.skipif(shutil.which("readelf") is None, reason="needs binutils' readelf")
+def test_elf_sections_are_read_as_readelf_reads_them() -> None:
+    import sys
+
+    from pglab.probes.os_probes.profile import elf_sections
+
+    for path in (Path(sys.executable).resolve(), Path("/bin/ls").resolve()):
+        out = subprocess.run(["readelf", "-SW", str(path)], capture_output=True, text=True,
+                             check=True).stdout
+        theirs = {line.split("]", 1)[1].split()[0] for line in out.splitlines()
+                  if re.match(r"\s*\[\s*\d+\]\s+\S", line)} - {"NULL"}
+        mine = elf_sections(path)
+        assert mine is not None and mine - {""} == theirs, (path, mine, theirs)
+
+
+def test_why_a_file_is_unnamed_is_said_from_its_sections(tmp_path: Path) -> None:
+    from pglab.probes.os_probes.profile import elf_sections, why_unnamed
+
+    assert why_unnamed("[unknown]").startswith("addresses in no mapping")
+    assert why_unnamed(str(tmp_path / "gone.so")).startswith("not an ELF file")
+    (tmp_path / "text").write_text("not elf")
+    assert elf_sections(tmp_path / "text") is None
+    # a real file, its verdict following what its sections are
+    sections = elf_sections(Path("/bin/ls").resolve())
+    assert sections is not None
+    verdict = why_unnamed(str(Path("/bin/ls").resolve()))
+    assert verdict.startswith("stripped") == (".symtab" not in sections)
+    record = {"samples": 10, "unresolved_frames_pct": 2.0, "broken_chains_pct": 1.0,
+              "unresolved_by_file": {"ls": 50.0}, "why_unnamed": {"ls": verdict}}
+    assert f"ls 50.0% of its frames: {verdict}" in unresolved_line(record)

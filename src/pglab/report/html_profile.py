@@ -32,7 +32,7 @@ KIND_ORDER = ("backends", "pgbench", "startup", "walreceiver", "walsender", "wal
               "checkpointer", "bgwriter", "autovacuum", "io_worker", "postmaster")
 
 
-class _Names:
+class FrameNames:
     def __init__(self) -> None:
         self.index: dict[str, int] = {}
         self.names: list[str] = []
@@ -56,7 +56,7 @@ def _grow(stacks: list[tuple[str, int]]) -> dict[str, Any]:
     return root
 
 
-def flame_tree(stacks: list[tuple[str, int]], names: _Names,
+def flame_tree(stacks: list[tuple[str, int]], names: FrameNames,
                baseline: list[tuple[str, int]] | None = None) -> list[Any]:
     """Folded stacks and their samples -> [name, samples, [children]] nested, the root's
     name being "all"; children sorted by name (a flame graph's order), pruned. With a
@@ -82,7 +82,7 @@ def _seconds(frame: pl.DataFrame) -> pl.Series:
 
 
 def stall_graphs(frame: pl.DataFrame, stalls: list[tuple[dt.datetime, dt.datetime, str]],
-                 measured: list[int], names: _Names) -> list[dict[str, Any]]:
+                 measured: list[int], names: FrameNames) -> list[dict[str, Any]]:
     """Per stall window (the longest MAX_STALLS, in time order) and node and kind, the
     window's tree against the healthy seconds'; [] without healthy seconds."""
     def span(start: dt.datetime, end: dt.datetime) -> tuple[int, int]:
@@ -101,7 +101,7 @@ def stall_graphs(frame: pl.DataFrame, stalls: list[tuple[dt.datetime, dt.datetim
         (a, b), (start, _, label) = spans[index], stalls[index]
         window = frame.filter((seconds >= a) & (seconds <= b))
         graphs = []
-        for node, kind in _ordered(window.select("node", "kind").unique().rows()):
+        for node, kind in ordered_kinds(window.select("node", "kind").unique().rows()):
             mine = _summed(window, node, kind)
             if sum(n for _, n in mine) < MIN_WINDOW_SAMPLES:
                 continue
@@ -121,7 +121,7 @@ def _summed(frame: pl.DataFrame, node: str, kind: str) -> list[tuple[str, int]]:
     return list(zip(rows["stack"].to_list(), rows["samples"].to_list(), strict=True))
 
 
-def _ordered(keys: list[tuple[Any, ...]]) -> list[tuple[str, str]]:
+def ordered_kinds(keys: list[tuple[Any, ...]]) -> list[tuple[str, str]]:
     def order(key: tuple[Any, ...]) -> tuple[int, str, int, str]:
         node, kind = str(key[0]), str(key[1])
         rank = KIND_ORDER.index(kind) if kind in KIND_ORDER else len(KIND_ORDER)
@@ -138,9 +138,9 @@ def profile_section(run: StoredRun, stalls: list[tuple[dt.datetime, dt.datetime,
     frame = run.parquet(files.PROFILE)  # damaged: as the run's reader chose (left out)
     if frame is None or frame.is_empty():
         return None
-    names = _Names()
+    names = FrameNames()
     graphs = []
-    for node, kind in _ordered(frame.select("node", "kind").unique().rows()):
+    for node, kind in ordered_kinds(frame.select("node", "kind").unique().rows()):
         tree = flame_tree(_summed(frame, node, kind), names)
         graphs.append({"node": node, "kind": kind, "samples": tree[1], "tree": tree})
     record = (run.manifest.telemetry or {}).get("os.profile") or {}

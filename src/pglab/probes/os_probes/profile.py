@@ -350,6 +350,13 @@ class ProfileProbe(OsProbe):
 
     # --- what the run keeps -------------------------------------------------------------
 
+    def closing_line(self) -> str | None:
+        """What perf could not name and why, once per run, for the run's status lines."""
+        if self.unavailable is not None:
+            return None
+        record = self.record() or {}
+        return f"os.profile: {record.get('unresolved')}"
+
     def tool_cpu_s(self) -> float:
         # perf record, perf script, and the filtering and reading threads
         return sum(self.cpu.values())
@@ -361,6 +368,9 @@ class ProfileProbe(OsProbe):
             by_kind = {f"{node} {kind}": n for (node, kind), n in
                        sorted(self.stacks.by_kind.items())}
             resolution = self.stacks.resolution.record()
+            resolution["why_unnamed"] = {
+                Path(dso).name or dso: why_unnamed(dso)
+                for dso, _ in self.stacks.resolution.unknown_frames.most_common(8)}
         return {
             "hz": self.hz,
             "call_graph": "dwarf",
@@ -379,15 +389,62 @@ class ProfileProbe(OsProbe):
 
 
 def unresolved_line(resolution: dict[str, Any]) -> str:
-    """What perf could not name, in one line (the manifest's `unresolved`)."""
+    """What perf could not name, and why, in one line (the manifest's `unresolved`)."""
     if not resolution.get("samples"):
         return "no samples of the profiled processes"
-    files_ = ", ".join(f"{name} {pct}% of its frames"
+    why = resolution.get("why_unnamed") or {}
+    files_ = ", ".join(f"{name} {pct}% of its frames" + (f": {why[name]}" if name in why else "")
                        for name, pct in (resolution.get("unresolved_by_file") or {}).items())
     return (f"{resolution['unresolved_frames_pct']}% of frames unnamed"
             + (f" ({files_})" if files_ else "")
             + f"; {resolution['broken_chains_pct']}% of chains end in an unnamed frame (the "
             "8 KB stack copy ends before the first frame, or code without unwind tables)")
+
+
+def why_unnamed(dso: str) -> str:
+    """Why perf could not name addresses of one file, from its ELF section headers: a
+    stripped file has no .symtab (only its exported functions are named), a file with one
+    has code between its functions' symbols; no file: an address in no mapping."""
+    if dso == "[unknown]":
+        return "addresses in no mapping (an unwinder's guess past the copied stack)"
+    sections = elf_sections(Path(dso))
+    if sections is None:
+        return "not an ELF file pglab can read here (gone, or in another mount namespace)"
+    if ".symtab" not in sections:
+        return "stripped (no .symtab: only its exported functions have names)"
+    if ".eh_frame" not in sections and ".debug_frame" not in sections:
+        return "no unwind tables (.eh_frame)"
+    return "has a symbol table: addresses outside its functions' symbols (PLT, assembly)"
+
+
+def elf_sections(path: Path) -> set[str] | None:
+    """The names of an ELF file's sections (64-bit, little-endian), None if unreadable."""
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(64)
+            if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
+                return None
+            shoff = int.from_bytes(head[40:48], "little")
+            entsize, count, names_at = (int.from_bytes(head[i:i + 2], "little")
+                                        for i in (58, 60, 62))
+            handle.seek(shoff)
+            table = handle.read(entsize * count)
+            if entsize < 64 or len(table) < entsize * count or names_at >= count:
+                return None
+            strings_entry = table[names_at * entsize:(names_at + 1) * entsize]
+            offset = int.from_bytes(strings_entry[24:32], "little")
+            size = int.from_bytes(strings_entry[32:40], "little")
+            handle.seek(offset)
+            strings = handle.read(min(size, 1 << 20))
+    except OSError:
+        return None
+    found = set()
+    for index in range(count):
+        start = int.from_bytes(table[index * entsize:index * entsize + 4], "little")
+        end = strings.find(b"\0", start)
+        if 0 <= start < len(strings) and end >= 0:
+            found.add(strings[start:end].decode(errors="replace"))
+    return found
 
 
 def _wait_unreaped(proc: subprocess.Popen[bytes], timeout: float) -> bool:
