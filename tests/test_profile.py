@@ -635,3 +635,40 @@ def test_why_a_file_is_unnamed_is_said_from_its_sections(tmp_path: Path) -> None
     record = {"samples": 10, "unresolved_frames_pct": 2.0, "broken_chains_pct": 1.0,
               "unresolved_by_file": {"ls": 50.0}, "why_unnamed": {"ls": verdict}}
     assert f"ls 50.0% of its frames: {verdict}" in unresolved_line(record)
+
+
+# --- the off-CPU view, where os.kernel ran too ----------------------------------------------
+
+def test_report_draws_the_blocked_kernel_stacks_beside_the_on_cpu_ones() -> None:
+    """A committed run with both probes (tests/samples/runs/profile-kernel): per node and
+    kind, os.kernel's blocked stacks as a flame graph, its samples those the stack series
+    give (share x reads per second), the latch waits left out."""
+    from pglab.report.model import build_model
+    from pglab.report.page import render
+
+    run = RUN.parent / "profile-kernel"
+    model = build_model(run)
+    assert model.profile is not None and model.profile["graphs"]
+    off = {(g["node"], g["kind"]): g for g in model.profile["off_cpu"]}
+    series = pl.read_parquet(run / "timeseries.parquet").filter(pl.col("source") == "os.kernel")
+    reads = series.filter(pl.col("metric") == "samples")
+    stacks = series.filter(pl.col("metric").str.starts_with("stack:")
+                           & ~pl.col("metric").str.contains("epoll"))
+    expected: dict[tuple[str, str], int] = {}
+    for (node, kind, metric), rows in stacks.group_by("node", "label", "metric"):
+        joined = rows.join(reads, on=["t", "node", "label"], suffix="_reads")
+        count = round(float((joined["value"] / 100 * joined["value_reads"]).sum()))
+        if count:
+            expected[str(node), str(kind)] = expected.get((str(node), str(kind)), 0) + count
+    assert {key: g["samples"] for key, g in off.items()} == expected
+    assert ("client", "pgbench") in off and ("primary", "backends") in off
+    names = model.profile["names"]
+
+    def frames(node: list[Any]) -> set[str]:
+        return {names[node[0]]}.union(*(frames(c) for c in node[2]))
+
+    drawn = set().union(*(frames(g["tree"]) for g in off.values())) - {"all"}
+    assert drawn and all(name.endswith("_[k]") for name in drawn)
+    assert not any("epoll" in name for name in drawn)
+    assert "Off-CPU" in render(model)
+    assert build_model(RUN).profile["off_cpu"] == []  # type: ignore[index]

@@ -12,6 +12,12 @@ seconds' samples too (the measured seconds at least one second away from every w
 as the analysis's baseline leaves out the second leading into one): flame.js colours a
 frame by how much its share grew (red) or shrank (blue). A frame the window lost entirely
 is not drawn: the graph has the window's frames only.
+
+Where os.kernel ran too, an off-CPU view follows: per node and kind, the kernel stacks
+its processes were blocked in (os.kernel's `stack:` series: each second's share of a
+kind's reads in a chain, times its reads, is a count of samples), outermost first as
+the on-CPU graphs. The latch waits (epoll) every idle process sleeps in are left out, as
+the report's kernel chart leaves them out: the wait events name what those waited for.
 """
 
 from __future__ import annotations
@@ -23,6 +29,10 @@ import polars as pl
 
 from pglab.results import files
 from pglab.results.folder import StoredRun
+from pglab.results.kernel_series import FRAME_SEPARATOR
+
+KERNEL = "os.kernel"
+LATCH_FRAMES = ("do_epoll_wait", "ep_poll", "epoll_wait")
 
 PRUNE = 1 / 1000  # of a graph's samples: narrower frames are not drawn
 MIN_WINDOW_SAMPLES = 5  # a kind with fewer in a window gets no differential graph there
@@ -146,4 +156,33 @@ def profile_section(run: StoredRun, stalls: list[tuple[dt.datetime, dt.datetime,
     record = (run.manifest.telemetry or {}).get("os.profile") or {}
     return {"names": names.names, "graphs": graphs, "hz": record.get("hz"),
             "unresolved": record.get("unresolved"),
-            "stalls": stall_graphs(frame, stalls, measured, names)}
+            "stalls": stall_graphs(frame, stalls, measured, names),
+            "off_cpu": off_cpu_graphs(run.parquet(files.TIMESERIES), names)}
+
+
+def off_cpu_graphs(series: pl.DataFrame | None, names: FrameNames) -> list[dict[str, Any]]:
+    """Per node and kind, os.kernel's blocked kernel stacks as a flame graph ([] when it
+    did not run): samples per chain, latch waits left out."""
+    if series is None or series.is_empty():
+        return []
+    kernel = series.filter(pl.col("source") == KERNEL)
+    reads = kernel.filter(pl.col("metric") == "samples").select(
+        "t", "node", "label", pl.col("value").alias("reads"))
+    stacks = (kernel.filter(pl.col("metric").str.starts_with("stack:"))
+              .join(reads, on=["t", "node", "label"], how="inner")
+              .with_columns((pl.col("value") / 100 * pl.col("reads")).alias("samples"))
+              .group_by("node", "label", "metric").agg(pl.col("samples").sum()))
+    by_kind: dict[tuple[str, str], list[tuple[str, int]]] = {}
+    for node, kind, metric, samples in stacks.iter_rows():
+        frames = metric.removeprefix("stack:").split(FRAME_SEPARATOR)
+        count = round(samples)
+        if count < 1 or any(f in LATCH_FRAMES for f in frames):
+            continue
+        folded = ";".join(f"{f}_[k]" for f in reversed(frames))  # outermost first
+        by_kind.setdefault((node, kind), []).append((folded, count))
+    graphs = []
+    for node, kind in ordered_kinds(list(by_kind)):
+        tree = flame_tree(sorted(by_kind[node, kind]), names)
+        graphs.append({"node": node, "kind": kind, "samples": tree[1], "tree": tree,
+                       "unit_note": "os.kernel's reads of blocked processes"})
+    return graphs

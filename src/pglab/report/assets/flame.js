@@ -7,7 +7,8 @@
    DATA.profile, built by pglab/report/html_profile.py: a table of names and trees of
    [name, samples, children] (differential: a fourth item, the healthy share in 1/1000).
    pglab compare draws its differential graphs with the same code (compare/profile_diff.py:
-   a section with a `title`, graphs with a `base_note`, the fourth item the base's). */
+   a section with a `title`, graphs with a `base_note`, the fourth item the base's).
+   DATA.profile.off_cpu: os.kernel's blocked kernel stacks per node and kind, drawn alike. */
 (function () {
   "use strict";
   var DATA = JSON.parse(document.getElementById("pglab-data").textContent);
@@ -61,7 +62,8 @@
     var head = el("div", "chart-head");
     head.appendChild(el("h3", null, g.node + " · " + g.kind));
     head.appendChild(el("span", "unit", g.samples + " samples" +
-      (P.hz ? " (" + (g.samples / P.hz).toFixed(1) + " CPU s at " + P.hz + " Hz)" : "") +
+      (g.unit_note ? " (" + g.unit_note + ")" :
+        P.hz ? " (" + (g.samples / P.hz).toFixed(1) + " CPU s at " + P.hz + " Hz)" : "") +
       (diff ? "; " + (g.base_note || g.healthy_samples + " in the healthy seconds") : "")));
     this.status = el("span", "unit");
     head.appendChild(this.status);
@@ -170,6 +172,11 @@
       " healthy seconds: red grew, blue shrank")));
     stall.graphs.forEach(function (g) { var v = new Graph(g, true); host.appendChild(v.wrap); graphs.push(v); });
   });
+  if ((P.off_cpu || []).length) {
+    host.appendChild(el("h3", "flame-stall", "Off-CPU: the kernel stacks the processes were " +
+      "blocked in (os.kernel), the whole run; latch waits (epoll) left out"));
+    P.off_cpu.forEach(function (g) { var v = new Graph(g, false); host.appendChild(v.wrap); graphs.push(v); });
+  }
   function drawAll() { graphs.forEach(function (v) { v.draw(); }); }
   input.addEventListener("input", function () {
     var re = null;
