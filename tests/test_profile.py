@@ -655,7 +655,7 @@ def test_report_draws_the_blocked_kernel_stacks_beside_the_on_cpu_ones() -> None
     stacks = series.filter(pl.col("metric").str.starts_with("stack:")
                            & ~pl.col("metric").str.contains("epoll"))
     expected: dict[tuple[str, str], int] = {}
-    for (node, kind, metric), rows in stacks.group_by("node", "label", "metric"):
+    for (node, kind, _metric), rows in stacks.group_by("node", "label", "metric"):
         joined = rows.join(reads, on=["t", "node", "label"], suffix="_reads")
         count = round(float((joined["value"] / 100 * joined["value_reads"]).sum()))
         if count:
