@@ -672,3 +672,22 @@ def test_report_draws_the_blocked_kernel_stacks_beside_the_on_cpu_ones() -> None
     assert not any("epoll" in name for name in drawn)
     assert "Off-CPU" in render(model)
     assert build_model(RUN).profile["off_cpu"] == []  # type: ignore[index]
+
+
+# --- observe: a same-host server's postmaster, or why not -----------------------------------
+
+def test_observe_finds_a_same_host_servers_postmaster_or_says_why_not(tmp_path: Path) -> None:
+    """From the backend serving pglab's session: its parent, a postgres process (the
+    committed /proc files of a real server, samples/perf/processes.json)."""
+    from pglab.observe.target import postmaster_of
+
+    fake_proc(tmp_path)
+    backend = META["children"][0]
+    assert postmaster_of(backend, True, tmp_path) == (POSTMASTER, None)
+    pid, why = postmaster_of(backend, False, tmp_path)
+    assert pid is None and why is not None and "over the network" in why
+    pid, why = postmaster_of(4_000_000, True, tmp_path)
+    assert pid is None and why is not None and "no process of this host" in why
+    # pgbench's parent (pglab's python, not in the files) is no postgres process
+    pid, why = postmaster_of(PGBENCH, True, tmp_path)
+    assert pid is None and why is not None and "\n" not in why
