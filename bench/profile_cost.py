@@ -4,8 +4,10 @@ Each side is a complete `pglab run` of the same scenario (8 clients on a scale-1
 database, a fresh server from the same template): one with `telemetry.include =
 ["os.profile"]`, one without, alternating which goes first so both share the machine's
 drift. Each run's manifest gives the CPU seconds of the probe (`probe_cpu_s["os.profile"]`:
-perf record, perf script and the reading thread, split in
-`telemetry["os.profile"].perf_cpu_s`) and the seconds telemetry ran (`observed_s`).
+split in
+`telemetry["os.profile"].perf_cpu_s`: perf record, the filter that passes only the
+profiled processes' events, perf script, the reading thread) and the seconds telemetry ran
+(`observed_s`).
 
     python bench/profile_cost.py [--pairs 3] [--duration 20] [--clients 8] [--hz 49]
 

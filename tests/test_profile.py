@@ -6,11 +6,17 @@ flame graphs on a committed run folder with profile.parquet; then one short live
 from __future__ import annotations
 
 import datetime as dt
+import gzip
+import io
 import json
 import math
 import os
 import re
+import shutil
+import struct
+import subprocess
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +32,7 @@ from pglab.probes.os_probes.profile import (
     perf_command,
     unresolved_line,
 )
+from pglab.probes.perf_filter import PerfDataError, ProcessFilter
 from pglab.probes.perf_script import Frame, fold, parse_perf_script
 from pglab.results.schemas import PROFILE_SCHEMA
 
@@ -164,6 +171,80 @@ def test_the_commands_are_those_the_sample_was_made_with() -> None:
     record, script = perf_command("perf", 49)
     assert record[:-1] == META["record"][:len(record) - 1]
     assert script == META["script"]
+
+
+# --- the filter between perf record and perf script --------------------------------------
+
+PIPE = json.loads((SAMPLES / "pipe.json").read_text())
+
+
+def perf_events(data: bytes) -> list[tuple[int, bytes]]:
+    """(type, body) of each event of perf's pipe format, read apart from the filter."""
+    assert data[:8] == b"PERFILE2"
+    events, at = [], 16
+    while at + 8 <= len(data):
+        kind, _misc, size = struct.unpack_from("<IHH", data, at)
+        events.append((kind, data[at + 8:at + size]))
+        at += size
+    assert at == len(data)
+    return events
+
+
+def test_only_the_profiled_processes_events_reach_perf_script() -> None:
+    """The committed stream (samples/perf/make_pipe_sample.py): 2.5 s of the whole machine.
+    The parent shell given, its child forked after perf started is followed; every other
+    process's maps and samples are dropped; the kernel's maps and the attributes pass."""
+    data = gzip.decompress((SAMPLES / "pipe.data.gz").read_bytes())
+    parent = PIPE["parent"]
+    kept = io.BytesIO()
+    flt = ProcessFilter({parent}, set(), set())
+    flt.copy(io.BytesIO(data), kept)
+    before, after = perf_events(data), perf_events(kept.getvalue())
+    assert flt.passed == len(after) and flt.dropped == len(before) - len(after) > 1000
+    # this record's samples (cpu-clock's, and perf's side-band event's): ip, then pid
+    types = {struct.unpack_from("<Q", body, 24)[0] for kind, body in before if kind == 64}
+    assert types and all(t & 0b11 == 0b11 and not t & (1 << 16) for t in types), types
+
+    def pids(events: list[tuple[int, bytes]], kind: int, at: int) -> Counter[int]:
+        return Counter(struct.unpack_from("<I", body, at)[0] for k, body in events if k == kind)
+
+    children = {struct.unpack_from("<I", body)[0] for kind, body in before if kind == 7
+                and struct.unpack_from("<II", body)[1] == parent}
+    descendants = set(children) | {parent}
+    for body in (b for k, b in before if k == 7):  # the grandchild (timeout's spinning sh)
+        pid, ppid = struct.unpack_from("<II", body)
+        if ppid in descendants - {parent} and pid != ppid:
+            descendants.add(pid)
+    sampled = pids(after, 9, 8)
+    assert set(sampled) <= descendants and sum(sampled.values()) > 0
+    assert {pid: n for pid, n in pids(before, 9, 8).items() if pid in descendants} == sampled
+    assert len(descendants) > 2  # parent, timeout, sh: followed through two forks
+    for kind in (1, 10, 3):  # MMAP, MMAP2, COMM: the descendants' and the kernel's only
+        assert set(pids(after, kind, 0)) <= descendants | {0xFFFFFFFF}
+    assert 0xFFFFFFFF in pids(after, 10, 0) or 0xFFFFFFFF in pids(after, 1, 0)
+    assert [b for k, b in after if k >= 64] == [b for k, b in before if k >= 64]
+
+
+def test_the_filter_refuses_a_stream_that_is_not_perfs_in_one_line() -> None:
+    with pytest.raises(PerfDataError) as caught:
+        ProcessFilter(set(), set(), set()).copy(io.BytesIO(b"# not perf data at all\n"),
+                                                io.BytesIO())
+    assert "not perf's pipe format" in str(caught.value) and "\n" not in str(caught.value)
+    empty = io.BytesIO()  # perf record that failed before writing: nothing to pass
+    ProcessFilter(set(), set(), set()).copy(io.BytesIO(b""), empty)
+    assert empty.getvalue() == b""
+
+
+@pytest.mark.skipif(shutil.which("perf") is None, reason="needs linux-perf")
+def test_perf_script_reads_the_filtered_stream() -> None:
+    data = gzip.decompress((SAMPLES / "pipe.data.gz").read_bytes())
+    kept = io.BytesIO()
+    ProcessFilter({PIPE["parent"]}, set(), set()).copy(io.BytesIO(data), kept)
+    text = subprocess.run(["perf", "script", "-i", "-", "-F", "comm,pid,tid,sym,dso"],
+                          input=kept.getvalue(), capture_output=True, check=True).stdout
+    heads = [line.split()[0] for line in text.decode().splitlines()
+             if line and not line[0].isspace()]
+    assert heads and set(heads) <= {"bash", "timeout", "sh"}, Counter(heads)
 
 
 # --- where perf cannot run ------------------------------------------------------------------
@@ -380,8 +461,233 @@ def test_a_run_with_os_profile_records_postgres_functions_and_draws_them(
     assert record["call_graph"] == "dwarf" and record["hz"] == 49
     assert record["resolution"]["samples"] == frame["samples"].sum()
     assert record["unresolved"]
+    # what perf could not name and why, once, on a status line of the run too
+    assert set(record["resolution"]["why_unnamed"]) == set(
+        record["resolution"]["unresolved_by_file"])
+    said = " ".join((result.stdout + result.stderr).split())
+    assert said.count("os.profile: ") == 1, said
+    assert f"os.profile: {record['unresolved']}" in said
+    # only the profiled processes' events reached perf script (the machine has others)
+    assert record["events_passed"] > 0 and record["events_dropped"] > 0
     tools = telemetry["observer_tools_cpu_s"]
     assert tools > 0 and tools == pytest.approx(sum(record["perf_cpu_s"].values()), abs=0.01)
     assert telemetry["probe_cpu_s"]["os.profile"] >= tools - 0.01
     page = (run / "report.html").read_text()
     assert '<div id="flames"></div>' in page and "Graph.prototype.draw" in page
+
+
+# --- analyze, on the committed run ----------------------------------------------------------
+
+def test_analyze_cites_the_function_that_rose_in_a_cpu_bound_stall(tmp_path: Path) -> None:
+    """The sample's first dip (four side queries summing generate_series): the client
+    backends' samples in ExecAgg rose from the healthy seconds' few, and cpu-saturation's
+    evidence says so with the same shares profile.parquet gives, counted here apart."""
+    import shutil
+
+    from pglab.analysis.analyze import analyze_run
+
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    (run / "analysis.json").unlink()
+    analysis = analyze_run(run)
+    first = analysis.document.stalls[0]
+    (line,) = [ln for ln in first["on_cpu"] if ln.startswith("primary's client backends")]
+    found = re.match(r"primary's client backends: (\d+)% of its on-CPU samples in (\S+) "
+                     r"\(healthy (\d+)%\)", line)
+    assert found is not None, line
+    frame = found[2]
+    cause = next(c for c in first["causes"] if c["cause"] == "cpu-saturation")
+    assert line in cause["evidence"]
+
+    def epoch(iso: str) -> int:
+        return int(dt.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp())
+
+    client = pl.read_parquet(RUN / "client.parquet").filter(
+        pl.col("job").is_null() & ~pl.col("warmup") & ~pl.col("partial"))
+    measured = set(client["t"].dt.epoch("s").to_list())
+    near: set[int] = set()
+    for stall in analysis.document.stalls:
+        begin = epoch(stall["start"])
+        near |= set(range(begin - 1, begin + stall["seconds"] + 1))
+    begin = epoch(first["start"])
+    window = set(range(begin, begin + first["seconds"] + 1))  # and the second after
+    backends = pl.read_parquet(RUN / "profile.parquet").filter(pl.col("kind") == "backends")
+    seconds = backends["t"].dt.epoch("s")
+    holds = pl.col("stack").str.split(";").list.contains(frame)
+
+    def share(which: set[int]) -> float:
+        rows = backends.filter(seconds.is_in(list(which)))
+        return 100 * int(rows.filter(holds)["samples"].sum()) / int(rows["samples"].sum())
+
+    assert int(found[1]) == round(share(window))
+    assert int(found[3]) == round(share(measured - near))
+    assert int(found[1]) - int(found[3]) >= 50
+    assert frame in {"ExecAgg", "ExecProjectSet", "ExecSRF", "ExecMakeTableFunctionResult",
+                     "generate_series_int4", "int4_sum", "advance_aggregates"}, frame
+
+
+def test_analyze_of_a_run_without_profile_has_no_on_cpu_evidence(tmp_path: Path) -> None:
+    import shutil
+
+    from pglab.analysis.analyze import analyze_run
+
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    (run / "profile.parquet").unlink()
+    (run / "analysis.json").unlink()
+    stalls = analyze_run(run).document.stalls
+    assert stalls and not any("on_cpu" in s for s in stalls)
+    assert not any("on-CPU samples" in line for s in stalls for c in s["causes"]
+                   for line in c["evidence"])
+
+
+# --- compare, on two committed runs ---------------------------------------------------------
+
+HEALTHY_RUN = RUN.parent / "profile-healthy"
+
+
+def _per_1000_tx(run: Path, node: str, kind: str) -> float:
+    """A run's on-CPU samples of a kind per 1000 transactions over its measured seconds,
+    counted apart from compare's code."""
+    client = pl.read_parquet(run / "client.parquet").filter(
+        pl.col("job").is_null() & ~pl.col("warmup") & ~pl.col("partial")).sort("t")
+    seconds = json.loads((run / "manifest.json").read_text())["results"]["measured"]["seconds"]
+    client = client.head(seconds)
+    times: list[dt.datetime] = client["t"].to_list()
+    start, end = times[0], times[-1] + dt.timedelta(seconds=1)
+    samples = pl.read_parquet(run / "profile.parquet").filter(
+        (pl.col("node") == node) & (pl.col("kind") == kind)
+        & (pl.col("t") >= start) & (pl.col("t") < end))["samples"].sum()
+    return 1000 * int(samples) / float(client["tps"].sum())
+
+
+def test_compare_draws_a_differential_flame_graph_per_transaction(tmp_path: Path) -> None:
+    """profile-healthy (tpcb-like) against profile-stall (the same load and four side
+    queries): the client backends spend more CPU per transaction, in ExecAgg."""
+    from pglab.compare.comparison import compare
+    from pglab.compare.groups import load_group
+    from pglab.compare.render_html import render
+
+    comparison = compare(load_group(str(HEALTHY_RUN)), [load_group(str(RUN))])
+    page = render(comparison)
+    assert "<div id='flames'></div>" in page and "Graph.prototype.draw" in page
+    data = json.loads(re.search(r"id='pglab-data'>(.*?)</script>", page, re.S)[1])  # type: ignore[index]
+    profile = data["profile"]
+    (section,) = profile["stalls"]
+    graph = next(g for g in section["graphs"] if (g["node"], g["kind"]) == ("primary", "backends"))
+    base, contender = (_per_1000_tx(HEALTHY_RUN, "primary", "backends"),
+                       _per_1000_tx(RUN, "primary", "backends"))
+    assert graph["per_1000_tx"] == [round(base, 2), round(contender, 2)]
+    assert contender > base
+    tree, names = graph["tree"], profile["names"]
+    assert tree[3] == pytest.approx(1000 * base / contender, abs=0.1)  # the root, rescaled
+
+    def total(node: list[Any], name: str) -> tuple[int, float]:
+        """Samples and base share (1/1000) of the outermost frames called `name`."""
+        if names[node[0]] == name:
+            return node[1], node[3]
+        found = [total(child, name) for child in node[2]]
+        return sum(f[0] for f in found), sum(f[1] for f in found)
+
+    samples, base_share = total(tree, "ExecAgg")
+    assert 1000 * samples / tree[1] > base_share + 100  # red: it grew per transaction
+
+
+def test_compare_without_a_profile_on_one_side_draws_none() -> None:
+    from pglab.compare.comparison import compare
+    from pglab.compare.groups import load_group
+    from pglab.compare.render_html import render
+
+    other = RUN.parent / "sync-slow-disk-kernel"
+    page = render(compare(load_group(str(other)), [load_group(str(RUN))]))
+    assert "id='flames'" not in page and "flame.js" not in page and "<script" not in page
+
+
+# --- what perf could not name, and why ------------------------------------------------------
+
+@pytest.mark.skipif(shutil.which("readelf") is None, reason="needs binutils' readelf")
+def test_elf_sections_are_read_as_readelf_reads_them() -> None:
+    import sys
+
+    from pglab.probes.os_probes.profile import elf_sections
+
+    for path in (Path(sys.executable).resolve(), Path("/bin/ls").resolve()):
+        out = subprocess.run(["readelf", "-SW", str(path)], capture_output=True, text=True,
+                             check=True).stdout
+        theirs = {line.split("]", 1)[1].split()[0] for line in out.splitlines()
+                  if re.match(r"\s*\[\s*\d+\]\s+\S", line)} - {"NULL"}
+        mine = elf_sections(path)
+        assert mine is not None and mine - {""} == theirs, (path, mine, theirs)
+
+
+def test_why_a_file_is_unnamed_is_said_from_its_sections(tmp_path: Path) -> None:
+    from pglab.probes.os_probes.profile import elf_sections, why_unnamed
+
+    assert why_unnamed("[unknown]").startswith("addresses in no mapping")
+    assert why_unnamed(str(tmp_path / "gone.so")).startswith("not an ELF file")
+    (tmp_path / "text").write_text("not elf")
+    assert elf_sections(tmp_path / "text") is None
+    # a real file, its verdict following what its sections are
+    sections = elf_sections(Path("/bin/ls").resolve())
+    assert sections is not None
+    verdict = why_unnamed(str(Path("/bin/ls").resolve()))
+    assert verdict.startswith("stripped") == (".symtab" not in sections)
+    record = {"samples": 10, "unresolved_frames_pct": 2.0, "broken_chains_pct": 1.0,
+              "unresolved_by_file": {"ls": 50.0}, "why_unnamed": {"ls": verdict}}
+    assert f"ls 50.0% of its frames: {verdict}" in unresolved_line(record)
+
+
+# --- the off-CPU view, where os.kernel ran too ----------------------------------------------
+
+def test_report_draws_the_blocked_kernel_stacks_beside_the_on_cpu_ones() -> None:
+    """A committed run with both probes (tests/samples/runs/profile-kernel): per node and
+    kind, os.kernel's blocked stacks as a flame graph, its samples those the stack series
+    give (share x reads per second), the latch waits left out."""
+    from pglab.report.model import build_model
+    from pglab.report.page import render
+
+    run = RUN.parent / "profile-kernel"
+    model = build_model(run)
+    assert model.profile is not None and model.profile["graphs"]
+    off = {(g["node"], g["kind"]): g for g in model.profile["off_cpu"]}
+    series = pl.read_parquet(run / "timeseries.parquet").filter(pl.col("source") == "os.kernel")
+    reads = series.filter(pl.col("metric") == "samples")
+    stacks = series.filter(pl.col("metric").str.starts_with("stack:")
+                           & ~pl.col("metric").str.contains("epoll"))
+    expected: dict[tuple[str, str], int] = {}
+    for (node, kind, _metric), rows in stacks.group_by("node", "label", "metric"):
+        joined = rows.join(reads, on=["t", "node", "label"], suffix="_reads")
+        count = round(float((joined["value"] / 100 * joined["value_reads"]).sum()))
+        if count:
+            expected[str(node), str(kind)] = expected.get((str(node), str(kind)), 0) + count
+    assert {key: g["samples"] for key, g in off.items()} == expected
+    assert ("client", "pgbench") in off and ("primary", "backends") in off
+    names = model.profile["names"]
+
+    def frames(node: list[Any]) -> set[str]:
+        return {names[node[0]]}.union(*(frames(c) for c in node[2]))
+
+    drawn = set().union(*(frames(g["tree"]) for g in off.values())) - {"all"}
+    assert drawn and all(name.endswith("_[k]") for name in drawn)
+    assert not any("epoll" in name for name in drawn)
+    assert "Off-CPU" in render(model)
+    assert build_model(RUN).profile["off_cpu"] == []  # type: ignore[index]
+
+
+# --- observe: a same-host server's postmaster, or why not -----------------------------------
+
+def test_observe_finds_a_same_host_servers_postmaster_or_says_why_not(tmp_path: Path) -> None:
+    """From the backend serving pglab's session: its parent, a postgres process (the
+    committed /proc files of a real server, samples/perf/processes.json)."""
+    from pglab.observe.target import postmaster_of
+
+    fake_proc(tmp_path)
+    backend = META["children"][0]
+    assert postmaster_of(backend, True, tmp_path) == (POSTMASTER, None)
+    pid, why = postmaster_of(backend, False, tmp_path)
+    assert pid is None and why is not None and "over the network" in why
+    pid, why = postmaster_of(4_000_000, True, tmp_path)
+    assert pid is None and why is not None and "no process of this host" in why
+    # pgbench's parent (pglab's python, not in the files) is no postgres process
+    pid, why = postmaster_of(PGBENCH, True, tmp_path)
+    assert pid is None and why is not None and "\n" not in why

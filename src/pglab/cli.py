@@ -323,11 +323,14 @@ def tune(scenario: str, overrides: tuple[str, ...], results: Path, pg_bin: str |
 @click.option("--interval", default="1s", show_default=True, help="Probe interval.")
 @click.option("--wait-hz", type=click.IntRange(1, 100), default=10, show_default=True,
               help="Wait sampling rate.")
+@click.option("--profile", "profile_hz", type=click.IntRange(1, 999), default=None,
+              metavar="HZ", help="Profile a server on this host on-CPU with perf at HZ "
+                                 "(os.profile, 49 is usual; root and linux-perf).")
 def observe(dsn: str | None, host: str | None, port: str | None, user: str | None,
             dbname: str | None, standbys: tuple[str, ...], duration: str | None,
             exporters: tuple[str, ...], log: str | None, log_prefix: str | None,
             log_format: str | None, results: Path, name: str, interval: str,
-            wait_hz: int) -> int:
+            wait_hz: int, profile_hz: int | None) -> int:
     """Observe a running server read-only (no load, never a write) into a results folder.
 
     DSN is a connection string, a URI or a database name, as psql takes it; -h, -p, -U
@@ -338,7 +341,7 @@ def observe(dsn: str | None, host: str | None, port: str | None, user: str | Non
 
     return command.observe(connection_string(dsn, host, port, user, dbname), standbys,
                            duration, exporters, log, results, name, interval, wait_hz,
-                           log_prefix, log_format)
+                           log_prefix, log_format, profile_hz)
 
 
 @cli.command(name="import")

@@ -176,6 +176,8 @@ def run_variant(loaded: LoadedScenario, variant: Variant, options: RunOptions, u
                     if telemetry is not None:
                         telemetry.stop()
                         manifest.telemetry = telemetry.summary()
+                        for line in telemetry.closing_lines():
+                            ui.status(line)
                     if sink is not None:
                         sink.close()
                     if verdicts is not None:

@@ -195,6 +195,13 @@ class TelemetryRunner:
                 + f"; the run goes on without {p.name}" for p in self.started
                 if p.opt_in and (why := getattr(p, "unavailable", None))]
 
+    def closing_lines(self) -> list[str]:
+        """One line per probe that has something to say once the run ended (os.profile:
+        what perf could not name, and why)."""
+        return [line for p in self.started
+                if (say := getattr(p, "closing_line", None)) is not None
+                and (line := say()) is not None]
+
     # --- what the manifest records about sampling itself --------------------------------
 
     def summary(self) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from pglab.analysis.evidence import WindowEvidence, run_evidence
 from pglab.analysis.kernel import dominant_wait_line
 from pglab.analysis.loading import RunFrames, load_run_frames
 from pglab.analysis.plans import change_entry, run_plans
+from pglab.analysis.profile import window_rises
 from pglab.analysis.recommendations import (
     CAUSE_FLOOR,
     SHORT_STALL_S,
@@ -107,6 +108,7 @@ def _stall(ev: WindowEvidence, texts: StatementTexts) -> dict[str, Any]:
                     **e.attrs} for e in ev.events if e.kind.startswith("fault")],
         "causes": [_finding(f) for f in causes],
         **({"kernel": kernel} if kernel else {}),
+        **({"on_cpu": on_cpu} if (on_cpu := [r.line() for r in window_rises(ev)]) else {}),
         **({"statements": statements} if (statements := stall_statements(ev, texts)) else {}),
         **({"plan_changes": changes} if (changes := [
             change_entry(st, before, after) for st, before, after

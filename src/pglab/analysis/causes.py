@@ -23,6 +23,7 @@ from pglab.analysis.flush_layers import FLUSH_LAYERS, flush_scorer
 from pglab.analysis.kernel import receiver_line
 from pglab.analysis.names import busiest_queue
 from pglab.analysis.plans import access, change_entry, change_line
+from pglab.analysis.profile import busiest_kind, kind_line
 from pglab.analysis.signals import (
     HEAD_HELD_UP,
     Finding,
@@ -440,6 +441,8 @@ def _standby_kind(s: Score, ev: WindowEvidence) -> None:
             s.lines.append(f"the WAL receiver on {node} was on CPU in "
                            f"{pct(receiver['CPU'])} of its samples with no idle CPU left: "
                            "the standby's cores are the limit")
+            for kind in ("startup", "walreceiver"):  # replaying, receiving
+                _what_it_computed(s, ev, node, kind)
             return
 
 
@@ -539,9 +542,19 @@ def cpu_saturation(ev: WindowEvidence) -> Finding | None:
                    f"(healthy {psi_h:.0f}%)")
     if s.value > 0:
         wait_signal(s, ev, ("CPU",), "CPU (running, no wait)", weight=0.2)
+        _what_it_computed(s, ev, ev.nodes[0], busiest_kind(ev, ev.nodes[0]))
     _cpu_taken_by_others(s, ev, idle)
     _backends_waited_elsewhere(s, ev)
     return s.finding()
+
+
+def _what_it_computed(s: Score, ev: WindowEvidence, node: str, kind: str | None) -> None:
+    """The on-CPU profile's word (os.profile) on a CPU-bound cause: the function whose
+    share of the kind's samples rose in the window. Evidence, not weight: it says where
+    the CPU went, not whether CPU was the limit."""
+    line = kind_line(ev, node, kind) if kind is not None else None
+    if line is not None and line not in s.lines:
+        s.lines.append(line)
 
 
 # The backends waited on something else in at least this share of their samples, and ran
@@ -613,6 +626,7 @@ def client_bound(ev: WindowEvidence) -> Finding | None:
                    f"{server:.1f} of {ev.cores} cores")
         wait_signal(s, ev, ("Client:ClientRead",), "ClientRead (waiting for the client)",
                      weight=0.3)
+        _what_it_computed(s, ev, "client", "pgbench")
     return s.finding()
 
 

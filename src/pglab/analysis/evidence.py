@@ -26,6 +26,7 @@ import polars as pl
 from pglab.analysis.loading import RunFrames
 from pglab.analysis.names import ObjectNames
 from pglab.analysis.plans import RunPlans
+from pglab.analysis.profile import ProfileSegment, profile_segments
 from pglab.analysis.stalls import StallReport, StallWindow
 from pglab.results.manifest import Manifest
 
@@ -160,6 +161,9 @@ class WindowEvidence:
     names: ObjectNames = field(default_factory=ObjectNames)  # the whole run's OIDs named
     # the whole run's plans per statement (set by the analysis, which reads their texts)
     plans: RunPlans = field(default_factory=RunPlans)
+    # on-CPU samples (os.profile) of the window and of the healthy seconds, if it ran
+    cpu_inside: ProfileSegment | None = None
+    cpu_healthy: ProfileSegment | None = None
 
     @property
     def cores(self) -> int:
@@ -355,6 +359,14 @@ def run_evidence(data: RunFrames, report: StallReport) -> tuple[list[WindowEvide
         for (index, window), healthy in zip(enumerate(report.windows),
                                             baselines(segments, count), strict=True)
     ]
+    if data.profile is not None and data.profile.height:
+        cpu = profile_segments(data.profile, _segments_by_second(report))
+        # the healthy seconds; a run whose only undegraded seconds lead into windows
+        # has them as lead-ins
+        cpu_healthy = cpu.get(HEALTHY) or ProfileSegment.combined(
+            [seg for key, seg in cpu.items() if key < HEALTHY])
+        for index, ev in enumerate(windows):
+            ev.cpu_inside, ev.cpu_healthy = cpu.get(index, ProfileSegment()), cpu_healthy
     leads = [segments[lead_in(i)] for i in range(count) if lead_in(i) in segments]
     whole = Segment.combined([segments[HEALTHY], *leads]) if leads else segments[HEALTHY]
     return windows, _whole_run(data, report, whole, nodes)

@@ -17,7 +17,12 @@ import polars as pl
 from pglab.results import files
 from pglab.results.folder import StoredRun, load_run
 from pglab.results.manifest import Manifest
-from pglab.results.schemas import CLIENT_SCHEMA, EVENTS_SCHEMA, TIMESERIES_SCHEMA
+from pglab.results.schemas import (
+    CLIENT_SCHEMA,
+    EVENTS_SCHEMA,
+    PROFILE_SCHEMA,
+    TIMESERIES_SCHEMA,
+)
 from pglab.results.spool import read_events_jsonl, read_samples_csv
 
 CLIENT_COLUMNS = ("t", "warmup", "partial", "tps", "lat_p99_ms", "lat_max_ms", "failures")
@@ -32,6 +37,7 @@ class RunFrames:
     timeseries: pl.DataFrame  # TIMESERIES_SCHEMA
     events: pl.DataFrame  # EVENTS_SCHEMA
     missing: list[str] = field(default_factory=list)
+    profile: pl.DataFrame | None = None  # PROFILE_SCHEMA, when os.profile ran
 
     @property
     def manifest(self) -> Manifest:
@@ -125,4 +131,6 @@ def load_run_frames(folder: Path) -> RunFrames:
         return RunFrames(run, client, pl.DataFrame(schema=TIMESERIES_SCHEMA),
                          pl.DataFrame(schema=EVENTS_SCHEMA), missing)
     series, events = _telemetry(folder, missing)
-    return RunFrames(run, client, series, events, missing)
+    profile = _read_parquet(folder / files.PROFILE, PROFILE_SCHEMA, missing,
+                            "no on-CPU evidence")
+    return RunFrames(run, client, series, events, missing, profile)

@@ -21,7 +21,7 @@ class TerminalUI:
 def observe(dsn: str, standbys: tuple[str, ...], duration: str | None,
             exporters: tuple[str, ...], log: str | None, results: Path, name: str,
             interval: str, wait_hz: int, log_prefix: str | None = None,
-            log_format: str | None = None) -> int:
+            log_format: str | None = None, profile_hz: int | None = None) -> int:
     from pglab.commands.logs import line_prefix
     from pglab.commands.logs import log_format as checked_format
     from pglab.serverlog.decoders import STAMPED_FORMATS
@@ -53,7 +53,7 @@ def observe(dsn: str, standbys: tuple[str, ...], duration: str | None,
         duration_s=seconds("--duration", duration) if duration else None,
         exporters=exporters, log=log, log_prefix=log_prefix, log_format=log_format,
         results_root=results, name=name,
-        interval_s=seconds("--interval", interval), wait_hz=wait_hz)
+        interval_s=seconds("--interval", interval), wait_hz=wait_hz, profile_hz=profile_hz)
     if options.interval_s < 0.1:
         raise BadInput(f"--interval {interval!r}: at least 0.1 s")
     run = observe(options, TerminalUI())

@@ -1,4 +1,5 @@
-"""A comparison as one small self-contained HTML page (inline CSS, no script, no network)."""
+"""A comparison as one small self-contained HTML page (inline CSS, no network; a script
+only to draw the differential flame graphs, when both sides ran os.profile)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,9 @@ from html import escape
 
 from pglab.compare import cells, render_statements
 from pglab.compare.comparison import Comparison
+from pglab.compare.profile_diff import CSS as FLAME_CSS
+from pglab.compare.profile_diff import profile_diff
+from pglab.report.page import asset, json_for_script
 
 _CSS = """
 body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222}
@@ -43,7 +47,21 @@ def render(comparison: Comparison) -> str:
             parts += [f"<tr><td>{escape(cat)}.{escape(key)}</td><td>{escape(a)}</td>"
                       f"<td>{escape(b)}</td></tr>" for cat, key, a, b in contender.env.rows]
             parts.append("</table>")
+    flames = _flames(comparison)
     parts.append(f"<p class='na'>{escape(cells.footer(comparison))}</p>")
     parts += [f"<p class='bad'>FAIL {escape(f)}</p>" for f in comparison.failed_conditions]
+    parts.append(flames)
     parts.append("</body></html>\n")
     return "\n".join(parts)
+
+
+def _flames(comparison: Comparison) -> str:
+    """The first contender's differential flame graphs against the base (flame.js)."""
+    for contender in comparison.contenders:
+        profile = profile_diff(comparison.base, contender.group)
+        if profile is not None:
+            return (f"<style>{FLAME_CSS}</style><h2>Where the CPU went per transaction "
+                    "(os.profile)</h2><div id='flames'></div><script type='application/json' "
+                    f"id='pglab-data'>{json_for_script({'profile': profile})}</script>"
+                    f"<script>{asset('flame.js')}</script>")
+    return ""

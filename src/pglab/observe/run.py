@@ -34,6 +34,7 @@ from pglab.observe.throughput import Throughput
 from pglab.probes import make_probes
 from pglab.probes.base import Probe, ProbeContext
 from pglab.probes.db_base import DbProbe
+from pglab.probes.os_probes.profile import ProfileProbe
 from pglab.probes.sink import TelemetrySink, consolidate
 from pglab.processes import shielded
 from pglab.results import files
@@ -75,6 +76,7 @@ class ObserveOptions:
     name: str = "observe"
     interval_s: float = 1.0
     wait_hz: int = 10
+    profile_hz: int | None = None  # --profile: os.profile at this rate (a same-host server)
     warnings: list[str] = field(default_factory=list)
 
 
@@ -126,6 +128,14 @@ def observe(options: ObserveOptions, ui: ObserveUI) -> StoredRun:
         if why is not None:
             warnings.append(f"{exporter_node}: node exporter {url}: {why}; retried every "
                             "interval")
+    profiled = False
+    if options.profile_hz is not None:  # once per node it cannot profile: why not
+        for node in nodes:
+            why = node.find_postmaster()
+            if why is not None:
+                warnings.append(f"{node.name}: --profile: {why}; observed without its "
+                                "on-CPU profile")
+            profiled = profiled or why is None
     for warning in warnings:
         ui.warn(warning)
 
@@ -135,8 +145,11 @@ def observe(options: ObserveOptions, ui: ObserveUI) -> StoredRun:
     folder.write_manifest(manifest)
     handles = [n.handle() for n in nodes]
     sessions = ObserverSessions(handles)
-    ctx = ProbeContext(handles, lambda: None, monotonic_wall_clock(), sessions)
+    ctx = ProbeContext(handles, lambda: None, monotonic_wall_clock(), sessions,
+                       results_dir=folder.path, profile_hz=options.profile_hz or 49)
     probes: list[Probe] = [p for p in make_probes() if isinstance(p, DbProbe)]
+    if profiled:
+        probes.append(ProfileProbe())
     probes.append(Throughput())
     if exporters:
         probes.append(NodeExporterProbe(exporters))
@@ -148,6 +161,8 @@ def observe(options: ObserveOptions, ui: ObserveUI) -> StoredRun:
     started = time.monotonic()
     try:
         runner.start()
+        for line in runner.opt_in_unavailable():  # perf missing, not root: once
+            ui.warn(line)
         ui.status(f"observing {', '.join(n.name for n in nodes)} into {folder.path}"
                   + ("" if options.duration_s else " until Ctrl-C"))
         deadline = started + options.duration_s if options.duration_s else None
@@ -160,6 +175,8 @@ def observe(options: ObserveOptions, ui: ObserveUI) -> StoredRun:
         with shielded():
             runner.stop()
             runner.sink.close()
+            for line in runner.closing_lines():
+                ui.status(line)
     elapsed = time.monotonic() - started
     with shielded():
         _finish(folder, manifest, runner, sessions, nodes, elapsed, ended_by, log_probe)

@@ -189,8 +189,23 @@ class ObservedNode:
             return conn
         return self.connect()
 
+    postmaster: int | None = None  # a same-host server's, when asked to profile it
+
     def handle(self) -> NodeHandle:
-        return NodeHandle(self.name, self.reuse_or_connect, None, lambda: None)
+        return NodeHandle(self.name, self.reuse_or_connect, None, lambda: self.postmaster)
+
+    def find_postmaster(self, proc_root: Path = Path("/proc")) -> str | None:
+        """Find the server's postmaster on this host, for os.profile: the parent of the
+        backend serving pglab's own session. None when found, else why not."""
+        conn = self.reuse_or_connect()
+        try:
+            local = is_local(conn)
+            row = conn.execute("SELECT pg_backend_pid()").fetchone()  # before the probes
+        finally:
+            self.opened = conn  # kept for the probes, as open_node's
+        pid, why = postmaster_of(int(row[0]) if row else 0, local, proc_root)
+        self.postmaster = pid
+        return why
 
 
 def _first_line(exc: BaseException) -> str:
@@ -396,3 +411,23 @@ def _is_postgres(pid: int) -> bool:
 
 __all__ = ["ObservedNode", "ObserverSessions", "connection_string", "open_node",
            "process_cpu_s", "sql_log_problem"]
+
+
+def postmaster_of(backend: int, local: bool, proc_root: Path) -> tuple[int | None, str | None]:
+    """The postmaster of a backend of this host (its parent, a postgres process), or why
+    it cannot be profiled from here: a server reached over the network is on another
+    host; a local socket's server may be in another PID namespace (a container)."""
+    if not local:
+        return None, "the server was reached over the network: perf samples this host only"
+    try:
+        fields = (proc_root / str(backend) / "stat").read_text().rsplit(")", 1)[1].split()
+        parent = int(fields[1])
+        stat = (proc_root / str(parent) / "stat").read_text()
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+    except (OSError, IndexError, ValueError):
+        return None, (f"its backend's pid {backend} is no process of this host (the server "
+                      "runs in another PID namespace, e.g. a container)")
+    if comm not in ("postgres", "postmaster"):
+        return None, (f"its backend's parent (pid {parent}, {comm}) is not a postgres "
+                      "process: not the server pglab is connected to")
+    return parent, None

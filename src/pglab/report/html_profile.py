@@ -12,6 +12,12 @@ seconds' samples too (the measured seconds at least one second away from every w
 as the analysis's baseline leaves out the second leading into one): flame.js colours a
 frame by how much its share grew (red) or shrank (blue). A frame the window lost entirely
 is not drawn: the graph has the window's frames only.
+
+Where os.kernel ran too, an off-CPU view follows: per node and kind, the kernel stacks
+its processes were blocked in (os.kernel's `stack:` series: each second's share of a
+kind's reads in a chain, times its reads, is a count of samples), outermost first as
+the on-CPU graphs. The latch waits (epoll) every idle process sleeps in are left out, as
+the report's kernel chart leaves them out: the wait events name what those waited for.
 """
 
 from __future__ import annotations
@@ -23,6 +29,10 @@ import polars as pl
 
 from pglab.results import files
 from pglab.results.folder import StoredRun
+from pglab.results.kernel_series import FRAME_SEPARATOR
+
+KERNEL = "os.kernel"
+LATCH_FRAMES = ("do_epoll_wait", "ep_poll", "epoll_wait")
 
 PRUNE = 1 / 1000  # of a graph's samples: narrower frames are not drawn
 MIN_WINDOW_SAMPLES = 5  # a kind with fewer in a window gets no differential graph there
@@ -32,7 +42,7 @@ KIND_ORDER = ("backends", "pgbench", "startup", "walreceiver", "walsender", "wal
               "checkpointer", "bgwriter", "autovacuum", "io_worker", "postmaster")
 
 
-class _Names:
+class FrameNames:
     def __init__(self) -> None:
         self.index: dict[str, int] = {}
         self.names: list[str] = []
@@ -56,7 +66,7 @@ def _grow(stacks: list[tuple[str, int]]) -> dict[str, Any]:
     return root
 
 
-def flame_tree(stacks: list[tuple[str, int]], names: _Names,
+def flame_tree(stacks: list[tuple[str, int]], names: FrameNames,
                baseline: list[tuple[str, int]] | None = None) -> list[Any]:
     """Folded stacks and their samples -> [name, samples, [children]] nested, the root's
     name being "all"; children sorted by name (a flame graph's order), pruned. With a
@@ -82,7 +92,7 @@ def _seconds(frame: pl.DataFrame) -> pl.Series:
 
 
 def stall_graphs(frame: pl.DataFrame, stalls: list[tuple[dt.datetime, dt.datetime, str]],
-                 measured: list[int], names: _Names) -> list[dict[str, Any]]:
+                 measured: list[int], names: FrameNames) -> list[dict[str, Any]]:
     """Per stall window (the longest MAX_STALLS, in time order) and node and kind, the
     window's tree against the healthy seconds'; [] without healthy seconds."""
     def span(start: dt.datetime, end: dt.datetime) -> tuple[int, int]:
@@ -101,7 +111,7 @@ def stall_graphs(frame: pl.DataFrame, stalls: list[tuple[dt.datetime, dt.datetim
         (a, b), (start, _, label) = spans[index], stalls[index]
         window = frame.filter((seconds >= a) & (seconds <= b))
         graphs = []
-        for node, kind in _ordered(window.select("node", "kind").unique().rows()):
+        for node, kind in ordered_kinds(window.select("node", "kind").unique().rows()):
             mine = _summed(window, node, kind)
             if sum(n for _, n in mine) < MIN_WINDOW_SAMPLES:
                 continue
@@ -121,7 +131,7 @@ def _summed(frame: pl.DataFrame, node: str, kind: str) -> list[tuple[str, int]]:
     return list(zip(rows["stack"].to_list(), rows["samples"].to_list(), strict=True))
 
 
-def _ordered(keys: list[tuple[Any, ...]]) -> list[tuple[str, str]]:
+def ordered_kinds(keys: list[tuple[Any, ...]]) -> list[tuple[str, str]]:
     def order(key: tuple[Any, ...]) -> tuple[int, str, int, str]:
         node, kind = str(key[0]), str(key[1])
         rank = KIND_ORDER.index(kind) if kind in KIND_ORDER else len(KIND_ORDER)
@@ -138,12 +148,41 @@ def profile_section(run: StoredRun, stalls: list[tuple[dt.datetime, dt.datetime,
     frame = run.parquet(files.PROFILE)  # damaged: as the run's reader chose (left out)
     if frame is None or frame.is_empty():
         return None
-    names = _Names()
+    names = FrameNames()
     graphs = []
-    for node, kind in _ordered(frame.select("node", "kind").unique().rows()):
+    for node, kind in ordered_kinds(frame.select("node", "kind").unique().rows()):
         tree = flame_tree(_summed(frame, node, kind), names)
         graphs.append({"node": node, "kind": kind, "samples": tree[1], "tree": tree})
     record = (run.manifest.telemetry or {}).get("os.profile") or {}
     return {"names": names.names, "graphs": graphs, "hz": record.get("hz"),
             "unresolved": record.get("unresolved"),
-            "stalls": stall_graphs(frame, stalls, measured, names)}
+            "stalls": stall_graphs(frame, stalls, measured, names),
+            "off_cpu": off_cpu_graphs(run.parquet(files.TIMESERIES), names)}
+
+
+def off_cpu_graphs(series: pl.DataFrame | None, names: FrameNames) -> list[dict[str, Any]]:
+    """Per node and kind, os.kernel's blocked kernel stacks as a flame graph ([] when it
+    did not run): samples per chain, latch waits left out."""
+    if series is None or series.is_empty():
+        return []
+    kernel = series.filter(pl.col("source") == KERNEL)
+    reads = kernel.filter(pl.col("metric") == "samples").select(
+        "t", "node", "label", pl.col("value").alias("reads"))
+    stacks = (kernel.filter(pl.col("metric").str.starts_with("stack:"))
+              .join(reads, on=["t", "node", "label"], how="inner")
+              .with_columns((pl.col("value") / 100 * pl.col("reads")).alias("samples"))
+              .group_by("node", "label", "metric").agg(pl.col("samples").sum()))
+    by_kind: dict[tuple[str, str], list[tuple[str, int]]] = {}
+    for node, kind, metric, samples in stacks.iter_rows():
+        frames = metric.removeprefix("stack:").split(FRAME_SEPARATOR)
+        count = round(samples)
+        if count < 1 or any(f in LATCH_FRAMES for f in frames):
+            continue
+        folded = ";".join(f"{f}_[k]" for f in reversed(frames))  # outermost first
+        by_kind.setdefault((node, kind), []).append((folded, count))
+    graphs = []
+    for node, kind in ordered_kinds(list(by_kind)):
+        tree = flame_tree(sorted(by_kind[node, kind]), names)
+        graphs.append({"node": node, "kind": kind, "samples": tree[1], "tree": tree,
+                       "unit_note": "os.kernel's reads of blocked processes"})
+    return graphs

@@ -32,7 +32,7 @@ def asset(name: str) -> str:
     return resources.files("pglab.report").joinpath("assets").joinpath(name).read_text("utf-8")
 
 
-def _json_for_script(obj: Any) -> str:
+def json_for_script(obj: Any) -> str:
     # Compact, and "</" cannot close the <script> element early.
     return json.dumps(obj, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
 
@@ -551,7 +551,7 @@ measured seconds; blocks are 8 kB pages</span></h3>{_run_statements(model)}</div
 <style>{asset("report.css")}</style>
 </head><body>
 {body}
-<script type="application/json" id="pglab-data">{_json_for_script(data)}</script>
+<script type="application/json" id="pglab-data">{json_for_script(data)}</script>
 <script>{asset("report.js")}</script>
 {flame_js}
 </body></html>

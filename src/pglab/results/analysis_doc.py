@@ -31,7 +31,8 @@ from pglab.results.files import ANALYSIS, write_json
 #   verdict kept as `summary.performance_verdict`; `withheld` (rules that fired but the
 #   run's own data rules out, or that only weak, short stalls fired, each with why);
 #   `statements` (the run's, by execution time) and a stall's `statements` (those its
-#   client backends were sampled in).
+#   client backends were sampled in); a stall's `on_cpu` (the functions whose share of
+#   each process kind's on-CPU samples rose, from os.profile).
 ANALYSIS_FORMAT = 2
 
 

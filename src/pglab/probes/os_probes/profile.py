@@ -9,18 +9,21 @@ folded, and counted per second of pglab's clock (perf's monotonic time plus the 
 of pglab's clock taken at start). At the end the counts become profile.parquet (second,
 node, kind, stack, samples: docs/RESULTS.md).
 
-Why these choices (bench/README, "os.profile"): the wheel's postgres has no frame
-pointers, so `--call-graph fp` names the leaf function and no caller; DWARF unwinding
-names the whole chain. It copies 8 KB of user stack per sample (about 1.4 MB/s at 49 Hz on
-two busy cores, through the pipe, never on disk), which perf script unwinds; with
-`--no-inline` (no addr2line per frame, which cost 40 times as much) unwinding costs about
-what fp's script does. The whole machine is sampled (-a): `-p` follows no process
-forked after it starts (every new backend), and samples of other processes are dropped here.
+Why these choices (bench/profile_cost.py measures them): the wheel's postgres has no
+frame pointers, so `--call-graph fp` names the leaf function and no caller; DWARF
+unwinding names the whole chain. It copies 8 KB of user stack per sample (about 1.4 MB/s
+at 49 Hz on two busy cores, through the pipe, never on disk), which perf script unwinds;
+with `--no-inline` (no addr2line per frame, which cost 40 times as much) unwinding costs
+about what fp's script does. The whole machine is sampled (-a): `-p` follows no process
+forked after it starts (every new backend). Between record and script a thread of the
+probe passes only the profiled processes' events (probes/perf_filter.py): perf script
+otherwise spent most of its CPU on the maps of every other process of the machine and on
+unwinding their samples.
 
 Where perf is missing or may not sample the machine (not root, perf_event_paranoid above
 -1) the probe says why once (a `probe-unreadable` event, the manifest, a status line of
 the run) and the run goes on. Its cost is the CPU of perf record, perf script and the
-reading thread: `tool_cpu_s`, in the manifest's observer cost.
+filtering and reading threads: `tool_cpu_s`, in the manifest's observer cost.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from pglab.events import Event
 from pglab.probes import procfs
 from pglab.probes.base import ProbeContext, ProbeOutput
 from pglab.probes.os_probes.common import CLIENT, CLK_TCK, OsProbe, read_children, read_text
+from pglab.probes.perf_filter import PerfDataError, ProcessFilter
 from pglab.probes.perf_script import Resolution, fold, parse_perf_script
 from pglab.processes import spawn, wait_child
 from pglab.results import files
@@ -203,11 +207,13 @@ class ProfileProbe(OsProbe):
         self.hz = ctx.profile_hz
         self.events: list[tuple[str, str]] = []
         self.said: set[str] = set()
-        self.cpu = {"record": 0.0, "script": 0.0, "reader": 0.0}
+        self.cpu = {"record": 0.0, "filter": 0.0, "script": 0.0, "reader": 0.0}
         self.ended: str | None = None
         self.record_proc: subprocess.Popen[bytes] | None = None
         self.script_proc: subprocess.Popen[bytes] | None = None
         self.reader: threading.Thread | None = None
+        self.passer: threading.Thread | None = None
+        self.filter = ProcessFilter(set(), set(), set())
         self.errors: list[IO[bytes]] = []
         self.attribution = Attribution(self.proc_root)
         self.stacks = StackCounts(0.0)
@@ -223,15 +229,44 @@ class ProfileProbe(OsProbe):
         # perf dies with pglab (spawn's parent-death signal), so a kill -9 leaves none running
         self.record_proc = spawn(record, stdout=subprocess.PIPE, stderr=self.errors[0],
                                  stdin=subprocess.DEVNULL)
-        self.script_proc = spawn(script, stdin=self.record_proc.stdout, stdout=subprocess.PIPE,
+        self.script_proc = spawn(script, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  stderr=self.errors[1])
-        assert self.record_proc.stdout is not None
-        self.record_proc.stdout.close()  # script holds the pipe's read end now
+        self.filter = ProcessFilter(self.profiled(), {os.getpid()},
+                                    {self.record_proc.pid, self.script_proc.pid})
+        self.passer = threading.Thread(target=self._pass, name="os.profile-filter",
+                                       daemon=True)
+        self.passer.start()
         self.reader = threading.Thread(target=self._read, name="os.profile-reader",
                                        daemon=True)
         self.reader.start()
 
-    # --- the reading thread -----------------------------------------------------------
+    def profiled(self) -> set[int]:
+        """The processes profiled as perf starts: each node's postmaster and its children,
+        pgbench (later ones are followed through their forks)."""
+        pids = set(self.attribution.roots)
+        for root in self.attribution.roots:
+            pids.update(read_children(self.proc_root, root))
+        if self.attribution.client is not None:
+            pids.add(self.attribution.client)
+        return pids
+
+    # --- the threads: record's data filtered into script, script's text counted -------
+
+    def _pass(self) -> None:
+        assert self.record_proc is not None and self.record_proc.stdout is not None
+        assert self.script_proc is not None and self.script_proc.stdin is not None
+        try:
+            self.filter.copy(self.record_proc.stdout, self.script_proc.stdin)
+        except PerfDataError as exc:
+            self.note(str(exc))
+        except (BrokenPipeError, ValueError):  # script ended (its stderr says why)
+            pass
+        finally:
+            with contextlib.suppress(BrokenPipeError, ValueError):
+                self.script_proc.stdin.close()  # script's end of stream: it finishes
+            self.record_proc.stdout.close()  # a record still writing ends (broken pipe)
+            self.cpu["filter"] = time.thread_time()
+
 
     def _read(self) -> None:
         assert self.script_proc is not None and self.script_proc.stdout is not None
@@ -281,6 +316,8 @@ class ProfileProbe(OsProbe):
                 _wait_unreaped(proc, 5.0)
             self.cpu[key] = _cpu_of_zombie(proc.pid, self.proc_root)
             wait_child(proc, 5.0)
+            if key == "record" and self.passer is not None:
+                self.passer.join(timeout=5.0)  # record's end is the stream's: script's too
         if self.reader is not None:
             self.reader.join(timeout=5.0)
             if self.reader.is_alive():  # what it has counted so far is written
@@ -313,8 +350,16 @@ class ProfileProbe(OsProbe):
 
     # --- what the run keeps -------------------------------------------------------------
 
+    def closing_line(self) -> str | None:
+        """What perf could not name and why, once per run, for the run's status lines."""
+        if self.unavailable is not None:
+            return None
+        record = self.record() or {}
+        return f"os.profile: {record.get('unresolved')}"
+
     def tool_cpu_s(self) -> float:
-        return sum(self.cpu.values())  # perf record, perf script and the reading thread
+        # perf record, perf script, and the filtering and reading threads
+        return sum(self.cpu.values())
 
     def record(self) -> dict[str, Any] | None:
         if self.unavailable is not None:
@@ -323,12 +368,19 @@ class ProfileProbe(OsProbe):
             by_kind = {f"{node} {kind}": n for (node, kind), n in
                        sorted(self.stacks.by_kind.items())}
             resolution = self.stacks.resolution.record()
+            resolution["why_unnamed"] = {
+                Path(dso).name or dso: why_unnamed(dso)
+                for dso, _ in self.stacks.resolution.unknown_frames.most_common(8)}
         return {
             "hz": self.hz,
             "call_graph": "dwarf",
             "samples_seen": self.stacks.seen,
             "samples_by_kind": by_kind,
             "unplaced_samples": self.attribution.gone,
+            # perf record's events passed to perf script, and those of other processes
+            # dropped before it (maps and samples)
+            "events_passed": self.filter.passed,
+            "events_dropped": self.filter.dropped,
             "resolution": resolution,
             "unresolved": unresolved_line(resolution),
             "perf_cpu_s": {key: round(value, 3) for key, value in self.cpu.items()},
@@ -337,15 +389,62 @@ class ProfileProbe(OsProbe):
 
 
 def unresolved_line(resolution: dict[str, Any]) -> str:
-    """What perf could not name, in one line (the manifest's `unresolved`)."""
+    """What perf could not name, and why, in one line (the manifest's `unresolved`)."""
     if not resolution.get("samples"):
         return "no samples of the profiled processes"
-    files_ = ", ".join(f"{name} {pct}% of its frames"
+    why = resolution.get("why_unnamed") or {}
+    files_ = ", ".join(f"{name} {pct}% of its frames" + (f": {why[name]}" if name in why else "")
                        for name, pct in (resolution.get("unresolved_by_file") or {}).items())
     return (f"{resolution['unresolved_frames_pct']}% of frames unnamed"
             + (f" ({files_})" if files_ else "")
             + f"; {resolution['broken_chains_pct']}% of chains end in an unnamed frame (the "
             "8 KB stack copy ends before the first frame, or code without unwind tables)")
+
+
+def why_unnamed(dso: str) -> str:
+    """Why perf could not name addresses of one file, from its ELF section headers: a
+    stripped file has no .symtab (only its exported functions are named), a file with one
+    has code between its functions' symbols; no file: an address in no mapping."""
+    if dso == "[unknown]":
+        return "addresses in no mapping (an unwinder's guess past the copied stack)"
+    sections = elf_sections(Path(dso))
+    if sections is None:
+        return "not an ELF file pglab can read here (gone, or in another mount namespace)"
+    if ".symtab" not in sections:
+        return "stripped (no .symtab: only its exported functions have names)"
+    if ".eh_frame" not in sections and ".debug_frame" not in sections:
+        return "no unwind tables (.eh_frame)"
+    return "has a symbol table: addresses outside its functions' symbols (PLT, assembly)"
+
+
+def elf_sections(path: Path) -> set[str] | None:
+    """The names of an ELF file's sections (64-bit, little-endian), None if unreadable."""
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(64)
+            if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
+                return None
+            shoff = int.from_bytes(head[40:48], "little")
+            entsize, count, names_at = (int.from_bytes(head[i:i + 2], "little")
+                                        for i in (58, 60, 62))
+            handle.seek(shoff)
+            table = handle.read(entsize * count)
+            if entsize < 64 or len(table) < entsize * count or names_at >= count:
+                return None
+            strings_entry = table[names_at * entsize:(names_at + 1) * entsize]
+            offset = int.from_bytes(strings_entry[24:32], "little")
+            size = int.from_bytes(strings_entry[32:40], "little")
+            handle.seek(offset)
+            strings = handle.read(min(size, 1 << 20))
+    except OSError:
+        return None
+    found = set()
+    for index in range(count):
+        start = int.from_bytes(table[index * entsize:index * entsize + 4], "little")
+        end = strings.find(b"\0", start)
+        if 0 <= start < len(strings) and end >= 0:
+            found.add(strings[start:end].decode(errors="replace"))
+    return found
 
 
 def _wait_unreaped(proc: subprocess.Popen[bytes], timeout: float) -> bool:

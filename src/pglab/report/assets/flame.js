@@ -5,7 +5,10 @@
    differential graph per node and kind: the window's frames, red where their share of
    the samples grew against the run's healthy seconds, blue where it shrank. Data:
    DATA.profile, built by pglab/report/html_profile.py: a table of names and trees of
-   [name, samples, children] (differential: a fourth item, the healthy share in 1/1000). */
+   [name, samples, children] (differential: a fourth item, the healthy share in 1/1000).
+   pglab compare draws its differential graphs with the same code (compare/profile_diff.py:
+   a section with a `title`, graphs with a `base_note`, the fourth item the base's).
+   DATA.profile.off_cpu: os.kernel's blocked kernel stacks per node and kind, drawn alike. */
 (function () {
   "use strict";
   var DATA = JSON.parse(document.getElementById("pglab-data").textContent);
@@ -59,8 +62,9 @@
     var head = el("div", "chart-head");
     head.appendChild(el("h3", null, g.node + " · " + g.kind));
     head.appendChild(el("span", "unit", g.samples + " samples" +
-      (P.hz ? " (" + (g.samples / P.hz).toFixed(1) + " CPU s at " + P.hz + " Hz)" : "") +
-      (diff ? "; " + g.healthy_samples + " in the healthy seconds" : "")));
+      (g.unit_note ? " (" + g.unit_note + ")" :
+        P.hz ? " (" + (g.samples / P.hz).toFixed(1) + " CPU s at " + P.hz + " Hz)" : "") +
+      (diff ? "; " + (g.base_note || g.healthy_samples + " in the healthy seconds") : "")));
     this.status = el("span", "unit");
     head.appendChild(this.status);
     var reset = el("button", null, "reset zoom");
@@ -86,7 +90,7 @@
       tip.appendChild(el("div", "tip-row", n[1] + " samples, " + pct(n[1], total) + " of " +
         g.kind + " on " + g.node + (self.diff ? " in the window" : "")));
       if (self.diff) tip.appendChild(el("div", "tip-row", (n[3] / 10).toFixed(1) +
-        "% in the healthy seconds"));
+        "% " + (P.base_word || "in the healthy seconds")));
       tip.style.display = "block";
       tip.style.left = Math.min(ev.clientX + 14, window.innerWidth - 540) + "px";
       tip.style.top = (ev.clientY + 14) + "px";
@@ -162,11 +166,17 @@
   if (P.unresolved) host.appendChild(el("p", "note flame-note", "not named by perf: " + P.unresolved));
   var graphs = P.graphs.map(function (g) { var v = new Graph(g, false); host.appendChild(v.wrap); return v; });
   (P.stalls || []).forEach(function (stall) {
-    host.appendChild(el("h3", "flame-stall", "Stall at " + stall.start.slice(11, 19) + " UTC (" +
-      stall.seconds + " s" + (stall.label ? ", " + stall.label : "") + ") against the " +
-      stall.healthy_seconds + " healthy seconds: red grew, blue shrank"));
+    host.appendChild(el("h3", "flame-stall", stall.title || ("Stall at " +
+      stall.start.slice(11, 19) + " UTC (" + stall.seconds + " s" +
+      (stall.label ? ", " + stall.label : "") + ") against the " + stall.healthy_seconds +
+      " healthy seconds: red grew, blue shrank")));
     stall.graphs.forEach(function (g) { var v = new Graph(g, true); host.appendChild(v.wrap); graphs.push(v); });
   });
+  if ((P.off_cpu || []).length) {
+    host.appendChild(el("h3", "flame-stall", "Off-CPU: the kernel stacks the processes were " +
+      "blocked in (os.kernel), the whole run; latch waits (epoll) left out"));
+    P.off_cpu.forEach(function (g) { var v = new Graph(g, false); host.appendChild(v.wrap); graphs.push(v); });
+  }
   function drawAll() { graphs.forEach(function (v) { v.draw(); }); }
   input.addEventListener("input", function () {
     var re = null;
