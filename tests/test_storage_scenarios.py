@@ -104,6 +104,8 @@ def test_zfs_recordsize_read_back(storage_packages: None, tmp_path: Path) -> Non
     for run in runs:
         options = _volume(run)["options"]
         assert options["compression"] == "off" and options["logbias"] == "throughput"
+        # the daemon's caches are part of what was measured: its options are recorded
+        assert "--max-arc-size" in _volume(run)["zfs_fuse_args"]
         assert measured_tps(run).sum() > 0
     # compare's environment diff names the storage difference, and only as what is compared
     result = run_cli("compare", str(runs[0]), str(runs[1]))
