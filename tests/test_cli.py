@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from pathlib import Path
 
 import polars as pl
@@ -233,3 +234,35 @@ def test_as_root_the_server_runs_unprivileged(overridden_run: Path) -> None:
     manifest = json.loads((overridden_run / "manifest.json").read_text())
     assert manifest["nodes"]["primary"]["os_user"] == "nobody"
     assert manifest["host"]["running_as_root"] is True
+
+
+def test_run_repeats_compare_the_first_variant_with_each_other(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`pglab run --repeats N` on a matrix ends on compare's statistics over the rounds:
+    each variant's completed runs are one side (recorded runs stand in for the rounds), and
+    a variant none of whose runs completed is named, not compared."""
+    from pglab.commands.runs import _compare_variants
+    from pglab.results.folder import load_run
+    from pglab.scenario import load_text
+
+    runs = SAMPLES / "runs"
+    loaded = load_text('name = "t"\n[matrix]\n"server.settings.work_mem" = '
+                       '["4MB", "8MB", "16MB"]\n', "t.toml")
+    failed = tmp_path / "failed"
+    shutil.copytree(runs / "control", failed)
+    manifest = json.loads((failed / "manifest.json").read_text())
+    (failed / "manifest.json").write_text(json.dumps({**manifest, "status": "failed"}))
+    unfinished = load_run(failed)
+    assert unfinished.status == "failed"
+    rounds = [[load_run(runs / "dirty-storm"), load_run(runs / "control"), unfinished],
+              [load_run(runs / "dirty-storm-2"), load_run(runs / "control-4clients"),
+               unfinished]]
+    _compare_variants(loaded, rounds)
+    printed = capsys.readouterr()
+    assert "work_mem=4MB, clients=8 (base) against work_mem=8MB, clients=8, 2 rounds" in (
+        printed.out)
+    assert re.search(r"base \S*dirty-storm,\S*dirty-storm-2 \(2 runs\)", printed.out)
+    assert re.search(r"contender \S*control,\S*control-4clients \(2 runs\)", printed.out)
+    assert re.search(r"^TPS .* (better|worse|no significant difference)", printed.out, re.M)
+    assert "no compare with work_mem=16MB, clients=8: none of its runs completed" in (
+        printed.err)

@@ -128,7 +128,8 @@ def test_readme_screenshot_verdict_is_what_pglab_says() -> None:
         shown[1], shown[2], float(shown[3]))
 
 
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+        *sorted((ROOT / "docs" / "field").glob("*.md"))]
 
 
 def _toml_blocks(path: Path) -> list[tuple[int, str]]:
@@ -169,8 +170,17 @@ def test_every_toml_block_in_the_docs_is_a_valid_scenario() -> None:
             except BadInput as exc:
                 failures.append(str(exc))
             checked += 1
+    # the field reports' scenario files (docs/field/), run as `pglab run docs/field/X.toml`
+    for path in sorted((ROOT / "docs" / "field").glob("*.toml")):
+        try:
+            check_variants(load_text(path.read_text(), str(path), path=path))
+        except EnvironmentProblem:
+            pass
+        except BadInput as exc:
+            failures.append(str(exc))
+        checked += 1
     assert failures == []
-    assert checked >= 8  # the reference's six blocks, the front page's, durability's
+    assert checked >= 9  # the reference's six blocks, the front page's, durability's, field's
 
 
 def test_the_front_page_analysis_is_what_pglab_prints(tmp_path: Path) -> None:

@@ -176,6 +176,28 @@ def test_builtin_scenarios_are_valid() -> None:
         assert load_builtin(name).scenario.name == name
 
 
+def test_zfs_recordsize_data_is_more_than_twice_every_cache_on_its_path() -> None:
+    """The ZFS guide's 8K/16K difference is about records read from and written back to
+    the disk: with the data in a cache (the built-in's scale 20 once fitted in memory
+    several times over, and zfs-fuse's block cache under the pool is bounded by nothing),
+    the A/B measures zfs-fuse's CPU instead. At most half the data may fit in all the
+    caches together: shared_buffers and the FUSE page cache (both in the memory
+    envelope), zfs-fuse's ARC and vdev cache; and no block cache under the pool."""
+    from pglab.storage.zfs import ARC_MAX_MB, DAEMON_ARGS
+    from pglab.units import parse_size
+
+    scenario = load_builtin("zfs-recordsize").scenario
+    # pgbench: about 15 MB a scale unit (the guide's scale 1000 is 15 GB)
+    data = scenario.workload.scale * 15 * 2**20
+    envelope = scenario.envelope.memory
+    assert envelope is not None, "without a memory envelope the page cache takes the host's"
+    assert parse_size(str(scenario.server.settings["shared_buffers"])) < envelope
+    vdev_cache = 10 * 2**20  # zfs-fuse's default --vdev-cache-size
+    assert data >= 2 * (envelope + ARC_MAX_MB * 2**20 + vdev_cache)
+    assert "--disable-block-cache" in DAEMON_ARGS
+    assert DAEMON_ARGS[DAEMON_ARGS.index("--max-arc-size") + 1] == str(ARC_MAX_MB)
+
+
 def test_envelope_and_kernel_tables() -> None:
     text = (BASE + '[envelope]\ncpus = 0.5\ncpuset = "0"\nmemory = "1GB"\n'
             'disk_profile = "cloud-ssd:300GB"\ndisk = { write_mbps = 10 }\n'

@@ -201,6 +201,8 @@ def test_each_filesystem_made_used_read_back_removed(
     assert volume["filesystem"] == fs
     assert volume["options"] == expected  # read back from the kernel / zfs get
     assert volume["device"]["kind"] == "loop"  # no limits: a plain loop device
+    if fs == "zfs":  # the daemon's bounded caches are part of what was measured
+        assert "--max-arc-size" in volume["zfs_fuse_args"], volume
     data_fs = manifest["host"]["data_dir"]["fstype"]
     assert data_fs == ("fuse.zfs" if fs == "zfs" else fs)
     assert leftovers(pglab_home) == []

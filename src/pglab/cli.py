@@ -84,12 +84,15 @@ def cli() -> None:
 @results_option
 @click.option("--keep", is_flag=True, help="Keep the server's data dir after the run.")
 @pg_bin_option
+@click.option("--repeats", default=1, show_default=True, type=click.IntRange(1, 100),
+              help="Run every variant this many times, in rounds; with more than one "
+                   "variant, then compare the first's runs with each other's.")
 def run(scenario: str, overrides: tuple[str, ...], results: Path, keep: bool,
-        pg_bin: str | None) -> int:
+        pg_bin: str | None, repeats: int) -> int:
     """Run SCENARIO (a .toml file or a built-in name) and record it."""
     from pglab.commands import runs
 
-    return runs.run(scenario, overrides, results, keep, pg_bin)
+    return runs.run(scenario, overrides, results, keep, pg_bin, repeats)
 
 
 @cli.command()

@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 # machine).
 
 
-def run_loaded(loaded: LoadedScenario, results: Path, keep: bool, pg_bin: str | None) -> int:
+def run_loaded(loaded: LoadedScenario, results: Path, keep: bool, pg_bin: str | None,
+               repeats: int = 1) -> int:
     from pglab.runner import RunOptions, check_variants, run_scenario
     from pglab.terminal.run_display import TerminalUI, print_summary, print_sweep
 
@@ -38,14 +39,44 @@ def run_loaded(loaded: LoadedScenario, results: Path, keep: bool, pg_bin: str | 
         print_summary(out, run)
         print_run_analysis(run)
 
-    runs = run_scenario(loaded, RunOptions(results, keep, pg_bin), ui, on_run=show)
-    print_sweep(out, runs)
-    return ExitCode.OK if all(r.status == "completed" for r in runs) else ExitCode.RUN_FAILED
+    # Rounds of every variant in turn (A B A B ...), not each variant's repeats together:
+    # a drift of the machine (another load, a warming cache) then falls on every side.
+    rounds: list[list[StoredRun]] = []
+    for number in range(1, repeats + 1):
+        if repeats > 1:
+            err.print(f"round {number}/{repeats}")
+        runs = run_scenario(loaded, RunOptions(results, keep, pg_bin), ui, on_run=show)
+        print_sweep(out, runs)
+        rounds.append(runs)
+    if repeats > 1 and len(loaded.variants) > 1:
+        _compare_variants(loaded, rounds)
+    done = all(r.status == "completed" for runs in rounds for r in runs)
+    return ExitCode.OK if done else ExitCode.RUN_FAILED
+
+
+def _compare_variants(loaded: LoadedScenario, rounds: list[list[StoredRun]]) -> None:
+    """The first variant's repeats against each other variant's: compare's statistics
+    over measured run-to-run variation, not an assumed noise."""
+    from pglab.commands.compare import compare
+
+    sides = [",".join(str(runs[i].path) for runs in rounds if runs[i].status == "completed")
+             for i in range(len(loaded.variants))]
+    labels = [v.label() for v in loaded.variants]
+    if not sides[0]:
+        err.print(f"no compare: no run of {labels[0]} completed")
+        return
+    for label, side in zip(labels[1:], sides[1:], strict=True):
+        if not side:
+            err.print(f"no compare with {label}: none of its runs completed")
+            continue
+        out.print(f"compare: {labels[0]} (base) against {label}, {len(rounds)} rounds",
+                  markup=False, highlight=False)
+        compare(sides[0], (side,), (), "terminal", None, 10.0, ())
 
 
 def run(scenario: str, overrides: tuple[str, ...], results: Path, keep: bool,
-        pg_bin: str | None) -> int:
-    return run_loaded(load_scenario(scenario, overrides), results, keep, pg_bin)
+        pg_bin: str | None, repeats: int = 1) -> int:
+    return run_loaded(load_scenario(scenario, overrides), results, keep, pg_bin, repeats)
 
 
 def demo(duration: str | None, overrides: tuple[str, ...], results: Path,

@@ -126,6 +126,9 @@ class Zfs(Filesystem):
             version = run_tool(["zpool", "get", "-H", "-o", "value", "version", pool],
                                "zpool get").strip()
             facts["pool_version"] = version
+        daemon = _daemon_args()
+        if daemon is not None:
+            facts["zfs_fuse_args"] = daemon
         return facts
 
     def remove(self, device: Path, mountpoint: Path, label: str) -> None:
@@ -138,6 +141,15 @@ def _zfs_ok() -> bool:
                               timeout=10).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
+
+
+def _daemon_args() -> list[str] | None:
+    """The running zfs-fuse daemon's options (its ARC size, its block cache): a daemon
+    pglab did not start may have others, and the run's caches depend on them."""
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        if proc.info["name"] == "zfs-fuse" and proc.info["cmdline"]:
+            return [str(a) for a in proc.info["cmdline"][1:]]
+    return None
 
 
 def _wait_mounted(mountpoint: Path, timeout: float = 10) -> None:
@@ -161,6 +173,13 @@ def _users_dir() -> Path:
 # pglab could find the daemon another is stopping still there (and use it as it goes), or
 # start a second one while the first has not exited (which refuses to run beside it).
 DAEMON_LOCK = "zfs-fuse"
+
+# The daemon's caches, fixed whatever /etc/zfs/zfsrc says, so that a run's data can be
+# made larger than every cache between PostgreSQL and the device (docs/STORAGE.md): the
+# ARC at 128 MB, and no kernel block cache of the pool's device (zfs-fuse reads its vdev
+# buffered by default, a page cache no envelope bounds, where kernel ZFS has only the ARC).
+ARC_MAX_MB = 128
+DAEMON_ARGS = ("--no-daemon", "--max-arc-size", str(ARC_MAX_MB), "--disable-block-cache")
 
 
 def ensure_daemon_if_fuse() -> None:
@@ -187,7 +206,7 @@ def _ensure_daemon() -> None:
                                  f"not found): {PARTS['zfs-fuse'].install}")
     # Its own session and no parent-death signal: if pglab is killed, the pools stay
     # consistent until the next pglab destroys them and stops the daemon.
-    proc = subprocess.Popen([binary, "--no-daemon"], stdin=subprocess.DEVNULL,
+    proc = subprocess.Popen([binary, *DAEMON_ARGS], stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     _daemon_file().write_text(json.dumps({"pid": proc.pid}))
