@@ -64,7 +64,7 @@ def test_every_builtin_declares_root_where_the_lab_needs_it() -> None:
         assert (ROOT in _needs(name)) == wants_root, name
         rooted += [name] if wants_root else []
     assert "checkpoint-flush-storm" in rooted
-    assert len(rooted) == 17, rooted  # 17 of the 24 built-ins
+    assert len(rooted) == 18, rooted  # 18 of the 26 built-ins
 
 
 def test_every_builtin_declares_the_packages_its_keys_use() -> None:
