@@ -23,10 +23,8 @@ from pglab.hostfacts import host_facts
 from pglab.lab.faults import CUT_ACTIONS, FaultTimeline
 from pglab.lab.lab import Lab, check_supported, redact_dsn, redact_text
 from pglab.lab.local import LocalServer
-from pglab.probes import make_probes
-from pglab.probes.base import NodeHandle, ProbeContext, ProbeOutput
-from pglab.probes.dbsessions import DbSessions
-from pglab.probes.sink import TelemetrySink, consolidate
+from pglab.probes.base import NodeHandle, ProbeOutput
+from pglab.probes.telemetry import TelemetryRunner, TelemetrySink, consolidate, open_telemetry
 from pglab.processes import pending_signal, shielded
 from pglab.results import files
 from pglab.results.files import iso, new_run_id, utc_now, write_text
@@ -37,7 +35,6 @@ from pglab.results.study import StudyDocument, study_entry, study_path
 from pglab.results.study import write_study as write_study_file
 from pglab.scenario import LoadedScenario, Scenario, Variant, Workload
 from pglab.scenario.needs import runs_needs
-from pglab.telemetry import TelemetryRunner, monotonic_wall_clock
 from pglab.workload.drivers import DRIVERS, Load, LoadHooks
 from pglab.workload.pgbench_output import ProgressLine
 
@@ -234,16 +231,13 @@ def _telemetry_for(scenario: Scenario, lab: Lab, folder: RunFolder,
     """The probes of a run, not started yet."""
     if not scenario.telemetry.enabled:
         return None
-    nodes = probe_nodes(lab)
-    ctx = ProbeContext(nodes, lambda: client_pids[-1] if client_pids else None,
-                       monotonic_wall_clock(), DbSessions(nodes),
-                       lab.pooler.admin_connect if lab.pooler is not None else None,
-                       folder.path, scenario.telemetry.profile_hz)
-    runner = TelemetryRunner(make_probes(scenario.telemetry.exclude,
-                                         scenario.telemetry.include), ctx,
-                             TelemetrySink(folder.path), scenario.telemetry.interval,
-                             scenario.telemetry.wait_sampling_hz)
-    return runner
+    settings = scenario.telemetry
+    return open_telemetry(
+        probe_nodes(lab), folder.path, interval_s=settings.interval,
+        wait_hz=settings.wait_sampling_hz, exclude=settings.exclude, include=settings.include,
+        client_pid=lambda: client_pids[-1] if client_pids else None,
+        pooler=lab.pooler.admin_connect if lab.pooler is not None else None,
+        profile_hz=settings.profile_hz)
 
 
 def _finish(folder: RunFolder, manifest: Manifest, load: Load | None, workload: Workload,
