@@ -22,6 +22,7 @@ from pglab.lab.osuser import server_user
 from pglab.probes import make_probes
 from pglab.probes.base import NodeHandle, Probe, ProbeContext, ProbeOutput, Sample
 from pglab.probes.capabilities import canonical_wait
+from pglab.probes.db_base import PreparedRows
 from pglab.probes.dbsessions import DbSessions
 from pglab.probes.serverlog_probe import ServerLogEvents
 from pglab.probes.sink import FLUSH_EVERY_S, TelemetrySink, consolidate
@@ -252,3 +253,24 @@ def test_telemetry_connections_are_not_counted(server: LocalServer) -> None:
             conn.execute("SELECT pg_sleep(5)")  # statement_timeout keeps probes from hanging
     finally:
         sessions.close_all()
+
+
+@pytest.mark.live
+def test_prepared_rows_read_what_psycopg_reads(server: LocalServer) -> None:
+    """The wait sampler's libpq path: the same rows as text, NULLs kept, an error raised
+    as psycopg's (the probe then drops the connection), and the statement prepared once
+    per connection."""
+    query = ("SELECT 'client backend', NULL::text, 7::bigint, count(*) "
+             "FROM pg_stat_activity GROUP BY 1, 2, 3")
+    failing = PreparedRows("pglab_test_failing", "SELECT 1 / (SELECT count(*) - count(*) "
+                           "FROM pg_class)")
+    rows = PreparedRows("pglab_test_rows", query)
+    with server.connect() as conn:
+        expected = [tuple(None if v is None else str(v) for v in row)
+                    for row in conn.execute(query).fetchall()]
+        assert rows.rows(conn) == expected == rows.rows(conn)
+        assert expected[0][:3] == ("client backend", None, "7")
+        with pytest.raises(psycopg.Error, match="division by zero"):
+            failing.rows(conn)
+        assert conn.execute("SELECT count(*) FROM pg_prepared_statements WHERE name LIKE "
+                            "'pglab_test_%'").fetchone() == (2,)

@@ -10,7 +10,7 @@ import psycopg
 from pglab.events import Event
 from pglab.probes.base import ProbeContext, ProbeOutput, Sample
 from pglab.probes.capabilities import OWN_APPS_SQL, Capabilities, canonical_wait
-from pglab.probes.db_base import DbProbe, row_dict
+from pglab.probes.db_base import DbProbe, PreparedRows, row_dict
 from pglab.probes.wal_clock import WalClock
 
 # Waiting for work is not a wait worth counting: a background process in its main loop
@@ -59,25 +59,31 @@ class WaitSampler(DbProbe):
             "backends by query_id too (db.statement_waits)")
     cadence = "fast"
 
+    def start(self, ctx: ProbeContext) -> None:
+        super().start(ctx)
+        self._by_statement = PreparedRows("pglab_waits_by_statement", _WAITS_BY_STATEMENT)
+        self._only = PreparedRows("pglab_waits", _WAITS_ONLY)
+
     def read(self, conn: psycopg.Connection[Any], caps: Capabilities, node: str,
              now: dt.datetime, out: ProbeOutput) -> None:
         # before 14 no query_id: statements are not sampled (db.statements says so once)
         by_query = caps.has("pg_stat_activity", "query_id")
-        rows = conn.execute(_WAITS_BY_STATEMENT if by_query else _WAITS_ONLY).fetchall()
+        rows = (self._by_statement if by_query else self._only).rows(conn)
         by_backend: dict[tuple[str, str], int] = {}
         by_statement: dict[tuple[str, str], int] = {}
         total = 0
-        for backend_type, wait_type, wait_event, query_id, text, count in rows:
+        for backend_type, wait_type, wait_event, query_id, text, counted in rows:
             wait = canonical_wait(wait_type, wait_event)
             key = (wait, str(backend_type))
-            by_backend[key] = by_backend.get(key, 0) + int(count)
-            total += int(count)
+            count = int(counted or 0)
+            by_backend[key] = by_backend.get(key, 0) + count
+            total += count
             if by_query and backend_type == CLIENT_BACKEND:
                 # "" for a backend with neither (its text hidden from the role, or none)
-                label = (str(query_id) if query_id is not None
+                label = (query_id if query_id is not None
                          else TEXT_LABEL + text.strip() if text and text != HIDDEN else "")
                 statement = (wait, label)
-                by_statement[statement] = by_statement.get(statement, 0) + int(count)
+                by_statement[statement] = by_statement.get(statement, 0) + count
         for (wait, backend_type), count in by_backend.items():
             out.samples.append(Sample(now, node, self.name, wait, backend_type, float(count)))
         for (wait, query_id), count in by_statement.items():
