@@ -231,6 +231,7 @@ class TelemetryRunner:
             "events_written": self.sink.event_count,
             **self._observer_cpu(),
             "probe_cpu_s": self._probe_cpu(),
+            "sink_cpu_s": round(self.sink.cpu_s, 3),  # also within observer_cpu_s
             **{p.name: record for p in self.started if (record := p.record()) is not None},
         }
 
