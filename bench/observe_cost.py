@@ -33,7 +33,7 @@ from pglab.probes import make_probes
 from pglab.probes.base import ProbeContext
 from pglab.probes.db_base import DbProbe
 from pglab.probes.os_probes.common import CLK_TCK
-from pglab.telemetry import monotonic_wall_clock
+from pglab.probes.telemetry import monotonic_wall_clock
 
 TARGET_PCT = 1.0
 

@@ -6,7 +6,7 @@ the achieved interval between samples (target: p99 lateness under 10 ms).
 
 Side by side, a reference: a process of its own, started just before the run and stopped
 just after it, that wakes on the same schedule and does nothing else. It computes its
-deadlines as pglab's wait loop does (src/pglab/telemetry.py: _fast_loop): absolute ticks
+deadlines as pglab's wait loop does (src/pglab/probes/telemetry.py: _fast_loop): absolute ticks
 on pglab's wall clock, half a period off the whole seconds, skipping ahead when more than
 a period behind; it sleeps until each with time.sleep, as a plain Python sampler would,
 and records how late it woke. Only its wake-ups between pglab's first and last wait read
@@ -60,7 +60,7 @@ def pct(values: list[float], q: float) -> float | None:
 
 def reference_loop(hz: int) -> None:
     """Wake on pglab's wait schedule until SIGTERM; print [tick, woke] pairs as JSON."""
-    from pglab.telemetry import monotonic_wall_clock
+    from pglab.probes.telemetry import monotonic_wall_clock
 
     clock = monotonic_wall_clock()  # pglab's clock: the ticks fall where its ticks fall
     period = 1.0 / hz

@@ -22,10 +22,11 @@ from pglab.lab.osuser import server_user
 from pglab.probes import make_probes
 from pglab.probes.base import NodeHandle, Probe, ProbeContext, ProbeOutput, Sample
 from pglab.probes.capabilities import canonical_wait
+from pglab.probes.db_base import PreparedRows
 from pglab.probes.dbsessions import DbSessions
 from pglab.probes.serverlog_probe import ServerLogEvents
 from pglab.probes.sink import FLUSH_EVERY_S, TelemetrySink, consolidate
-from pglab.telemetry import TelemetryRunner
+from pglab.probes.telemetry import TelemetryRunner
 
 
 @pytest.fixture(params=["embedded", "15"], scope="module")
@@ -51,9 +52,13 @@ def server(request: pytest.FixtureRequest, pglab_home: Path) -> Iterator[LocalSe
     shutil.rmtree(srv.node_dir)
 
 
-def _context(srv: LocalServer) -> ProbeContext:
+def _context(srv: LocalServer, given_by_dsn: bool = False) -> ProbeContext:
+    """The node as a lab hands it to telemetry; `given_by_dsn`: as a server known only by
+    its connection (no data directory, no postmaster), like a run's `target = "dsn"`."""
     nodes = [NodeHandle("primary", srv.connect, srv.data_dir,
                         lambda: srv.process.pid if srv.process else None, srv.log_dir)]
+    if given_by_dsn:
+        nodes = [NodeHandle("primary", srv.connect, None, lambda: None)]
     return ProbeContext(nodes, lambda: None, time.time, DbSessions(nodes))
 
 
@@ -107,7 +112,7 @@ def test_a_signal_during_a_probes_start_stops_the_run(tmp_path: Path) -> None:
 # a fifth of the CPU, this process's sampler got 16 samples in the block (6.4 a second).
 @pytest.mark.cpu_exclusive
 def test_lock_wait_and_checkpoint_are_seen(server: LocalServer, tmp_path: Path) -> None:
-    ctx = _context(server)
+    ctx = _context(server, given_by_dsn=True)  # its backends are local all the same
     sink = TelemetrySink(tmp_path)
     runner = TelemetryRunner(make_probes(), ctx, sink)
     holder = server.connect(autocommit=False)
@@ -155,13 +160,13 @@ def test_lock_wait_and_checkpoint_are_seen(server: LocalServer, tmp_path: Path) 
                         & (pl.col("metric") == "buffers_checkpoint"))
     assert written["value"].sum() > 0
 
-    # what observing cost: pglab's loops and the two telemetry backends both used some CPU
-    # in some 5 s, and all of it together a few percent of the machine, as runs measure
-    # (1-2.5% of this 2-core VM, also under a load average of 14; CPU time, not wall time,
-    # so other work on the machine does not inflate it)
+    # what observing cost: pglab's loops, the sink's thread and the two telemetry backends
+    # (local, though the node has no data directory) all used some CPU in some 5 s, and
+    # all of it together a few percent of the machine at most (CPU time, not wall time, so
+    # other work on the machine does not inflate it)
     cost = runner.summary()
     print("observer cost:", cost)
-    assert cost["observer_cpu_s"] > 0 and cost["observer_server_cpu_s"] > 0
+    assert cost["observer_cpu_s"] > sink.cpu_s > 0 and cost["observer_server_cpu_s"] > 0
     assert 0 < cost["observer_cpu_pct"] < 5
 
 
@@ -248,3 +253,24 @@ def test_telemetry_connections_are_not_counted(server: LocalServer) -> None:
             conn.execute("SELECT pg_sleep(5)")  # statement_timeout keeps probes from hanging
     finally:
         sessions.close_all()
+
+
+@pytest.mark.live
+def test_prepared_rows_read_what_psycopg_reads(server: LocalServer) -> None:
+    """The wait sampler's libpq path: the same rows as text, NULLs kept, an error raised
+    as psycopg's (the probe then drops the connection), and the statement prepared once
+    per connection."""
+    query = ("SELECT 'client backend', NULL::text, 7::bigint, count(*) "
+             "FROM pg_stat_activity GROUP BY 1, 2, 3")
+    failing = PreparedRows("pglab_test_failing", "SELECT 1 / (SELECT count(*) - count(*) "
+                           "FROM pg_class)")
+    rows = PreparedRows("pglab_test_rows", query)
+    with server.connect() as conn:
+        expected = [tuple(None if v is None else str(v) for v in row)
+                    for row in conn.execute(query).fetchall()]
+        assert rows.rows(conn) == expected == rows.rows(conn)
+        assert expected[0][:3] == ("client backend", None, "7")
+        with pytest.raises(psycopg.Error, match="division by zero"):
+            failing.rows(conn)
+        assert conn.execute("SELECT count(*) FROM pg_prepared_statements WHERE name LIKE "
+                            "'pglab_test_%'").fetchone() == (2,)

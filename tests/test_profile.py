@@ -270,7 +270,7 @@ def test_missing_perf_is_said_once_and_the_run_goes_on(
 def test_the_run_says_in_one_line_that_it_goes_on_without_the_profile(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from pglab.probes.sink import TelemetrySink
-    from pglab.telemetry import TelemetryRunner
+    from pglab.probes.telemetry import TelemetryRunner
 
     monkeypatch.setenv("PATH", str(tmp_path))  # a machine without linux-perf
     monkeypatch.setattr("pglab.system_parts.SBIN_DIRS", ())

@@ -25,10 +25,8 @@ from pglab.lab.faults import FaultTimeline
 from pglab.lab.lab import Lab
 from pglab.lab.local import LocalServer
 from pglab.lab.preflight import check_supported
-from pglab.probes import make_probes
-from pglab.probes.base import NodeHandle, ProbeContext, ProbeOutput
-from pglab.probes.dbsessions import DbSessions
-from pglab.probes.sink import TelemetrySink, consolidate
+from pglab.probes.base import NodeHandle, ProbeOutput
+from pglab.probes.telemetry import TelemetryRunner, TelemetrySink, consolidate, open_telemetry
 from pglab.processes import pending_signal, shielded
 from pglab.results import files
 from pglab.results.files import iso, new_run_id, utc_now, write_text
@@ -40,7 +38,6 @@ from pglab.results.study import write_study as write_study_file
 from pglab.scenario import LoadedScenario, Scenario, Variant, Workload
 from pglab.scenario.fault_kinds import CUT_ACTIONS
 from pglab.scenario.needs import runs_needs
-from pglab.telemetry import TelemetryRunner, monotonic_wall_clock
 from pglab.workload.drivers import DRIVERS, Load, LoadHooks
 from pglab.workload.pgbench_output import ProgressLine
 
@@ -239,16 +236,13 @@ def _telemetry_for(scenario: Scenario, lab: Lab, folder: RunFolder,
     """The probes of a run, not started yet."""
     if not scenario.telemetry.enabled:
         return None
-    nodes = probe_nodes(lab)
-    ctx = ProbeContext(nodes, lambda: client_pids[-1] if client_pids else None,
-                       monotonic_wall_clock(), DbSessions(nodes),
-                       lab.pooler.admin_connect if lab.pooler is not None else None,
-                       folder.path, scenario.telemetry.profile_hz)
-    runner = TelemetryRunner(make_probes(scenario.telemetry.exclude,
-                                         scenario.telemetry.include), ctx,
-                             TelemetrySink(folder.path), scenario.telemetry.interval,
-                             scenario.telemetry.wait_sampling_hz)
-    return runner
+    settings = scenario.telemetry
+    return open_telemetry(
+        probe_nodes(lab), folder.path, interval_s=settings.interval,
+        wait_hz=settings.wait_sampling_hz, exclude=settings.exclude, include=settings.include,
+        client_pid=lambda: client_pids[-1] if client_pids else None,
+        pooler=lab.pooler.admin_connect if lab.pooler is not None else None,
+        profile_hz=settings.profile_hz)
 
 
 def _finish(folder: RunFolder, manifest: Manifest, load: Load | None, workload: Workload,

@@ -31,11 +31,9 @@ from pglab.observe.target import (
     statements_problems,
 )
 from pglab.observe.throughput import Throughput
-from pglab.probes import make_probes
-from pglab.probes.base import Probe, ProbeContext
-from pglab.probes.db_base import DbProbe
+from pglab.probes.base import Probe
 from pglab.probes.os_probes.profile import ProfileProbe
-from pglab.probes.sink import TelemetrySink, consolidate
+from pglab.probes.telemetry import TelemetryRunner, consolidate, open_telemetry
 from pglab.processes import shielded
 from pglab.results import files
 from pglab.results.files import iso, utc_now, write_parquet
@@ -43,7 +41,6 @@ from pglab.results.folder import RunFolder, StoredRun, create_run_folder, load_r
 from pglab.results.manifest import Manifest
 from pglab.serverlog import LinePrefix, compile_prefix
 from pglab.serverlog.decoders import STAMPED_FORMATS
-from pglab.telemetry import TelemetryRunner, monotonic_wall_clock
 
 _NODE = re.compile(r"^(primary|standby[1-9][0-9]*)=(.+)$")
 
@@ -145,18 +142,17 @@ def observe(options: ObserveOptions, ui: ObserveUI) -> StoredRun:
     folder.write_manifest(manifest)
     handles = [n.handle() for n in nodes]
     sessions = ObserverSessions(handles)
-    ctx = ProbeContext(handles, lambda: None, monotonic_wall_clock(), sessions,
-                       results_dir=folder.path, profile_hz=options.profile_hz or 49)
-    probes: list[Probe] = [p for p in make_probes() if isinstance(p, DbProbe)]
+    # the database probes, with what stands in for pgbench, procfs and the lab's logs
+    extra: list[Probe] = [Throughput()]
     if profiled:
-        probes.append(ProfileProbe())
-    probes.append(Throughput())
+        extra.append(ProfileProbe())
     if exporters:
-        probes.append(NodeExporterProbe(exporters))
+        extra.append(NodeExporterProbe(exporters))
     if log_probe is not None:
-        probes.append(log_probe)
-    runner = TelemetryRunner(probes, ctx, TelemetrySink(folder.path), options.interval_s,
-                             options.wait_hz)
+        extra.append(log_probe)
+    runner = open_telemetry(handles, folder.path, interval_s=options.interval_s,
+                            wait_hz=options.wait_hz, db_only=True, extra=extra,
+                            sessions=sessions, profile_hz=options.profile_hz or 49)
     ended_by = "duration"
     started = time.monotonic()
     try:

@@ -10,7 +10,6 @@ the node's sampling threads (see ObserverSessions).
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import os
 import re
 import threading
@@ -26,7 +25,7 @@ from pglab.errors import BadInput, EnvironmentProblem
 from pglab.lab.dsn import redact_dsn
 from pglab.probes.base import NodeHandle
 from pglab.probes.capabilities import OBSERVER_APP, Capabilities
-from pglab.probes.dbsessions import DbSessions, process_cpu_s
+from pglab.probes.dbsessions import DbSessions, is_local, local_backend, process_cpu_s
 
 STATEMENT_TIMEOUT = "2s"
 LOCK_TIMEOUT = "500ms"
@@ -148,17 +147,6 @@ def connector(dsn: str, what: str) -> Callable[[], ObserverConnection]:
         return conn
 
     return connect
-
-
-def is_local(conn: psycopg.Connection[Any]) -> bool:
-    """Is the server on this machine (a Unix socket or a loopback address)?"""
-    host = conn.info.host or ""
-    if host.startswith("/"):
-        return True
-    try:
-        return ipaddress.ip_address(conn.info.hostaddr or host).is_loopback
-    except ValueError:
-        return host == "localhost"
 
 
 @dataclass
@@ -366,8 +354,8 @@ class ObserverSessions(DbSessions):
             with self._lock:
                 self._all.append(conn)
                 self._node_of[id(conn)] = node
-                if is_local(conn) and _is_postgres(conn.info.backend_pid):
-                    self._backends[id(conn)] = conn.info.backend_pid
+                if (backend := local_backend(conn)) is not None:
+                    self._backends[id(conn)] = backend
             return conn, caps
 
     def _close(self, conn: psycopg.Connection[Any]) -> None:
@@ -400,13 +388,6 @@ class ObserverSessions(DbSessions):
         entry = self._shared.get(node)
         now = getattr(entry[0], "statements", 0) if entry is not None else 0
         return self.statements_closed.get(node, 0) + now
-
-
-def _is_postgres(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip() in ("postgres", "postmaster")
-    except OSError:
-        return False
 
 
 __all__ = ["ObservedNode", "ObserverSessions", "connection_string", "open_node",

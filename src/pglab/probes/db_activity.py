@@ -11,7 +11,7 @@ import psycopg
 from pglab.events import Event
 from pglab.probes.base import ProbeContext, ProbeOutput, Sample
 from pglab.probes.capabilities import OWN_APPS_SQL, Capabilities, canonical_wait
-from pglab.probes.db_base import DbProbe, row_dict
+from pglab.probes.db_base import DbProbe, PreparedRows, row_dict
 from pglab.probes.wal_clock import WalClock
 from pglab.sqltext import normalise
 
@@ -35,10 +35,6 @@ GROUP BY 1, 2, 3, 4, 5
 """
 TEXT_CHARS = 200  # of a statement without query_id: enough to tell statements apart
 
-
-@functools.lru_cache(maxsize=1024)  # a queue's waiters repeat their texts every sample
-def normalised(text: str) -> str:
-    return normalise(text)
 _WAITS_BY_STATEMENT = _WAITS_QUERY.format(
     query_id="CASE WHEN backend_type = 'client backend' THEN query_id END",
     text=("CASE WHEN backend_type = 'client backend' AND query_id IS NULL "
@@ -48,6 +44,11 @@ STATEMENT_WAITS = "db.statement_waits"  # the samples' source: a client backend 
 TEXT_LABEL = "text:"  # the label of a statement known by its sampled text
 HIDDEN = "<insufficient privilege>"  # the query of another role's session, to some roles
 CLIENT_BACKEND = "client backend"
+
+
+@functools.lru_cache(maxsize=1024)  # a queue's waiters repeat their texts every sample
+def normalised(text: str) -> str:
+    return normalise(text)
 
 
 class WaitSampler(DbProbe):
@@ -61,26 +62,32 @@ class WaitSampler(DbProbe):
             "backends by query_id too (db.statement_waits)")
     cadence = "fast"
 
+    def start(self, ctx: ProbeContext) -> None:
+        super().start(ctx)
+        self._by_statement = PreparedRows("pglab_waits_by_statement", _WAITS_BY_STATEMENT)
+        self._only = PreparedRows("pglab_waits", _WAITS_ONLY)
+
     def read(self, conn: psycopg.Connection[Any], caps: Capabilities, node: str,
              now: dt.datetime, out: ProbeOutput) -> None:
         # before 14 no query_id: statements are not sampled (db.statements says so once)
         by_query = caps.has("pg_stat_activity", "query_id")
-        rows = conn.execute(_WAITS_BY_STATEMENT if by_query else _WAITS_ONLY).fetchall()
+        rows = (self._by_statement if by_query else self._only).rows(conn)
         by_backend: dict[tuple[str, str], int] = {}
         by_statement: dict[tuple[str, str], int] = {}
         total = 0
-        for backend_type, wait_type, wait_event, query_id, text, count in rows:
+        for backend_type, wait_type, wait_event, query_id, text, counted in rows:
             wait = canonical_wait(wait_type, wait_event)
             key = (wait, str(backend_type))
-            by_backend[key] = by_backend.get(key, 0) + int(count)
-            total += int(count)
+            count = int(counted or 0)
+            by_backend[key] = by_backend.get(key, 0) + count
+            total += count
             if by_query and backend_type == CLIENT_BACKEND:
                 # "" for a backend with neither (its text hidden from the role, or none)
-                label = (str(query_id) if query_id is not None
+                label = (query_id if query_id is not None
                          else TEXT_LABEL + normalised(text) if text and text != HIDDEN
                          else "")
                 statement = (wait, label)
-                by_statement[statement] = by_statement.get(statement, 0) + int(count)
+                by_statement[statement] = by_statement.get(statement, 0) + count
         for (wait, backend_type), count in by_backend.items():
             out.samples.append(Sample(now, node, self.name, wait, backend_type, float(count)))
         for (wait, query_id), count in by_statement.items():

@@ -1,6 +1,6 @@
 """Connections for database probes: one per node and sampling thread, reconnecting.
 
-Each node has two sampling threads (see telemetry.py): all its interval probes share one
+Each node has two sampling threads (see probes/telemetry.py): all its interval probes share one
 connection (they run one after another in one thread), and the wait sampler has its own:
 two connections per node in all, whatever the number of probes, so telemetry stays out
 of max_connections' way.
@@ -9,6 +9,7 @@ of max_connections' way.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import threading
 from typing import Any
 
@@ -48,10 +49,11 @@ class DbSessions:
         conn = telemetry_connection(handle.connect)
         caps = Capabilities.detect(conn)
         mine[node] = (conn, caps)
+        backend = local_backend(conn)
         with self._lock:
             self._all.append(conn)
-            if handle.data_dir is not None:  # a local server: its backends are in /proc
-                self._backends[id(conn)] = conn.info.backend_pid
+            if backend is not None:
+                self._backends[id(conn)] = backend
         return conn, caps
 
     def drop(self, node: str) -> None:
@@ -86,6 +88,31 @@ class DbSessions:
     def backend_cpu_s(self) -> float:
         """CPU seconds used by the backends of telemetry's connections closed so far."""
         return self._backend_cpu_s
+
+
+def is_local(conn: psycopg.Connection[Any]) -> bool:
+    """Is the server on this machine (a Unix socket or a loopback address)?"""
+    host = conn.info.host or ""
+    if host.startswith("/"):
+        return True
+    try:
+        return ipaddress.ip_address(conn.info.hostaddr or host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def local_backend(conn: psycopg.Connection[Any]) -> int | None:
+    """The pid of the backend serving `conn` when /proc shows it: a server on this machine,
+    whether pglab started it or was given its DSN (a pid read from another machine, or
+    another pid namespace, could name some other process of this one)."""
+    pid = conn.info.backend_pid
+    if not is_local(conn):
+        return None
+    try:
+        with open(f"{PROC}/{pid}/comm") as file:
+            return pid if file.read().strip() in ("postgres", "postmaster") else None
+    except OSError:
+        return None
 
 
 def process_cpu_s(pid: int) -> float:

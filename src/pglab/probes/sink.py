@@ -16,6 +16,7 @@ import csv
 import json
 import shutil
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,7 @@ class TelemetrySink:
         self._lock = threading.Lock()  # guards _pending and the counts
         self._io_lock = threading.Lock()  # one writer of the files at a time
         self._closing = threading.Event()
+        self.cpu_s = 0.0  # of the writing thread, until close(): part of observing's cost
         self._thread = threading.Thread(target=self._write_loop, name="telemetry-sink",
                                         daemon=True)
         self._thread.start()
@@ -65,6 +67,7 @@ class TelemetrySink:
     def _write_loop(self) -> None:
         while not self._closing.wait(FLUSH_EVERY_S):
             self._write_pending()
+            self.cpu_s = time.thread_time()
 
     def _write_pending(self) -> None:
         with self._io_lock:

@@ -1,4 +1,5 @@
-"""The telemetry runner: owns the clock, calls the probes on schedule, feeds the sink.
+"""Telemetry's one way in: `open_telemetry` makes the runner of a run or an observation;
+the runner owns the clock, calls the probes on schedule and feeds the sink.
 
 Sampling loops, each a thread: one calls the host's interval probes (OS, server log,
 pooler) at whole multiples of telemetry.interval (UTC wall clock, so samples line up with
@@ -24,13 +25,19 @@ import os
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from pglab.events import Event
-from pglab.probes.base import Probe, ProbeContext, ProbeOutput
+from pglab.probes import make_probes
+from pglab.probes.base import NodeHandle, Probe, ProbeContext, ProbeOutput
 from pglab.probes.db_base import DbProbe
-from pglab.probes.sink import TelemetrySink
+from pglab.probes.dbsessions import DbSessions
+from pglab.probes.sink import TelemetrySink, consolidate
+
+__all__ = ["TelemetryRunner", "TelemetrySink", "consolidate", "monotonic_wall_clock",
+           "open_telemetry"]
 
 # How long stop() waits for the loops: a live server answers within the probes'
 # statement_timeout (2 s); a loop stuck on a silent one is a daemon and left behind.
@@ -231,6 +238,7 @@ class TelemetryRunner:
             "events_written": self.sink.event_count,
             **self._observer_cpu(),
             "probe_cpu_s": self._probe_cpu(),
+            "sink_cpu_s": round(self.sink.cpu_s, 3),  # also within observer_cpu_s
             **{p.name: record for p in self.started if (record := p.record()) is not None},
         }
 
@@ -247,11 +255,12 @@ class TelemetryRunner:
         return {name: round(seconds, 3) for name, seconds in sorted(by_probe.items())}
 
     def _observer_cpu(self) -> dict[str, float]:
-        """What observing cost: CPU seconds of pglab's sampling loops, of the programs
-        probes run (perf) and of the server backends answering them (`ss`, run only
-        while nodes replicate, is not counted), and all as a share of all the machine's
-        cores over the time telemetry ran."""
-        cost = {"observer_cpu_s": sum(self._loop_cpu_s.values())}
+        """What observing cost: CPU seconds of pglab's sampling loops and of the sink's
+        thread writing their samples, of the programs probes run (perf) and of the server
+        backends answering them, on a server on this machine (`ss`, run only while nodes
+        replicate, is not counted), and all as a share of all the machine's cores over the
+        time telemetry ran."""
+        cost = {"observer_cpu_s": sum(self._loop_cpu_s.values()) + self.sink.cpu_s}
         tools = sum(probe.tool_cpu_s() for probe in self.started)
         if tools:  # programs probes ran (os.profile's perf), beside pglab's own threads
             cost["observer_tools_cpu_s"] = tools
@@ -269,3 +278,23 @@ def monotonic_wall_clock() -> Callable[[], float]:
     """Wall-clock epoch seconds that never jump backwards within a run."""
     offset = time.time() - time.monotonic()
     return lambda: time.monotonic() + offset
+
+
+def open_telemetry(nodes: list[NodeHandle], run_dir: Path, *, interval_s: float = 1.0,
+                   wait_hz: int = 10, exclude: Sequence[str] = (),
+                   include: Sequence[str] = (), db_only: bool = False,
+                   extra: Sequence[Probe] = (), sessions: DbSessions | None = None,
+                   client_pid: Callable[[], int | None] = lambda: None,
+                   pooler: Callable[[], Any] | None = None,
+                   profile_hz: int = 49) -> TelemetryRunner:
+    """The telemetry of a run or an observation, not started yet: the registry's probes
+    (the default ones not excluded, the opt-in ones included; the database ones alone
+    with `db_only`) and `extra` ones, sampling `nodes` through `sessions` (one connection
+    per node and sampling thread unless given), into a sink in `run_dir`."""
+    probes = [p for p in make_probes(list(exclude), list(include))
+              if not db_only or isinstance(p, DbProbe)]
+    ctx = ProbeContext(nodes, client_pid, monotonic_wall_clock(),
+                       sessions if sessions is not None else DbSessions(nodes), pooler,
+                       run_dir, profile_hz)
+    return TelemetryRunner([*probes, *extra], ctx, TelemetrySink(run_dir), interval_s,
+                           wait_hz)

@@ -1,0 +1,107 @@
+"""What observing costs a CPU-bound load, second by second: one long pgbench run, with
+telemetry (the default probes, as a run starts them) switched on and off every few
+seconds.
+
+Runs of whole `pglab run`s side by side (bench/overhead_run.py) compare minutes apart; on
+a machine shared with other work their ratios spread from 0.5 to 2.5. Here the two states
+alternate within one load, so both see the same neighbours, and there are dozens of
+segments of each. The first second after each switch is left out (connections opening,
+baselines being read).
+
+    python bench/observer_toggle.py [--duration 240] [--segment 5] [--clients 8]
+
+Prints the mean TPS with telemetry on and off, their ratio with a 95% interval (from the
+segments' spread), the load average, and the observer's cost as the manifests would say
+it (% of the machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from pglab.lab.lab import Lab
+from pglab.probes.telemetry import open_telemetry
+from pglab.runner import probe_nodes
+from pglab.scenario import load_text
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=int, default=240)
+    parser.add_argument("--segment", type=int, default=5)
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--scale", type=int, default=10)
+    args = parser.parse_args()
+    scenario = load_text(f'name = "observer-toggle"\n[workload]\nscale = {args.scale}\n'
+                         '[server.settings]\nmax_wal_size = "16GB"\n'
+                         'checkpoint_timeout = "1h"\n', "bench")
+    with tempfile.TemporaryDirectory() as tmp, Lab(scenario.scenario, "bench",
+                                                   "bench-observer-toggle") as lab:
+        assert lab.primary is not None and lab.bins is not None
+        env = {**os.environ, **lab.primary.libpq_env()}
+        pgbench = str(lab.bins.bin_dir / "pgbench")
+        subprocess.run([pgbench, "-i", "-q", "-s", str(args.scale)], env=env, check=True,
+                       capture_output=True)
+        load = subprocess.Popen(
+            [pgbench, "-c", str(args.clients), "-j", "2", "-T", str(args.duration), "-P", "1",
+             "--progress-timestamp"], env=env, stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE, text=True)
+        progress: list[tuple[float, float]] = []  # (second's end, tps)
+
+        def read() -> None:
+            assert load.stderr is not None
+            for line in load.stderr:
+                if line.startswith("progress: "):
+                    fields = line.split()
+                    progress.append((float(fields[1]), float(fields[3])))
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        spans: list[tuple[float, float, bool]] = []
+        costs: list[float] = []
+        on = False
+        loads = []
+        time.sleep(2)  # the clients connect
+        while load.poll() is None:
+            began = time.time()
+            runner = None
+            if on:
+                runner = open_telemetry(probe_nodes(lab), Path(tmp))
+                runner.start()
+            time.sleep(args.segment)
+            if runner is not None:
+                runner.stop()
+                costs.append(float(runner.summary()["observer_cpu_pct"]))
+                runner.sink.close()
+            spans.append((began + 1.0, time.time(), on))
+            loads.append(os.getloadavg()[0])
+            on = not on
+        reader.join()
+        means: dict[bool, list[float]] = {True: [], False: []}
+        for start, end, state in spans:
+            seconds = [tps for t, tps in progress if start + 1.0 <= t <= end]
+            if seconds:
+                means[state].append(statistics.fmean(seconds))
+        on_tps, off_tps = statistics.fmean(means[True]), statistics.fmean(means[False])
+        error = 1.96 * (statistics.variance(means[True]) / len(means[True])
+                        + statistics.variance(means[False]) / len(means[False])) ** 0.5
+        print(f"{dt.datetime.now(dt.timezone.utc):%H:%M} UTC, scale {args.scale}, "
+              f"{args.clients} clients, {args.duration}s, {args.segment}s segments: "
+              f"{len(means[True])} on, {len(means[False])} off; load average "
+              f"{min(loads):.1f}-{max(loads):.1f}")
+        print(f"TPS telemetry on {on_tps:.1f}, off {off_tps:.1f}: ratio {on_tps / off_tps:.3f} "
+              f"(95% interval {(on_tps - error) / off_tps:.3f}-{(on_tps + error) / off_tps:.3f})")
+        print(f"observer cost (manifest figure): median {statistics.median(costs):.2f}% of the "
+              f"machine (max {max(costs):.2f}%)")
+
+
+if __name__ == "__main__":
+    main()
