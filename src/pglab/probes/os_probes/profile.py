@@ -229,8 +229,17 @@ class ProfileProbe(OsProbe):
         # perf dies with pglab (spawn's parent-death signal), so a kill -9 leaves none running
         self.record_proc = spawn(record, stdout=subprocess.PIPE, stderr=self.errors[0],
                                  stdin=subprocess.DEVNULL)
-        self.script_proc = spawn(script, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 stderr=self.errors[1])
+        try:
+            self.script_proc = spawn(script, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.errors[1])
+        except BaseException:
+            # a probe whose start failed is never stopped: its perf record, sampling the
+            # whole machine, must not outlive this
+            with contextlib.suppress(ProcessLookupError):
+                self.record_proc.kill()
+            wait_child(self.record_proc, 5.0)
+            self.record_proc = None
+            raise
         self.filter = ProcessFilter(self.profiled(), {os.getpid()},
                                     {self.record_proc.pid, self.script_proc.pid})
         self.passer = threading.Thread(target=self._pass, name="os.profile-filter",
@@ -288,7 +297,8 @@ class ProfileProbe(OsProbe):
         out = ProbeOutput()
         if self.record_proc is not None and self.ended is None:
             self.refresh()
-            if self.record_proc.poll() is not None:  # ended on its own: say why, once
+            # ended on its own: say why, once (not reaped: its CPU is read at the stop)
+            if _wait_unreaped(self.record_proc, 0.0):
                 self.ended = f"perf record ended early: {self._stderr(0)}"
                 self.note(self.ended)
         self.say(out, now)
