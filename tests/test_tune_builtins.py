@@ -34,6 +34,7 @@ EXTRA = {
                             'duration="2s"}]'],
     "sync-standby-slow-disk": ['faults=[{at="1s", action="bulk-update", args={rows=20000}}]'],
     "standby-slow-volume": ['faults=[{at="1s", action="bulk-update", args={rows=20000}}]'],
+    "standby-replay-cpu": ['faults=[{at="1s", action="bulk-update", args={rows=20000}}]'],
     # the network built-ins (hosts of their own): one matrix point, the fault inside
     "app-far-from-database": ["matrix={}"],
     "sync-standby-partitioned": ["matrix={}", "workload.duration='4s'",
