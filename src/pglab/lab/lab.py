@@ -272,7 +272,8 @@ class Lab:
         self.storage.apply_limits("primary")
         self.primary = server
         self._enter_envelope(server)
-        self.client_cgroup = self.resources.enter_envelope("client", server.data_dir)
+        self.client_cgroup = self.resources.enter_envelope("client", server.data_dir,
+                                                            self.on_status)
         topo = self.scenario.topology
         if topo.standbys:
             server.allow_replication_over_tcp(self._sources_of(standby_names(topo.standbys)))
@@ -346,7 +347,8 @@ class Lab:
     def _enter_envelope(self, server: LocalServer) -> None:
         if not node_envelope(self.scenario, server.name).is_unlimited():
             self.on_status(f"applying the envelope of {server.name} and measuring it")
-        server.cgroup_procs = self.resources.enter_envelope(server.name, server.data_dir)
+        server.cgroup_procs = self.resources.enter_envelope(server.name, server.data_dir,
+                                                           self.on_status)
 
     def _attach_dsn(self) -> None:
         spec = self.scenario.server

@@ -98,9 +98,11 @@ class LabResources:
         in_effect = self._stack.enter_context(kernel_knobs(wanted, on_wait=on_status))
         self.knobs = {"set": wanted, "in_effect": in_effect}
 
-    def enter_envelope(self, node: str, data_dir: Path | None) -> list[Path]:
+    def enter_envelope(self, node: str, data_dir: Path | None,
+                       on_status: Callable[[str], None] = lambda _msg: None) -> list[Path]:
         """The node's cgroup (made when it has limits or a throttle-disk fault); returns
-        the cgroup.procs files its processes join at spawn ([] when there is none)."""
+        the cgroup.procs files its processes join at spawn ([] when there is none). A disk
+        check that fell short of its limit is said: the limit may not bind."""
         limits = resolve_envelope(node_envelope(self.scenario, node))
         needs = any(f.node == node and kind_of(f.action).throttles
                     for f in self.scenario.faults)
@@ -109,6 +111,11 @@ class LabResources:
         if applied is None:
             return []
         self.envelopes[node] = applied
+        for check in applied.checks:
+            if check.limit and not check.reached_limit:
+                on_status(f"{node}: a writer in its envelope reached {check.measured:g} of "
+                          f"its {check.limit:g} {check.unit} limit: the disk was slower "
+                          "than the limit then, so the limit may not bind")
         return applied.procs_files()
 
     def memory_cgroup(self, node: str) -> list[Path]:
