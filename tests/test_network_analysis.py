@@ -5,6 +5,8 @@ single synchronous standby cut off for 10 s, an application 1 ms from its databa
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -162,3 +164,18 @@ def test_a_standby_closer_is_half_a_millisecond_or_nearer_still(rtt: str, closer
     rules = {r["rule"]: r for r in advise(facts).given}
     assert rules["standby-closer"]["change"] == {"network.links.1.rtt": closer}
     assert "application-closer" not in rules  # the client's link is not what was found
+
+
+def test_an_asynchronous_standbys_link_holds_no_commit_back(tmp_path: Path) -> None:
+    """The far-standby run read as if its standby were asynchronous (topology.synchronous
+    = "off" in a copy of its manifest): commits wait on no standby's link, so the
+    link-latency claim and the advice to move the standby go."""
+    run = tmp_path / "net-far-async"
+    shutil.copytree(RUNS / "net-far-standby", run)
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["scenario"]["topology"]["synchronous"] = "off"
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    analysis = build_analysis(load_run_frames(run)).to_json()
+    causes = analysis["steady_state"]["causes"] if analysis.get("steady_state") else []
+    assert not any(c["cause"] == "network" for c in causes), causes
+    assert "standby-closer" not in _rules(analysis)

@@ -6,6 +6,7 @@ statement against a run of the same built-in without the fault."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -161,6 +162,8 @@ def test_compare_per_statement_with_plans_side_by_side() -> None:
     assert tellers.plans is None  # the same plan in both
     terminal = render_text(result, "terminal")
     assert "plan changed (base | contender)" in terminal
+    # the statement's queryid is text, not a markup tag the console would eat
+    assert re.search(r"\[queryid -?\d+\]", terminal), terminal
     assert "Index Scan using pgbench_accounts_pkey on pgbench_accounts | Gather" in terminal
     markdown = render_text(result, "markdown")
     assert "| base plan | contender plan |" in markdown and "mean ms" in markdown

@@ -172,11 +172,12 @@ def run_variant(loaded: LoadedScenario, variant: Variant, options: RunOptions, u
                     manifest.faults = [event_record(e) for e in timeline.recorded]
                     if telemetry is not None:
                         telemetry.stop()
-                        manifest.telemetry = telemetry.summary()
                         for line in telemetry.closing_lines():
                             ui.status(line)
                     if sink is not None:
                         sink.close()
+                    if telemetry is not None:  # after the sink's last write: it is counted
+                        manifest.telemetry = telemetry.summary()
                     if verdicts is not None:
                         if timeline.unfired_cuts:
                             verdicts.record["unfired_cuts"] = timeline.unfired_cuts

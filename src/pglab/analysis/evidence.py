@@ -361,15 +361,25 @@ def run_evidence(data: RunFrames, report: StallReport) -> tuple[list[WindowEvide
     ]
     if data.profile is not None and data.profile.height:
         cpu = profile_segments(data.profile, _segments_by_second(report))
-        # the healthy seconds; a run whose only undegraded seconds lead into windows
-        # has them as lead-ins
-        cpu_healthy = cpu.get(HEALTHY) or ProfileSegment.combined(
-            [seg for key, seg in cpu.items() if key < HEALTHY])
         for index, ev in enumerate(windows):
-            ev.cpu_inside, ev.cpu_healthy = cpu.get(index, ProfileSegment()), cpu_healthy
+            ev.cpu_inside = cpu.get(index, ProfileSegment())
+            ev.cpu_healthy = _cpu_baseline(cpu, index, count)
     leads = [segments[lead_in(i)] for i in range(count) if lead_in(i) in segments]
     whole = Segment.combined([segments[HEALTHY], *leads]) if leads else segments[HEALTHY]
     return windows, _whole_run(data, report, whole, nodes)
+
+
+def _cpu_baseline(cpu: dict[int, ProfileSegment], index: int,
+                  count: int) -> ProfileSegment:
+    """A window's on-CPU baseline, chosen as `baselines` chooses: the healthy seconds; in
+    a run whose only undegraded seconds lead into windows, the other windows' lead-ins,
+    its own only when there is no other (a rise that begins in it would be in both)."""
+    healthy = cpu.get(HEALTHY)
+    if healthy is not None and healthy.totals:
+        return healthy
+    others = [seg for i in range(count) if i != index and (seg := cpu.get(lead_in(i)))]
+    return ProfileSegment.combined(others) if others else cpu.get(lead_in(index),
+                                                                   ProfileSegment())
 
 
 def baselines(segments: dict[int, Segment], count: int) -> list[Segment]:

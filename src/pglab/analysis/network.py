@@ -195,22 +195,47 @@ def link_held_back(ev: WindowEvidence) -> str | None:
     return finding.sub
 
 
+def _quorum(ev: WindowEvidence) -> tuple[list[str], int]:
+    """The standbys a commit waits on and how many of them must confirm: topology
+    synchronous "on" is the first standby alone, "any:K" the K fastest of all, "off"
+    none (lab/topology.py makes synchronous_standby_names so)."""
+    topology = ev.manifest.scenario.get("topology")
+    mode = str(topology.get("synchronous", "off")) if isinstance(topology, dict) else "off"
+    standbys = list(ev.nodes[1:])
+    if mode == "on":
+        return standbys[:1], 1
+    if mode.startswith("any:") and mode[4:].isdigit():
+        return standbys, int(mode[4:])
+    return [], 0
+
+
+def _kth(found: list[tuple[float, str]], k: int) -> tuple[float, str] | None:
+    """The K-th smallest: what a quorum of K waits for."""
+    return sorted(found)[k - 1] if 0 < k <= len(found) else None
+
+
 def _standby_rtt(ev: WindowEvidence) -> tuple[float, str] | None:
-    """The longest round trip between the primary and a standby, as pglab measured it on
-    the link at setup (ss's RTT on the walsender's socket is no measure of the link: the
-    standby's acknowledgements ride on its replies, sent after its flush)."""
+    """The round trip a commit waits for, as pglab measured it on the links at setup:
+    the synchronous standby's, or in a quorum of K the K-th nearest's (ss's RTT on the
+    walsender's socket is no measure of the link: the standby's acknowledgements ride on
+    its replies, sent after its flush). An asynchronous standby's link is no commit's."""
     primary = ev.nodes[0]
-    found = [(rtt, node) for node in ev.nodes[1:]
+    waited_on, k = _quorum(ev)
+    found = [(rtt, node) for node in waited_on
              if (rtt := _measured_rtt(link_between(ev, primary, node))) is not None]
-    return max(found) if found else None
+    return _kth(found, k)
 
 
 def confirm_time_ms(ev: WindowEvidence) -> float | None:
-    """How long the synchronous standby took to confirm a flush on average (ms):
-    pg_stat_replication's flush_lag (the round trip, the standby's write and flush)."""
+    """How long the standbys a commit waits on took to confirm a flush on average (ms):
+    pg_stat_replication's flush_lag (the round trip, the standby's write and flush), the
+    synchronous standby's or the quorum's K-th fastest."""
     key = (ev.nodes[0], "db.replication", "flush_lag_s")
-    lags = [lag for label in ev.inside.labels(*key) if (lag := ev.inside.mean(*key, label))]
-    return 1000 * min(lags) if lags else None
+    waited_on, k = _quorum(ev)
+    lags = [(1000 * lag, label) for label in ev.inside.labels(*key)
+            if (not waited_on or label in waited_on) and (lag := ev.inside.mean(*key, label))]
+    found = _kth(lags, k or 1)
+    return found[0] if found else None
 
 
 def far_standby(ev: WindowEvidence, share_of_wait: float = LINK_SHARE / 2

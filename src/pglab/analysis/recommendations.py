@@ -390,10 +390,19 @@ def _scenario_link(f: Facts, one: str, other: str) -> tuple[int, dict[str, Any]]
 
 
 def _far_standby(f: Facts) -> tuple[int, dict[str, Any]] | None:
-    """The configured link from the primary to a standby with the longest round trip."""
-    found = [link for i in range(1, f.standbys + 1)
-             if (link := _scenario_link(f, "primary", f"standby{i}")) is not None]
-    return max(found, key=lambda link: _seconds(link[1].get("rtt")), default=None)
+    """The configured link a commit waits on: the synchronous standby's ("on": the first
+    standby), or in a quorum of K ("any:K") the K-th nearest's; an asynchronous standby's
+    link is no commit's."""
+    topology = f.manifest.scenario.get("topology")
+    mode = str(topology.get("synchronous", "off")) if isinstance(topology, dict) else "off"
+    names = [f"standby{i}" for i in range(1, f.standbys + 1)]
+    waited_on, k = ((names[:1], 1) if mode == "on" else
+                    (names, int(mode[4:])) if mode.startswith("any:") and mode[4:].isdigit()
+                    else ([], 0))
+    found = sorted((link for name in waited_on
+                    if (link := _scenario_link(f, "primary", name)) is not None),
+                   key=lambda link: _seconds(link[1].get("rtt")))
+    return found[k - 1] if 0 < k <= len(found) else None
 
 
 def _seconds(value: Any) -> float:

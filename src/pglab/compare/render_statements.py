@@ -6,6 +6,7 @@ from __future__ import annotations
 from html import escape
 
 from rich.console import Console
+from rich.markup import escape as markup_escape
 
 from pglab.compare import cells
 from pglab.compare.statements import StatementResult, StatementsComparison, short_text
@@ -52,7 +53,7 @@ def terminal(console: Console, found: StatementsComparison | None) -> None:
     if found is None:
         return
     if found.missing:
-        console.print(f"  {found.missing}", style="dim", highlight=False)
+        console.print(f"  {markup_escape(found.missing)}", style="dim", highlight=False)
         return
     if not found.statements:
         console.print("  statements: none ran in the measured window", style="dim")
@@ -60,7 +61,8 @@ def terminal(console: Console, found: StatementsComparison | None) -> None:
     console.print(f"  [bold]{TITLE}[/bold]", highlight=False)
     for statement in found.statements:
         table = rows(statement)
-        console.print(f"    {table[0][0]}", highlight=False)
+        # a statement's text and its [queryid ...] are text, never markup
+        console.print(f"    {markup_escape(table[0][0])}", highlight=False)
         for (_, title, base, contender, delta, interval, verdict), result in zip(
                 table, statement.metrics, strict=True):
             style = _STYLE.get(result.verdict, "")
@@ -73,7 +75,8 @@ def terminal(console: Console, found: StatementsComparison | None) -> None:
             width = max(len(b) for b, _ in pairs)
             console.print("      [bold]plan changed[/bold] (base | contender)")
             for left, right in pairs:
-                console.print(f"        {left.ljust(width)} | {right}", highlight=False)
+                console.print(markup_escape(f"        {left.ljust(width)} | {right}"),
+                              highlight=False)
     if found.more:
         console.print(f"    {_more(found)}", style="dim", highlight=False)
     console.print(f"    {NOTE}", style="dim", highlight=False)

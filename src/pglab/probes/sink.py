@@ -92,7 +92,9 @@ class TelemetrySink:
         """Write what is queued and close the files (a batch written later is dropped)."""
         self._closing.set()
         self._thread.join()
+        started = time.thread_time()  # the last write is this thread's: counted too
         self._write_pending()
+        self.cpu_s += time.thread_time() - started
         with self._io_lock:
             self._samples.close()
             self._events.close()
