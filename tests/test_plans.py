@@ -215,3 +215,21 @@ def test_a_text_the_parser_refuses_keeps_no_literal(text: str) -> None:
     found = normalise(text)
     assert "S3cretPw" not in found and "4111" not in found, found
     assert found.startswith(("ALTER ROLE app PASSWORD $", "SELECT", "UPDATE t SET a = $0"))
+
+
+def test_text_and_json_plans_are_compared_within_their_own_notation() -> None:
+    """The real PostgreSQL 18 log logs the SELECT's plan in JSON (Gather, Seq Scan) and
+    later in text, where EXPLAIN names the same node Parallel Seq Scan, and the join's
+    Aggregate as Finalize GroupAggregate: a notation is no plan change. The JSON plans'
+    own change (the key dropped: Index Scan, then a Seq Scan) is still one."""
+    from pglab.results.spool import event_record, events_frame
+
+    events, _ = parse_log_file(LOGS / "pg18" / "postgresql.log")
+    frame = events_frame([event_record(e) for e in events])
+    plans = run_plans(frame, statement_texts(frame))
+    changes = [(st.text, before.outline, after.outline) for st, before, after
+               in plans.changed()]
+    assert [c for c in changes if c[0] == SELECT] == [
+        (SELECT, ["Index Scan using accounts_pkey on accounts"],
+         ["Gather", "  Seq Scan on accounts"])], changes
+    assert not any(c[0].startswith("SELECT b.name") for c in changes), changes

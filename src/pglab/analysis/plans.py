@@ -57,12 +57,20 @@ class PlanSeen:
 class StatementPlans:
     text: str  # the normalised text
     queryid: str | None
-    plans: dict[tuple[str, ...], PlanSeen] = field(default_factory=dict)  # first seen first
+    # (notation, shape) -> the plan: "json" (EXPLAIN's JSON: the generic plan, auto_explain
+    # in JSON) or "text" (auto_explain's text, its default)
+    plans: dict[tuple[str, tuple[str, ...]], PlanSeen] = field(default_factory=dict)
 
     def changes(self) -> list[tuple[PlanSeen, PlanSeen]]:
-        """(before, after) for each shape that came after another."""
-        ordered = sorted(self.plans.values(), key=lambda p: p.first)
-        return list(itertools.pairwise(ordered))
+        """(before, after) for each shape that came after another of the same notation:
+        EXPLAIN's text names nodes otherwise than its JSON (HashAggregate for Aggregate,
+        "on" for "using"), so a text plan and a JSON one of the same plan never match."""
+        found = []
+        for notation in {key[0] for key in self.plans}:
+            ordered = sorted((p for key, p in self.plans.items() if key[0] == notation),
+                             key=lambda p: p.first)
+            found += list(itertools.pairwise(ordered))
+        return sorted(found, key=lambda pair: pair[1].first)
 
 
 @dataclass
@@ -107,7 +115,7 @@ def run_plans(events: pl.DataFrame, texts: StatementTexts, node: str = "primary"
         if kind == "statement-text":
             outline, text = attrs.get("plan"), str(attrs.get("query") or "")
             queryid = str(attrs["queryid"]) if attrs.get("queryid") is not None else None
-            source, ms = "generic plan", None
+            source, ms, notation = "generic plan", None, "json"
         else:
             if attrs.get("cut"):
                 out.cut += 1
@@ -115,6 +123,7 @@ def run_plans(events: pl.DataFrame, texts: StatementTexts, node: str = "primary"
             outline, text = attrs.get("outline"), str(attrs.get("query") or "")
             queryid = texts.queryid_of_text(node, text) if text else None
             source, ms = "auto_explain", attrs.get("duration_ms")
+            notation = str(attrs.get("format") or "json")
         if not isinstance(outline, list) or not outline or not text:
             continue
         key = comparable(text)
@@ -123,9 +132,10 @@ def run_plans(events: pl.DataFrame, texts: StatementTexts, node: str = "primary"
             statement = out.statements[key] = StatementPlans(
                 texts.text(node, queryid) if queryid else text, queryid)
         outline = [str(line) for line in outline]
-        seen = statement.plans.get(shape(outline))
+        plan_key = (notation, shape(outline))
+        seen = statement.plans.get(plan_key)
         if seen is None:
-            seen = statement.plans[shape(outline)] = PlanSeen(outline, source, t, t)
+            seen = statement.plans[plan_key] = PlanSeen(outline, source, t, t)
         seen.last = max(seen.last, t)
         seen.count += 1
         if isinstance(ms, (int, float)):

@@ -114,6 +114,8 @@ def plan_event(rec: LogRecord, msg: str, node: str) -> tuple[Event, bool] | None
         whole = bool(outline)
     attrs: dict[str, Any] = {
         "duration_ms": ms,
+        # text and JSON name nodes differently: plans are compared within one notation
+        "format": "json" if body.lstrip().startswith("{") else "text",
         "query": normalise(query)[:STATEMENT_MAX],
         "outline": outline,
         "pid": rec.pid,
