@@ -728,6 +728,9 @@ def server_crash(ev: WindowEvidence) -> Finding | None:
 
 PLAN_SHARE = 0.3  # of a window's statement samples: the changed statement held the stall
 PLAN_SLOWER = 5.0  # its time per call this many times the healthy seconds'
+# the waits of a backend executing its plan, not waiting on something else
+PLAN_EXECUTING = frozenset({"CPU", "IO:DataFileRead", "IO:DataFilePrefetch",
+                            "IO:BufFileRead", "IO:BufFileWrite"})
 
 
 def _time_per_call(segment: Segment, node: str, queryid: str) -> float | None:
@@ -746,25 +749,33 @@ def plan_change(ev: WindowEvidence) -> Finding | None:
         return None
     s = Score("plan-change")
     node = ev.nodes[0]
-    waits: dict[str, float] = {}
+    # A plan is what a backend executes: its samples on the CPU or reading pages. A
+    # statement made slow by waiting (a lock, the WAL, a checkpoint's I/O) would be as
+    # slow with any plan, and auto_explain's plan of it (a custom plan) can differ from
+    # its generic one while nothing changed.
+    executing: dict[str, float] = {}
+    total = 0.0
     for (where, source, wait), by_label in ev.inside.sums.items():
         if where == node and source == "db.statement_waits" and wait != CLIENTS_TURN:
             for label, count in by_label.items():
-                waits[label] = waits.get(label, 0.0) + count
-    total = sum(waits.values())
+                total += count
+                if wait in PLAN_EXECUTING:
+                    executing[label] = executing.get(label, 0.0) + count
     best = 0.0
     for statement, before, after in changes[:3]:
         line = change_line(change_entry(statement, before, after))
-        share = (waits.get(statement.queryid or "", 0.0) / total) if total else None
-        weight = 0.4 if share is None else 0.5 * min(1.0, share / PLAN_SHARE)
+        share = (executing.get(statement.queryid or "", 0.0) / total) if total else None
+        part = 0.8 if share is None else min(1.0, share / PLAN_SHARE)
+        weight = 0.5 * part
         if share is not None:
-            line += f"; {pct(share)} of the window's statement samples"
+            line += (f"; {pct(share)} of the window's statement samples executing it "
+                     "(on the CPU or reading pages)")
         inside = _time_per_call(ev.inside, node, statement.queryid or "")
         healthy = _time_per_call(ev.healthy, node, statement.queryid or "")
         if inside is not None and healthy:
             line += f"; {healthy:.3g} ms a call in the healthy seconds, {inside:.3g} ms here"
             if inside >= PLAN_SLOWER * healthy:
-                weight += 0.3
+                weight += 0.3 * part
         s.add(weight if weight > best else 0.05, line)
         best = max(best, weight)
         gone = [word.split(" using ", 1)[1].split(" on ", 1)[0] for word in before.outline
