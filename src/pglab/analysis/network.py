@@ -195,18 +195,22 @@ def link_held_back(ev: WindowEvidence) -> str | None:
     return finding.sub
 
 
-def _quorum(ev: WindowEvidence) -> tuple[list[str], int]:
+def commit_quorum(manifest_scenario: dict[str, Any], standbys: list[str]
+                  ) -> tuple[list[str], int]:
     """The standbys a commit waits on and how many of them must confirm: topology
     synchronous "on" is the first standby alone, "any:K" the K fastest of all, "off"
     none (lab/topology.py makes synchronous_standby_names so)."""
-    topology = ev.manifest.scenario.get("topology")
+    topology = manifest_scenario.get("topology")
     mode = str(topology.get("synchronous", "off")) if isinstance(topology, dict) else "off"
-    standbys = list(ev.nodes[1:])
     if mode == "on":
         return standbys[:1], 1
     if mode.startswith("any:") and mode[4:].isdigit():
         return standbys, int(mode[4:])
     return [], 0
+
+
+def _quorum(ev: WindowEvidence) -> tuple[list[str], int]:
+    return commit_quorum(ev.manifest.scenario, list(ev.nodes[1:]))
 
 
 def _kth(found: list[tuple[float, str]], k: int) -> tuple[float, str] | None:

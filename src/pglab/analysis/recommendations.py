@@ -31,6 +31,7 @@ from pglab.analysis.flush_layers import (
     flush_places,
 )
 from pglab.analysis.loading import RunFrames
+from pglab.analysis.network import commit_quorum
 from pglab.analysis.signals import LONG_HOLDER_S, long_holder
 from pglab.driver_traits import DriverTraits, driver_traits
 from pglab.results import files
@@ -393,12 +394,8 @@ def _far_standby(f: Facts) -> tuple[int, dict[str, Any]] | None:
     """The configured link a commit waits on: the synchronous standby's ("on": the first
     standby), or in a quorum of K ("any:K") the K-th nearest's; an asynchronous standby's
     link is no commit's."""
-    topology = f.manifest.scenario.get("topology")
-    mode = str(topology.get("synchronous", "off")) if isinstance(topology, dict) else "off"
-    names = [f"standby{i}" for i in range(1, f.standbys + 1)]
-    waited_on, k = ((names[:1], 1) if mode == "on" else
-                    (names, int(mode[4:])) if mode.startswith("any:") and mode[4:].isdigit()
-                    else ([], 0))
+    waited_on, k = commit_quorum(f.manifest.scenario,
+                                 [f"standby{i}" for i in range(1, f.standbys + 1)])
     found = sorted((link for name in waited_on
                     if (link := _scenario_link(f, "primary", name)) is not None),
                    key=lambda link: _seconds(link[1].get("rtt")))
