@@ -332,11 +332,16 @@ args = { mb = 1536 }
     second = dt.timedelta(seconds=1)
     inside = [float(v) for v in client.filter(
         (pl.col("t") >= begin) & (pl.col("t") + second <= end))["tps"]]
+    # The writes queued under the throttle drain once it ends: on a busy machine the
+    # first second after it can still be one of them (rehearsal 13: 0 TPS), so the
+    # seconds up to the standby's pause are looked at, and one of them must run free.
+    pause_at = events.filter(pl.col("attrs").str.contains("pause-standby"))["t_start"][0]
     after = [float(v) for v in client.filter(
-        (pl.col("t") >= end + second) & (pl.col("t") + second <= end + 3 * second))["tps"]]
-    print("TPS while throttled to 10 IOPS:", inside, "after:", after)
-    assert len(inside) >= 2 and after
-    assert max(inside) <= 25 and min(after) > 2 * max(inside)
+        (pl.col("t") >= end + second) & (pl.col("t") + second <= pause_at))["tps"]]
+    series = [(t.strftime("%S"), round(float(v))) for t, v in client.select("t", "tps").rows()]
+    why = f"throttled {begin:%S.%f}-{end:%S.%f}, paused at {pause_at:%S.%f}, TPS {series}"
+    assert len(inside) >= 2 and after, why
+    assert max(inside) <= 25 and max(after) > 2 * max(inside), why
     # A hog bigger than the node's 1 GB envelope is killed by the OOM killer inside it
     # (this machine has far more memory), one that fits is not.
     ended = sorted((f["args"]["mb"], f["ended_early"])  # type: ignore[index]

@@ -21,7 +21,7 @@ from pglab.analysis import steady as steady_state
 from pglab.analysis.evidence import EventView, Segment, WindowEvidence
 from pglab.analysis.flush_layers import FLUSH_LAYERS, flush_scorer
 from pglab.analysis.kernel import receiver_line
-from pglab.analysis.names import busiest_queue
+from pglab.analysis.names import busiest_queue, largest_queue
 from pglab.analysis.plans import access, change_entry, change_line
 from pglab.analysis.profile import busiest_kind, kind_line
 from pglab.analysis.signals import (
@@ -35,6 +35,7 @@ from pglab.analysis.signals import (
     flush_lag_key,
     foreign_writeback,
     lock_kind,
+    long_holder,
     pct,
     setting,
     volume_devices,
@@ -163,9 +164,17 @@ def lock_contention(ev: WindowEvidence) -> Finding | None:
                    # the holders are in the wait's first message, which a followed log
                    # may have begun after
                    + (f" held by pid {holders}" if holders else ""))
-    queue_line = busiest_queue(ev.lock_queues())
-    if queue_line and s.value > 0:
-        s.add(0.1, queue_line)
+    queues = ev.lock_queues()
+    queue_line = busiest_queue(queues)
+    biggest = largest_queue(queues) if ev.window.kind != "steady" else None
+    # A queue behind a table lock, or behind a session that sat in its open transaction
+    # for seconds without itself waiting on IO or a standby, is the stall seen directly,
+    # whatever baseline the waits are compared with: a short observation's only one can
+    # be the lead-in second in which the lock was taken, its waits already the lock's.
+    direct = biggest is not None and (biggest.get("locktype") == "relation"
+                                      or long_holder(biggest) is not None)
+    if queue_line and (s.value > 0 or direct):
+        s.add(0.3 if direct else 0.1, queue_line)
     blocked = ev.inside.peak(ev.nodes[0], "db.locks", "blocked_backends")
     if blocked and blocked >= 1 and s.value > 0:
         s.add(0.1, f"up to {blocked:.0f} backends blocked on locks")
