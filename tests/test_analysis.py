@@ -668,6 +668,79 @@ def test_a_paused_standby_gets_quorum_advice_a_slow_one_a_faster_disk() -> None:
                    r["because"] for r in analysis["recommendations"])
 
 
+def _stall_at(analysis: dict[str, Any], start: str) -> dict[str, Any]:
+    found: list[dict[str, Any]] = [s for s in analysis["stalls"] if s["start"].startswith(start)]
+    assert len(found) == 1, [s["start"] for s in analysis["stalls"]]
+    return found[0]
+
+
+def test_a_standby_that_replays_each_commit_on_a_starved_cpu_is_replay_bound() -> None:
+    """Sample standby-replay-cpu (the built-in as it ships): commits wait for the standby
+    to apply them (remote_apply), the standby has a quarter of a CPU. The bulk update's
+    row locks hold the load for 22 s (lock-contention stays first there); 12 s after it,
+    autovacuum's WAL falls 0.4 s behind in replay while the startup process computes in
+    every sample: commits wait on SyncRep for the replay, not for vacuum's IO."""
+    analysis = _analysis("standby-replay-cpu")
+    locks = _stall_at(analysis, "2026-11-27T16:58:22")
+    assert locks["causes"][0]["cause"] == "lock-contention", locks["causes"][0]
+    behind = {c["cause"]: c for c in locks["causes"]}["sync-replication"]
+    assert behind["sub_cause"] == "standby-replay", behind
+    assert any(line.startswith("standby1's startup process: ") and "on-CPU samples in "
+               in line for line in behind["evidence"]), behind["evidence"]  # os.profile's
+    replay = _stall_at(analysis, "2026-11-27T16:58:54")
+    top, second = replay["causes"][:2]
+    assert (top["cause"], top["sub_cause"]) == ("sync-replication", "standby-replay"), top
+    assert top["confidence"] > second["confidence"], replay["causes"]
+    assert any(re.match(r"standby standby1 up to 0\.\d\d s behind in applying WAL", line)
+               for line in top["evidence"]), top["evidence"]
+    assert any(re.match(r"the startup process on standby1 was on CPU in \d+% of its", line)
+               for line in top["evidence"]), top["evidence"]
+    rules = {r["rule"]: r for r in analysis["recommendations"]}
+    assert rules["synchronous-commit-flush"]["change"] == {
+        "server.settings.synchronous_commit": "on"}
+    assert rules["standby-replay-cpu"]["change"] == {"nodes.standby1.envelope.cpus": 1}
+    for rule in ("synchronous-commit-flush", "standby-replay-cpu"):
+        assert rules[rule]["test"].startswith("pglab run standby-replay-cpu --set "), rules[rule]
+        assert rules[rule]["risk"]
+    assert not {"quorum-commit", "ha-synchronous-role"} & set(rules)
+
+
+def test_a_replay_behind_holds_no_commit_without_remote_apply(tmp_path: Path) -> None:
+    """The same run as if synchronous_commit were on: a commit then waits for the
+    standby's flush, and its replay falling behind neither weighs nor names the kind."""
+    copy = tmp_path / "run"
+    shutil.copytree(RUNS / "standby-replay-cpu", copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["nodes"]["primary"]["settings"]["synchronous_commit"]["setting"] = "on"
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    analysis = build_analysis(load_run_frames(copy)).to_json()
+    for stall in analysis["stalls"]:
+        for cause in stall["causes"]:
+            assert cause.get("sub_cause") != "standby-replay", cause
+            assert not any("applying WAL" in line for line in cause["evidence"]), cause
+    rules = {r["rule"] for r in analysis["recommendations"]}
+    assert not {"synchronous-commit-flush", "standby-replay-cpu"} & rules
+
+
+def test_an_observer_starved_of_cpu_does_not_make_the_standby_unresponsive() -> None:
+    """Sample standby-replay-cpu-starved: the same built-in, whose observer heard no node
+    at all (neither the primary nor the standby, nor the host's CPU figures) for 10 s of
+    the 25-s stall. That silence is the observer's, not the standby's: the standby was
+    replaying, not paused, and the advice is not quorum commit."""
+    ts = pl.read_parquet(RUNS / "standby-replay-cpu-starved" / "timeseries.parquet")
+    heard = set(ts.filter(pl.col("source") == "db.waits")["t"].dt.truncate("1s").to_list())
+    start = dt.datetime(2026, 11, 27, 16, 55, 7, tzinfo=dt.timezone.utc)
+    window = [start + dt.timedelta(seconds=i) for i in range(25)]
+    assert sum(second not in heard for second in window) >= 9  # nobody answered
+    analysis = _analysis("standby-replay-cpu-starved")
+    top = _worst(analysis)["causes"][0]
+    assert (top["cause"], top["sub_cause"]) == ("sync-replication", "standby-replay"), top
+    assert not any("stopped responding" in line for line in top["evidence"]), top
+    rules = {r["rule"] for r in analysis["recommendations"]}
+    assert "synchronous-commit-flush" in rules
+    assert not {"quorum-commit", "ha-synchronous-role"} & rules
+
+
 def test_one_hot_row_and_a_table_lock_get_different_advice() -> None:
     hot = _analysis("hot-row")
     (steady,) = hot["steady_state"]["causes"]

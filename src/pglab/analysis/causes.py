@@ -362,6 +362,11 @@ def sync_replication(ev: WindowEvidence) -> Finding | None:
         if lag > 3 * max(lag_h, 0.01):
             s.add(0.2, f"standby {label} up to {lag:.2f} s behind in confirming WAL flushed "
                        f"(healthy {lag_h:.2f} s)")
+    if _applies_each_commit(ev, primary):  # commits wait for the replay, not the flush
+        for label, (lag, lag_h) in _replay_behind(ev, primary).items():
+            s.add(0.2, f"standby {label} up to {lag:.2f} s behind in applying WAL (healthy "
+                       f"{lag_h:.2f} s), which each commit waits for (synchronous_commit = "
+                       "remote_apply)")
     for node, label, queued in network_cause.receive_backlogs(ev).values():
         s.add(0.2, f"{queued / 2**20:.1f} MB waiting in the receive queue of {label} on "
                    f"{node}: the data arrived, the receiving side did not read it in time")
@@ -422,13 +427,18 @@ def _standby_kind(s: Score, ev: WindowEvidence) -> None:
     last showed. A slow standby keeps answering, and its WAL receiver is seen busy:
     writing and fsyncing WAL (its disk) or on CPU (its cores). The fault events are
     left out on purpose: the verdict must hold for a standby nobody paused."""
+    primary = ev.nodes[0]
+    # The seconds the observer heard the primary: when the observer itself was held up
+    # (its host starved of CPU), every node fell silent, which says nothing of the standby.
+    heard = ev.inside.seconds_with(primary, "db.waits", "sampled")
+    heard_h = ev.healthy.seconds_with(primary, "db.waits", "sampled")
     for node in ev.nodes[1:]:
-        rate = ev.inside.total(node, "db.waits", "sampled") / max(1, ev.inside.seconds)
-        rate_h = ev.healthy.total(node, "db.waits", "sampled") / max(1, ev.healthy.seconds)
+        rate = ev.inside.total(node, "db.waits", "sampled") / max(1, heard)
+        rate_h = ev.healthy.total(node, "db.waits", "sampled") / max(1, heard_h)
         # A window longer than the silence (the standby catching up after it, its WAL
         # receiver fsyncing the backlog) can bring the rate back over half: the whole
         # seconds it gave no answer at all still tell.
-        silent = ev.inside.seconds - ev.inside.seconds_with(node, "db.waits", "sampled")
+        silent = max(0, heard - ev.inside.seconds_with(node, "db.waits", "sampled"))
         if rate_h > 0 and (rate < SILENT_BELOW * rate_h or silent >= SILENT_SECONDS):
             s.sub = "standby-unresponsive"
             s.lines.append(f"{node} answered {rate:.1f} telemetry samples/s (healthy "
@@ -437,6 +447,12 @@ def _standby_kind(s: Score, ev: WindowEvidence) -> None:
                            "was not merely slow")
             return
     for node in ev.nodes[1:]:
+        if (replay := _replay_bound(ev, primary, node)) is not None:
+            s.sub = "standby-replay"
+            s.lines.append(replay)
+            for kind in ("startup", "walreceiver"):  # replaying, receiving
+                _what_it_computed(s, ev, node, kind)
+            return
         receiver = ev.inside.wait_shares(node, "walreceiver")
         io = sum(v for w, v in receiver.items() if w.startswith("IO:Wal"))
         if io >= RECEIVER_IO:
@@ -453,6 +469,60 @@ def _standby_kind(s: Score, ev: WindowEvidence) -> None:
             for kind in ("startup", "walreceiver"):  # replaying, receiving
                 _what_it_computed(s, ev, node, kind)
             return
+
+
+REPLAY_ON_CPU = 0.5  # share of the startup process's samples with no wait: computing
+REPLAY_BEHIND = 3  # times the healthy replay lag (at least REPLAY_FLOOR_S): it fell behind
+REPLAY_FLOOR_S = 0.1
+REPLAY_AFTER_FLUSH = 0.5  # at most this share of the replay lag was the flush's
+
+
+def _applies_each_commit(ev: WindowEvidence, primary: str) -> bool:
+    """synchronous_commit = remote_apply: a commit returns once the standby replayed it."""
+    return setting(ev.manifest, "synchronous_commit", primary) == "remote_apply"
+
+
+def _replay_behind(ev: WindowEvidence, primary: str) -> dict[str, tuple[float, float]]:
+    """standby -> (peak, healthy mean) of how far its replay fell behind, in seconds, for
+    the standbys whose replay fell REPLAY_BEHIND times its healthy lag behind."""
+    key = (primary, "db.replication", "replay_behind_s")
+    if not (ev.inside.labels(*key) or ev.healthy.labels(*key)):
+        key = (primary, "db.replication", "replay_lag_s")  # runs recorded before it
+    found = {}
+    for label in ev.inside.labels(*key):
+        lag = ev.inside.peak(*key, label) or 0.0
+        lag_h = ev.healthy.mean(*key, label) or 0.0
+        if lag >= REPLAY_BEHIND * max(lag_h, REPLAY_FLOOR_S):
+            found[label] = (lag, lag_h)
+    return found
+
+
+def _replay_bound(ev: WindowEvidence, primary: str, node: str) -> str | None:
+    """Commits that wait for the standby to apply their WAL (remote_apply) wait for its
+    startup process, which replays WAL in one process: when its replay fell behind while
+    it was on the CPU (not waiting on a read or a lock), the standby's replay is
+    CPU-bound. Without remote_apply a commit waits for the flush only, and a slow replay
+    holds no commit."""
+    behind = _replay_behind(ev, primary)
+    if not _applies_each_commit(ev, primary) or node not in behind:
+        return None
+    # Replay comes after the flush: a standby whose disk is slow falls as far behind in
+    # flushing; a replay-bound one had most of its lag after the WAL was on its disk.
+    flushed = ev.inside.peak(*flush_lag_key(ev, primary), node) or 0.0
+    if flushed > REPLAY_AFTER_FLUSH * behind[node][0]:
+        return None
+    on_cpu = ev.inside.wait_shares(node, "startup").get("CPU", 0.0)
+    if on_cpu < REPLAY_ON_CPU:
+        return None
+    unreplayed = ev.inside.peak(primary, "db.replication", "replay_lag_bytes", node) or 0.0
+    answered = ev.inside.seconds_with(node, "db.waits", "sampled")
+    answered_h = ev.healthy.seconds_with(node, "db.waits", "sampled")
+    busy = ev.inside.total(node, "db.waits", "CPU", "startup") / max(1, answered)
+    busy_h = ev.healthy.total(node, "db.waits", "CPU", "startup") / max(1, answered_h)
+    return (f"the startup process on {node} was on CPU in {pct(on_cpu)} of its samples "
+            f"({busy:.1f} samples/s, healthy {busy_h:.1f}/s) with up to "
+            f"{unreplayed / 2**20:,.1f} MB of WAL not yet applied: replaying WAL on the "
+            "standby's CPU is the limit")
 
 
 def vacuum_io(ev: WindowEvidence) -> Finding | None:

@@ -435,6 +435,17 @@ def _wider(f: Facts) -> dict[str, Any]:
     return {f"network.links.{found[0]}.bandwidth_mbps": 4 * float(found[1]["bandwidth_mbps"])}
 
 
+def _standby_core(f: Facts) -> dict[str, Any]:
+    """A whole core for the first standby that the scenario limits to less (what one
+    replaying process can use); {} when none is limited: the machine's CPU is not a key."""
+    nodes = f.manifest.scenario.get("nodes") or {}
+    for name in sorted(nodes):
+        cpus = ((nodes[name] or {}).get("envelope") or {}).get("cpus")
+        if name.startswith("standby") and isinstance(cpus, (int, float)) and cpus < 1:
+            return {f"nodes.{name}.envelope.cpus": 1}
+    return {}
+
+
 RULES: tuple[Rule, ...] = (
     Rule("max-wal-size", ("checkpoint-io",),
          "raise max_wal_size so checkpoints are triggered by time, not WAL volume",
@@ -828,6 +839,36 @@ RULES: tuple[Rule, ...] = (
          not_when="the standby had idle CPU, or it stopped answering",
          why_untestable="pglab limits whole nodes with cgroups and pins no single process; a "
                         "2-core machine has no core to spare"),
+    Rule("synchronous-commit-flush", ("sync-replication",),
+         "let commits wait for the standby to flush their WAL (synchronous_commit = on; "
+         "remote_write: only to write it), not to replay it: with remote_apply every commit "
+         "waits for the standby's one replaying process",
+         lambda f: {"server.settings.synchronous_commit": "on"},
+         "commits return once the standby has their WAL on disk; its replay catches up "
+         "behind them, and its lag no longer holds commits",
+         "a read on the standby right after a commit may not see it yet (the read-your-"
+         "writes remote_apply gives across nodes); a failover still loses nothing the "
+         "standby flushed (with remote_write: what its OS had not written when both fail)",
+         when=lambda f: f.text_of("synchronous_commit", "on") == "remote_apply",
+         not_when="reads sent to the standby must see each commit at once (what "
+                  "remote_apply is for), or commits waited on the standby's flush, not its "
+                  "replay",
+         sub=("standby-replay",)),
+    Rule("standby-replay-cpu", ("sync-replication",),
+         "give the synchronous standby a core of its own for replay (a faster or a whole "
+         "one): WAL replay runs in one process, the startup process, which must keep up "
+         "with what the primary writes",
+         _standby_core,
+         "the startup process replays as fast as the WAL comes: replay lag and the commits "
+         "waiting on it shrink",
+         "the cost of the larger standby; beyond one core replay goes no faster (one "
+         "process): then fewer full-page images (wal_compression, checkpoints further "
+         "apart) are what is left",
+         sub=("standby-replay",),
+         not_when="the standby's startup process already had a whole core, or it waited on "
+                  "reads (its disk) rather than computing",
+         why_untestable="the scenario gives the standby no CPU envelope under one core: its "
+                        "CPU is this machine's"),
     Rule("zfs-dataset", ("checkpoint-io", "wal-write", "vacuum-io", "wal-segment-init"),
          "ZFS: recordsize=16K (data; 8K for heavy random updates), compression=lz4, "
          "logbias=throughput on the data dataset, primarycache=metadata when "

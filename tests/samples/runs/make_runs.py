@@ -111,6 +111,12 @@ BUILTIN_RUNS["churn-bursty"] = ("too-many-connections", (
 # synchronous standby 5 ms away and one 0 ms away (its wait is the standby's flush, not
 # the link), a link narrower than a bulk update's WAL, a single synchronous standby cut
 # off for 10 s, and an application 1 ms from its database.
+# a synchronous standby in a quarter of a CPU that must apply each commit (remote_apply)
+# while a bulk update after a checkpoint floods it with WAL, os.profile on: the update's
+# row locks hold the load, then commits wait for the startup process's replay; the second
+# draw's observer was starved for 10 s (no node answered) inside the update's stall
+BUILTIN_RUNS["standby-replay-cpu"] = ("standby-replay-cpu", ())
+BUILTIN_RUNS["standby-replay-cpu-starved"] = BUILTIN_RUNS["standby-replay-cpu"]
 BUILTIN_RUNS["net-far-standby"] = ("sync-standby-across-zones", (
     "matrix={}", "network.links.0.rtt=5ms"))
 BUILTIN_RUNS["net-near-standby"] = ("sync-standby-across-zones", (
