@@ -636,6 +636,12 @@ def _outputs(comparison: Any) -> dict[str, str]:
             "json": json.dumps(as_dict(comparison), indent=2)}
 
 
+def _says(text: str, fmt: str, line: str) -> bool:
+    from html import escape
+
+    return (escape(line) if fmt == "html" else line) in text
+
+
 def test_compare_says_per_contender_which_functions_rose_or_fell() -> None:
     """profile-healthy against profile-stall and profile-kernel: for each contender, the
     client backends' samples per 1000 transactions and the functions whose share changed,
@@ -699,7 +705,7 @@ def test_compare_says_per_contender_which_functions_rose_or_fell() -> None:
     note = (f"too few samples to compare (under 20 on a side): pgbench ({pgbench} base, "
             f"{stall_pgbench} contender)")
     for fmt, text in outputs.items():
-        assert note in text, fmt
+        assert _says(text, fmt, note), fmt
 
 
 def test_compare_says_which_side_has_no_profile_and_why(tmp_path: Path) -> None:
@@ -714,7 +720,7 @@ def test_compare_says_which_side_has_no_profile_and_why(tmp_path: Path) -> None:
     said = ("on-CPU profiles not compared: the base has none: runs/sync-slow-disk-kernel: "
             "os.profile was not among its probes (telemetry.include)")
     for fmt, text in outputs.items():
-        assert said in text, fmt
+        assert _says(text, fmt, said), fmt
     assert "id='flames'" not in outputs["html"]
 
     run = tmp_path / "runs" / "no-perf"
@@ -728,7 +734,27 @@ def test_compare_says_which_side_has_no_profile_and_why(tmp_path: Path) -> None:
     said = (f"on-CPU profiles not compared: the contender has none: runs/no-perf: "
             f"os.profile did not run: {why}")
     for fmt, text in outputs.items():
-        assert said in text, fmt
+        assert _says(text, fmt, said), fmt
+
+    # a side of two runs, one without: the other is compared, the one left out is named
+    both = compare(load_group(f"{HEALTHY_RUN},{run}"), [load_group(str(RUN))])
+    found = both.contenders[0].profile
+    assert found is not None and found.kinds
+    assert found.notes[0] == ("on-CPU profiles: left out of the base: runs/no-perf: "
+                              f"os.profile did not run: {why}")
+
+    # perf left much of a side unnamed: the manifest's line on why is repeated
+    unnamed = tmp_path / "runs" / "unnamed"
+    shutil.copytree(HEALTHY_RUN, unnamed)
+    manifest = json.loads((unnamed / "manifest.json").read_text())
+    record = manifest["telemetry"]["os.profile"]
+    record["resolution"]["unresolved_frames_pct"] = 40.0
+    record["unresolved"] = "40.0% of frames unnamed (postgres 80.0% of its frames: stripped)"
+    (unnamed / "manifest.json").write_text(json.dumps(manifest))
+    outputs = _outputs(compare(load_group(str(unnamed)), [load_group(str(RUN))]))
+    for fmt, text in outputs.items():
+        assert _says(text, fmt, "on-CPU profiles: the base's runs/unnamed: "
+                     + record["unresolved"]), fmt
 
     neither = compare(load_group(str(other)), [load_group(str(RUN.parent / "control"))])
     assert neither.contenders[0].profile is None

@@ -211,48 +211,52 @@ def _transactions(run: RunData) -> float:
     return float(rows["tps"].sum()) if rows is not None and rows.height else 0.0
 
 
-def _inclusive(stacks: Counter[str]) -> Counter[str]:
-    """function -> the samples whose chain holds it (once per chain), named frames only."""
-    out: Counter[str] = Counter()
-    for stack, samples in stacks.items():
-        for name in set(stack.split(";")):
-            if not name.startswith("[unknown"):
-                out[name] += samples
-    return out
+class _Chains:
+    """One side's chains of a kind: each function's samples (inclusive: once per chain
+    that holds it, named frames only) and which chains hold it."""
 
+    def __init__(self, stacks: Counter[str]) -> None:
+        self.samples = list(stacks.values())
+        self.total = sum(self.samples)
+        self.holding: dict[str, set[int]] = {}
+        for index, stack in enumerate(stacks):
+            for name in set(stack.split(";")):
+                if not name.startswith("[unknown"):
+                    self.holding.setdefault(name, set()).add(index)
+        self.counts = {name: sum(self.samples[i] for i in chains)
+                       for name, chains in self.holding.items()}
 
-def _together(stacks: Counter[str], one: str, other: str, counts: Counter[str]) -> bool:
-    """Whether the two functions lie on the same chains: nearly all samples of the one
-    with fewer hold the other too (a caller and its callee)."""
-    both = sum(n for stack, n in stacks.items() if {one, other} <= set(stack.split(";")))
-    smaller = min(counts[one], counts[other])
-    return smaller > 0 and both >= TOGETHER * smaller
+    def together(self, one: str, other: str) -> bool:
+        """Whether the two functions lie on the same chains: nearly all samples of the
+        one with fewer hold the other too (a caller and its callee)."""
+        smaller = min(self.counts.get(one, 0), self.counts.get(other, 0))
+        both = self.holding.get(one, set()) & self.holding.get(other, set())
+        return smaller > 0 and sum(self.samples[i] for i in both) >= TOGETHER * smaller
 
 
 def _functions(base: Counter[str], mine: Counter[str], base_tx: float,
                mine_tx: float) -> list[FunctionChange]:
     """The functions whose share changed most, one per set of chains (module docstring)."""
-    base_in, mine_in = _inclusive(base), _inclusive(mine)
-    base_total, mine_total = sum(base.values()), sum(mine.values())
-    changes = {name: FunctionChange(name, 100 * base_in[name] / base_total,
-                                    100 * mine_in[name] / mine_total,
-                                    1000 * base_in[name] / base_tx,
-                                    1000 * mine_in[name] / mine_tx)
-               for name in set(base_in) | set(mine_in)}
-    ordered = sorted((c for c in changes.values() if c.beyond_noise(base_total, mine_total)),
+    theirs, ours = _Chains(base), _Chains(mine)
+    changes = {name: FunctionChange(name, 100 * theirs.counts.get(name, 0) / theirs.total,
+                                    100 * ours.counts.get(name, 0) / ours.total,
+                                    1000 * theirs.counts.get(name, 0) / base_tx,
+                                    1000 * ours.counts.get(name, 0) / mine_tx)
+               for name in set(theirs.counts) | set(ours.counts)}
+    ordered = sorted((c for c in changes.values()
+                      if c.beyond_noise(theirs.total, ours.total)),
                      key=lambda c: (-abs(c.points), c.function))
     chosen: list[FunctionChange] = []
     for change in ordered:
         rose = change.points > 0
-        # a function rises in the contender's chains and falls in the base's
-        stacks, counts = (mine, mine_in) if rose else (base, base_in)
-        if any((c.points > 0) == rose and _together(stacks, c.function, change.function,
-                                                     counts) for c in chosen):
+        side = ours if rose else theirs  # a function rises in the contender's chains
+        if any((c.points > 0) == rose and side.together(c.function, change.function)
+               for c in chosen):
             continue  # a caller or callee of one named: the same chains
         alike = [c for c in ordered if (c.points > 0) == rose
                  and abs(c.points - change.points) <= ALIKE_POINTS
-                 and (c is change or _together(stacks, c.function, change.function, counts))]
-        chosen.append(min(alike, key=lambda c: (counts[c.function], c.function)))
+                 and (c is change or side.together(c.function, change.function))]
+        chosen.append(min(alike, key=lambda c: (side.counts.get(c.function, 0), c.function)))
         if len(chosen) == MAX_FUNCTIONS:
             break
     return chosen
