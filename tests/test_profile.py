@@ -756,6 +756,15 @@ def test_compare_says_which_side_has_no_profile_and_why(tmp_path: Path) -> None:
         assert _says(text, fmt, "on-CPU profiles: the base's runs/unnamed: "
                      + record["unresolved"]), fmt
 
+    # a damaged profile.parquet: that side's profile is left out, said, the rest compared
+    damaged = tmp_path / "runs" / "damaged"
+    shutil.copytree(HEALTHY_RUN, damaged)
+    (damaged / "profile.parquet").write_bytes(b"not parquet")
+    found = compare(load_group(str(RUN)), [load_group(str(damaged))]).contenders[0].profile
+    assert found is not None and not found.kinds
+    assert found.notes[0].startswith("on-CPU profiles not compared: the contender has none: "
+                                     f"{damaged / 'profile.parquet'}: unreadable Parquet")
+
     neither = compare(load_group(str(other)), [load_group(str(RUN.parent / "control"))])
     assert neither.contenders[0].profile is None
     assert not any("on-CPU" in text for text in _outputs(neither).values())

@@ -37,6 +37,7 @@ import polars as pl
 from pglab.analysis.profile import KIND_WORDS
 from pglab.compare.groups import Group
 from pglab.compare.rundata import RunData
+from pglab.errors import BadInput
 from pglab.report.html_profile import FrameNames, flame_tree, ordered_kinds
 from pglab.results import files
 
@@ -172,7 +173,11 @@ def _side(name: str, group: Group, notes: list[str]) -> Side | None:
     side = Side({}, 0.0)
     lacking: list[str] = []
     for run in group.runs:
-        frame = run.profile
+        try:
+            frame = run.profile
+        except BadInput as exc:  # a damaged file: this run's profile is left out, said
+            lacking.append(str(exc))
+            continue
         why = _why_none(run, frame)
         if why is not None or frame is None or run.window is None:
             lacking.append(f"{run.label}: {why}")
