@@ -22,7 +22,7 @@ import polars as pl
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from conftest import run_cli
+from conftest import ROOT_USER, apt_install, run_cli
 from pglab.lab.binaries import find_binaries, runnable_by
 from pglab.lab.local import LocalServer, free_port
 from pglab.lab.osuser import server_user
@@ -146,10 +146,10 @@ def _wait_for_samples(results: Path, timeout: float = 60) -> Path:
 
 def _incident(observed: Observed, tmp_path: Path, observe: list[str], load: list[str],
               after_s: float, app: str, statement: str, hold_s: float,
-              ) -> tuple[Path, str, dt.datetime]:
+              ) -> tuple[Path, str, str, dt.datetime]:
     """An observation of a pgbench load (4 clients on `app`) during which a session of
     application `app`, outside pglab, runs `statement` `after_s` into the load and holds
-    its locks `hold_s`: the folder, pglab's stdout and when the load ended."""
+    its locks `hold_s`: the folder, pglab's stdout and stderr, and when the load ended."""
     results = tmp_path / "results"
     proc = _observe(observed.dsn(), *observe, results=results)
     folder = _wait_for_samples(results)
@@ -168,7 +168,7 @@ def _incident(observed: Observed, tmp_path: Path, observe: list[str], load: list
     assert pgbench.returncode == 0, load_err
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 0, stderr
-    return folder, stdout, ended
+    return folder, stdout, stderr, ended
 
 
 def test_a_row_lock_held_outside_is_named_by_the_analysis(observed: Observed,
@@ -176,7 +176,7 @@ def test_a_row_lock_held_outside_is_named_by_the_analysis(observed: Observed,
     script = tmp_path / "shared-row.sql"
     script.write_text(SHARED_ROW)
     log = observed.srv.log_dir / "postgresql.json"
-    folder, stdout, _ended = _incident(
+    folder, stdout, _stderr, _ended = _incident(
         observed, tmp_path, ["--duration", "16s", "--log", str(log)],
         ["-T", "11", "-f", str(script)], 4, "nightly-batch",
         "UPDATE pgbench_branches SET bbalance = bbalance WHERE bid = 1", 4)
@@ -230,10 +230,14 @@ def test_a_table_lock_is_named_as_one_and_the_idle_end_is_no_stall(observed: Obs
     """LOCK TABLE on pgbench_branches while pgbench runs: the sessions it blocks directly
     want the table; those behind them wait on the rows these hold, so the waits read as
     row locks. The queue is the table's, and the sub-cause table-lock. The seconds after
-    the load ended, with no client at work, are idle, not a stall."""
-    folder, stdout, ended = _incident(
-        observed, tmp_path, ["--duration", "13s"], ["-T", "7"], 2, "migration",
-        "LOCK TABLE pgbench_branches IN ACCESS EXCLUSIVE MODE", 3)
+    the load ended, with no client at work, are idle, not a stall. The observation
+    profiles the server (on this host) on-CPU with perf, as root; else says once why not."""
+    if ROOT_USER:
+        apt_install("linux-perf", Path("/usr/bin/perf"))
+    folder, stdout, stderr, ended = _incident(
+        observed, tmp_path, ["--duration", "13s", "--profile", "49"], ["-T", "7"], 2,
+        "migration", "LOCK TABLE pgbench_branches IN ACCESS EXCLUSIVE MODE", 3)
+    _profiled(folder, stderr)
     analysis = json.loads((folder / "analysis.json").read_text())
     zero = [w for w in analysis["stalls"] if w["kind"] == "drop-to-zero"]
     assert zero, analysis["stalls"]
@@ -252,6 +256,33 @@ def test_a_table_lock_is_named_as_one_and_the_idle_end_is_no_stall(observed: Obs
     tests = [r["test"] for r in analysis["recommendations"]]
     assert tests and all(t.startswith(("pglab run SCENARIO ", "not testable")) for t in tests)
 
+
+def _profiled(folder: Path, stderr: str) -> None:
+    """--profile 49 on a server of this host: as root, the server's processes' on-CPU
+    samples by PostgreSQL process kind (its client backends' chains through PostgresMain)
+    and the profiler in the manifest; not root, one line saying why not."""
+    from pglab.probes.procfs.processes import TITLE_KINDS
+    from pglab.results.schemas import PROFILE_SCHEMA
+
+    manifest = json.loads((folder / "manifest.json").read_text())
+    record = manifest["telemetry"]["os.profile"]
+    if not ROOT_USER:
+        assert not (folder / "profile.parquet").exists()
+        said = [line for line in stderr.splitlines() if "os.profile" in line]
+        assert len(said) == 1 and record["unavailable"] in said[0], (stderr, record)
+        return
+    frame = pl.read_parquet(folder / "profile.parquet")
+    assert dict(frame.schema) == PROFILE_SCHEMA
+    kinds = set(frame["kind"].unique().to_list())
+    assert "backends" in kinds and kinds <= {*TITLE_KINDS.values(), "backends", "postmaster"}
+    assert frame["node"].unique().to_list() == ["primary"]  # no pgbench of pglab's
+    backends = frame.filter(pl.col("kind") == "backends")
+    assert any(";PostgresMain;" in s for s in backends["stack"].to_list())
+    assert record["hz"] == 49 and record["call_graph"] == "dwarf"
+    assert record["resolution"]["samples"] == frame["samples"].sum()
+    assert "os.profile" in manifest["telemetry"]["probes"]
+    assert manifest["telemetry"]["probe_cpu_s"]["os.profile"] > 0
+    assert "--profile" not in stderr, stderr  # it found the postmaster: nothing to say
 
 def test_nothing_is_written_and_the_password_stays_out(idle: Observed, tmp_path: Path,
                                                         node_exporter_url: str) -> None:

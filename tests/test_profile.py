@@ -603,6 +603,172 @@ def test_compare_without_a_profile_on_one_side_draws_none() -> None:
     assert "id='flames'" not in page and "flame.js" not in page and "<script" not in page
 
 
+
+def _measured_profile(run: Path, node: str, kind: str) -> pl.DataFrame:
+    """A run's profile.parquet rows of one kind in its measured seconds."""
+    client = pl.read_parquet(run / "client.parquet").filter(
+        pl.col("job").is_null() & ~pl.col("warmup") & ~pl.col("partial")).sort("t")
+    seconds = json.loads((run / "manifest.json").read_text())["results"]["measured"]["seconds"]
+    times: list[dt.datetime] = client.head(seconds)["t"].to_list()
+    start, end = times[0], times[-1] + dt.timedelta(seconds=1)
+    return pl.read_parquet(run / "profile.parquet").filter(
+        (pl.col("node") == node) & (pl.col("kind") == kind)
+        & (pl.col("t") >= start) & (pl.col("t") < end))
+
+
+def _share(run: Path, node: str, kind: str, function: str) -> float:
+    """% of a kind's samples whose chain holds `function` (counted apart from compare)."""
+    rows = _measured_profile(run, node, kind)
+    holding = rows.filter(pl.col("stack").str.split(";").list.contains(function))
+    return 100 * int(holding["samples"].sum()) / int(rows["samples"].sum())
+
+
+def _outputs(comparison: Any) -> dict[str, str]:
+    from rich.console import Console
+
+    from pglab.compare import render_html, render_markdown, render_terminal
+    from pglab.compare.comparison import as_dict
+
+    console = Console(record=True, width=10_000, no_color=True, file=io.StringIO())
+    render_terminal.render(console, comparison)
+    return {"terminal": console.export_text(), "markdown": render_markdown.render(comparison),
+            "html": render_html.render(comparison),
+            "json": json.dumps(as_dict(comparison), indent=2)}
+
+
+def _says(text: str, fmt: str, line: str) -> bool:
+    from html import escape
+
+    return (escape(line) if fmt == "html" else line) in text
+
+
+def test_compare_says_per_contender_which_functions_rose_or_fell() -> None:
+    """profile-healthy against profile-stall and profile-kernel: for each contender, the
+    client backends' samples per 1000 transactions and the functions whose share changed,
+    with the shares profile.parquet gives (counted here apart), in every output, and a
+    differential flame graph per contender in the HTML page. For profile-stall ExecAgg
+    rose most (its side queries)."""
+    from pglab.compare.comparison import compare
+    from pglab.compare.groups import load_group
+
+    kernel_run = RUN.parent / "profile-kernel"
+    contenders = (RUN, kernel_run)
+    comparison = compare(load_group(str(HEALTHY_RUN)), [load_group(str(r)) for r in contenders])
+    outputs = _outputs(comparison)
+    data = json.loads(outputs["json"])
+    page = outputs["html"]
+    flames = json.loads(re.search(r"id='pglab-data'>(.*?)</script>", page, re.S)[1])  # type: ignore[index]
+    sections = flames["profile"]["stalls"]
+    assert [s["title"].split(" against ")[0] for s in sections] == [
+        f"{r.parent.name}/{r.name}" for r in contenders]
+    for index, run in enumerate(contenders):
+        found = comparison.contenders[index].profile
+        assert found is not None
+        kind = next(k for k in found.kinds if (k.node, k.kind) == ("primary", "backends"))
+        base, mine = (_per_1000_tx(HEALTHY_RUN, "primary", "backends"),
+                      _per_1000_tx(run, "primary", "backends"))
+        assert kind.base_per_1000_tx == pytest.approx(base)
+        assert kind.contender_per_1000_tx == pytest.approx(mine)
+        assert f"{base:.1f} -> {mine:.1f} on-CPU samples per 1000 transactions" in kind.line()
+        graph = next(g for g in sections[index]["graphs"]
+                     if (g["node"], g["kind"]) == ("primary", "backends"))
+        assert graph["per_1000_tx"] == [round(base, 2), round(mine, 2)]
+        for function in kind.functions:
+            theirs, ours = (_share(HEALTHY_RUN, "primary", "backends", function.function),
+                            _share(run, "primary", "backends", function.function))
+            assert function.base_pct == pytest.approx(theirs)
+            assert function.contender_pct == pytest.approx(ours)
+            line = (f"{function.function} {ours - theirs:+.1f} pts ({theirs:.1f}% -> "
+                    f"{ours:.1f}%;")
+            assert line in outputs["terminal"], line
+            assert (f"| {function.function} | {theirs:.1f}% | {ours:.1f}% | "
+                    f"{ours - theirs:+.1f} pts |") in outputs["markdown"]
+            assert (f"<td>{function.function}</td><td>{theirs:.1f}%</td><td>{ours:.1f}%</td>"
+                    in page)
+        points = [abs(f.points) for f in kind.functions]
+        assert points == sorted(points, reverse=True)
+        (listed,) = [k for k in data["contenders"][index]["profile"]["kinds"]
+                     if k["kind"] == "backends"]
+        assert [f["function"] for f in listed["functions"]] == [
+            f.function for f in kind.functions]
+    stall = next(k for k in comparison.contenders[0].profile.kinds  # type: ignore[union-attr]
+                 if k.kind == "backends")
+    first = stall.functions[0]
+    assert first.function == "ExecAgg" and first.points > 30 and first.base_pct < 1
+    # a caller on the same chains as ExecAgg is not named beside it
+    assert not {"PortalRunSelect", "standard_ExecutorRun", "PortalRun"} & {
+        f.function for f in stall.functions}
+    # pgbench has under 20 samples in the base: said, with both counts, not compared
+    pgbench = int(_measured_profile(HEALTHY_RUN, "client", "pgbench")["samples"].sum())
+    assert pgbench < 20
+    stall_pgbench = int(_measured_profile(RUN, "client", "pgbench")["samples"].sum())
+    note = (f"too few samples to compare (under 20 on a side): pgbench ({pgbench} base, "
+            f"{stall_pgbench} contender)")
+    for fmt, text in outputs.items():
+        assert _says(text, fmt, note), fmt
+
+
+def test_compare_says_which_side_has_no_profile_and_why(tmp_path: Path) -> None:
+    """A side without os.profile is named, with why, in every output (a run that did not
+    ask for it; one whose perf was missing, from its manifest); two runs that never asked
+    for it say nothing of profiles."""
+    from pglab.compare.comparison import compare
+    from pglab.compare.groups import load_group
+
+    other = RUN.parent / "sync-slow-disk-kernel"
+    outputs = _outputs(compare(load_group(str(other)), [load_group(str(RUN))]))
+    said = ("on-CPU profiles not compared: the base has none: runs/sync-slow-disk-kernel: "
+            "os.profile was not among its probes (telemetry.include)")
+    for fmt, text in outputs.items():
+        assert _says(text, fmt, said), fmt
+    assert "id='flames'" not in outputs["html"]
+
+    run = tmp_path / "runs" / "no-perf"
+    shutil.copytree(HEALTHY_RUN, run)
+    (run / "profile.parquet").unlink()
+    manifest = json.loads((run / "manifest.json").read_text())
+    why = "os.profile needs linux-perf (perf not found): apt-get install linux-perf"
+    manifest["telemetry"]["os.profile"] = {"unavailable": why}
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    outputs = _outputs(compare(load_group(str(RUN)), [load_group(str(run))]))
+    said = (f"on-CPU profiles not compared: the contender has none: runs/no-perf: "
+            f"os.profile did not run: {why}")
+    for fmt, text in outputs.items():
+        assert _says(text, fmt, said), fmt
+
+    # a side of two runs, one without: the other is compared, the one left out is named
+    both = compare(load_group(f"{HEALTHY_RUN},{run}"), [load_group(str(RUN))])
+    found = both.contenders[0].profile
+    assert found is not None and found.kinds
+    assert found.notes[0] == ("on-CPU profiles: left out of the base: runs/no-perf: "
+                              f"os.profile did not run: {why}")
+
+    # perf left much of a side unnamed: the manifest's line on why is repeated
+    unnamed = tmp_path / "runs" / "unnamed"
+    shutil.copytree(HEALTHY_RUN, unnamed)
+    manifest = json.loads((unnamed / "manifest.json").read_text())
+    record = manifest["telemetry"]["os.profile"]
+    record["resolution"]["unresolved_frames_pct"] = 40.0
+    record["unresolved"] = "40.0% of frames unnamed (postgres 80.0% of its frames: stripped)"
+    (unnamed / "manifest.json").write_text(json.dumps(manifest))
+    outputs = _outputs(compare(load_group(str(unnamed)), [load_group(str(RUN))]))
+    for fmt, text in outputs.items():
+        assert _says(text, fmt, "on-CPU profiles: the base's runs/unnamed: "
+                     + record["unresolved"]), fmt
+
+    # a damaged profile.parquet: that side's profile is left out, said, the rest compared
+    damaged = tmp_path / "runs" / "damaged"
+    shutil.copytree(HEALTHY_RUN, damaged)
+    (damaged / "profile.parquet").write_bytes(b"not parquet")
+    found = compare(load_group(str(RUN)), [load_group(str(damaged))]).contenders[0].profile
+    assert found is not None and not found.kinds
+    assert found.notes[0].startswith("on-CPU profiles not compared: the contender has none: "
+                                     f"{damaged / 'profile.parquet'}: unreadable Parquet")
+
+    neither = compare(load_group(str(other)), [load_group(str(RUN.parent / "control"))])
+    assert neither.contenders[0].profile is None
+    assert not any("on-CPU" in text for text in _outputs(neither).values())
+
 # --- what perf could not name, and why ------------------------------------------------------
 
 @pytest.mark.skipif(shutil.which("readelf") is None, reason="needs binutils' readelf")

@@ -33,6 +33,7 @@ from pglab.compare import stats
 from pglab.compare.envdiff import EnvDiff, compare_environments
 from pglab.compare.groups import Group
 from pglab.compare.metrics import BY_NAME, METRICS, Measure, Metric
+from pglab.compare.profile_diff import ProfileComparison, compare_profiles
 from pglab.errors import BadInput
 
 if TYPE_CHECKING:
@@ -95,6 +96,8 @@ class ContenderResult:
     env: EnvDiff
     warnings: list[str] = field(default_factory=list)
     statements: StatementsComparison | None = None  # None: not asked for (--metric)
+    # None: --metric, or no run of either side was to record on-CPU profiles
+    profile: ProfileComparison | None = None
 
 
 @dataclass
@@ -193,8 +196,8 @@ def applies_to(metric: Metric, groups: list[Group]) -> bool:
 
 def compare(base: Group, contenders: list[Group], noise: float = DEFAULT_NOISE,
             confidence: float = 0.95, metric_names: list[str] | None = None) -> Comparison:
-    """BASE against each contender; statement by statement too unless `metric_names`
-    picks the rows."""
+    """BASE against each contender; statement by statement and on-CPU profiles too
+    unless `metric_names` picks the rows."""
     from pglab.compare.statements import compare_statements  # it calls compare_metric
 
     metrics = [BY_NAME[n] for n in metric_names] if metric_names else [
@@ -212,7 +215,8 @@ def compare(base: Group, contenders: list[Group], noise: float = DEFAULT_NOISE,
             warnings.append(f"left out: {len(skipped) - 4} more runs that did not complete")
         found = (None if metric_names else
                  compare_statements(base, contender, noise, confidence))
-        results.append(ContenderResult(contender, rows, env, warnings, found))
+        profile = None if metric_names else compare_profiles(base, contender)
+        results.append(ContenderResult(contender, rows, env, warnings, found, profile))
     return Comparison(base, results, noise, confidence)
 
 
@@ -264,6 +268,7 @@ def failed_conditions(comparison: Comparison, conditions: list[Condition]) -> li
 
 def as_dict(comparison: Comparison) -> dict[str, object]:
     """The comparison as JSON-serialisable data (`pglab compare --format json`)."""
+    from pglab.compare.profile_diff import as_dict as profile_dict
     from pglab.compare.statements import as_dict as statements_dict
 
     def metric(r: MetricResult) -> dict[str, object]:
@@ -287,6 +292,7 @@ def as_dict(comparison: Comparison) -> dict[str, object]:
                             for cat, key, a, b in c.env.rows],
             "metrics": [metric(r) for r in c.metrics],
             **({"statements": statements_dict(c.statements)} if c.statements else {}),
+            **({"profile": profile_dict(c.profile)} if c.profile else {}),
         } for c in comparison.contenders],
         "failed_conditions": comparison.failed_conditions,
     }

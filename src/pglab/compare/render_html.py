@@ -1,14 +1,15 @@
 """A comparison as one small self-contained HTML page (inline CSS, no network; a script
-only to draw the differential flame graphs, when both sides ran os.profile)."""
+only to draw the differential flame graphs, of each contender whose both sides ran
+os.profile)."""
 
 from __future__ import annotations
 
 from html import escape
 
-from pglab.compare import cells, render_statements
+from pglab.compare import cells, render_profile, render_statements
 from pglab.compare.comparison import Comparison
 from pglab.compare.profile_diff import CSS as FLAME_CSS
-from pglab.compare.profile_diff import profile_diff
+from pglab.compare.profile_diff import flame_data
 from pglab.report.page import asset, json_for_script
 
 _CSS = """
@@ -41,6 +42,7 @@ def render(comparison: Comparison) -> str:
                          + f"<td class='{css}'>{escape(row[-1])}</td></tr>")
         parts.append("</table>")
         parts += render_statements.html(contender.statements)
+        parts += render_profile.html(contender.profile)
         if contender.env.rows:
             parts.append("<h3>environment differences</h3><table><tr><th>what</th>"
                          "<th>base</th><th>contender</th></tr>")
@@ -56,12 +58,12 @@ def render(comparison: Comparison) -> str:
 
 
 def _flames(comparison: Comparison) -> str:
-    """The first contender's differential flame graphs against the base (flame.js)."""
-    for contender in comparison.contenders:
-        profile = profile_diff(comparison.base, contender.group)
-        if profile is not None:
-            return (f"<style>{FLAME_CSS}</style><h2>Where the CPU went per transaction "
-                    "(os.profile)</h2><div id='flames'></div><script type='application/json' "
-                    f"id='pglab-data'>{json_for_script({'profile': profile})}</script>"
-                    f"<script>{asset('flame.js')}</script>")
-    return ""
+    """Each contender's differential flame graphs against the base (flame.js)."""
+    profile = flame_data(comparison.base.label, [(c.group.label, c.profile)
+                                                 for c in comparison.contenders])
+    if profile is None:
+        return ""
+    return (f"<style>{FLAME_CSS}</style><h2>Where the CPU went per transaction "
+            "(os.profile)</h2><div id='flames'></div><script type='application/json' "
+            f"id='pglab-data'>{json_for_script({'profile': profile})}</script>"
+            f"<script>{asset('flame.js')}</script>")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pglab.compare import cells, render_statements
+from pglab.compare import cells, render_profile, render_statements
 from pglab.compare.comparison import Comparison
 
 _MARK = {"better": "✅ better", "worse": "❌ worse"}
@@ -31,6 +31,7 @@ def render(comparison: Comparison) -> str:
             lines.append("| " + " | ".join(_escape(c) for c in row) + " |")
         lines.append("")
         lines += render_statements.markdown(contender.statements)
+        lines += render_profile.markdown(contender.profile)
         if contender.env.rows:
             lines += ["<details><summary>environment differences</summary>", "",
                       "| what | base | contender |", "|---|---|---|"]

@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-from pglab.compare import cells, render_statements
+from pglab.compare import cells, render_profile, render_statements
 from pglab.compare.comparison import Comparison
 
 _ANY = 1_000_000  # columns: to measure the table's natural width
@@ -47,6 +47,7 @@ def render(console: Console, comparison: Comparison) -> None:
         for line in spreads:
             console.print(f"  {line}", highlight=False)
         render_statements.terminal(console, contender.statements)
+        render_profile.terminal(console, contender.profile)
         if contender.env.rows:
             console.print("  [bold]environment differences[/bold] (base -> contender)")
             for category, key, a, b in contender.env.rows:

@@ -70,6 +70,11 @@ class RunData:
         return self.run.parquet(files.TIMESERIES)
 
     @functools.cached_property
+    def profile(self) -> pl.DataFrame | None:
+        """os.profile's on-CPU stacks (profile.parquet), when the probe ran."""
+        return self.run.parquet(files.PROFILE)
+
+    @functools.cached_property
     def events(self) -> pl.DataFrame | None:
         return self.run.parquet(files.EVENTS)
 
