@@ -20,6 +20,7 @@ import polars as pl
 
 from pglab.analysis.evidence import Segment, WindowEvidence
 from pglab.results.manifest import Manifest
+from pglab.sqltext import squash_lists
 
 STATEMENT_WAITS = "db.statement_waits"  # probes.db_activity.STATEMENT_WAITS
 STATEMENTS = "db.statements"  # probes.db_statements.StatementStats.name
@@ -52,6 +53,8 @@ class StatementTexts:
     # node -> queryid -> the relations its generic plan reads (16+)
     relations: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     _index: dict[str, dict[str, str]] = field(default_factory=dict)  # comparable -> queryid
+    # comparable with lists squashed -> queryid, where one queryid has it
+    _squashed: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @staticmethod
     def from_events(events: list[tuple[str, dict[str, Any]]]) -> StatementTexts:
@@ -87,11 +90,29 @@ class StatementTexts:
             index = self._index[node] = {comparable(text): queryid for queryid, text
                                          in self.texts.get(node, {}).items() if text}
         found = index.get(want)
+        if found is None:
+            found = self._squashed_match(node, sampled)
         if found is not None or len(sampled) < TEXT_CHARS - 10:
             return found
         # cut by the sampler, maybe inside a literal: its start is what it says
         head = want[: len(want) - 20]
         return next((q for text, q in index.items() if text.startswith(head)), None)
+
+
+    def _squashed_match(self, node: str, sampled: str) -> str | None:
+        """A text whose list is of another length than its entry's: PostgreSQL 18 keeps
+        one entry of any length (`IN ($1 /*, ... */)`), which a text logged with its
+        literals (auto_explain, a log whose server is not known) only meets squashed.
+        An older server's entries of several lengths squash alike: none is chosen."""
+        index = self._squashed.get(node)
+        if index is None:
+            seen: dict[str, set[str]] = defaultdict(set)
+            for queryid, text in self.texts.get(node, {}).items():
+                if text:
+                    seen[comparable(squash_lists(text))].add(queryid)
+            index = self._squashed[node] = {key: next(iter(ids)) for key, ids in seen.items()
+                                            if len(ids) == 1}
+        return index.get(comparable(squash_lists(sampled)))
 
 
 def statement_texts(data_events: pl.DataFrame) -> StatementTexts:

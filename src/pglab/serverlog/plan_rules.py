@@ -116,7 +116,9 @@ def plan_event(rec: LogRecord, msg: str, node: str) -> tuple[Event, bool] | None
         "duration_ms": ms,
         # text and JSON name nodes differently: plans are compared within one notation
         "format": "json" if body.lstrip().startswith("{") else "text",
-        "query": normalise(query)[:STATEMENT_MAX],
+        # lists kept at their length: a log does not say its server's version, and the
+        # analysis meets a PostgreSQL 18 entry through the squashed form (sqltext)
+        "query": normalise(query, squash=False)[:STATEMENT_MAX],
         "outline": outline,
         "pid": rec.pid,
     }
