@@ -31,10 +31,10 @@ import polars as pl
 
 from pglab.analysis.plans import RunPlans, StatementPlans, run_plans, shape
 from pglab.analysis.statements import comparable
-from pglab.sqltext import squash_lists
 from pglab.analysis.statements import statement_texts as event_texts
 from pglab.compare.metrics import Measure, Metric
 from pglab.compare.rundata import RunData
+from pglab.sqltext import squash_lists
 
 if TYPE_CHECKING:
     from pglab.compare.comparison import MetricResult

@@ -59,7 +59,7 @@ STATEMENTS = {
                   f"AND bid IN ({_in(m)})" for n, m in ((2, 3), (4, 2))],
 }
 # name -> (text, parameters) run through the extended protocol (psycopg binds them)
-BOUND = {
+BOUND: dict[str, list[tuple[str, tuple[int, ...]]]] = {
     "bound-in": [("SELECT abalance FROM accounts WHERE aid IN (%s, %s)", (1, 2)),
                  ("SELECT abalance FROM accounts WHERE aid IN (%s, %s, %s, %s)", (1, 2, 3, 4))],
     # bound values and literals in one text, never run with literals only (its own text)
