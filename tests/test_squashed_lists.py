@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 
 from pglab.analysis.plans import run_plans
-from pglab.analysis.statements import StatementTexts
+from pglab.analysis.statements import TEXT_CHARS, StatementTexts
 from pglab.compare.statements import RunStatement, _pairs
 from pglab.results.spool import event_record, events_frame
 from pglab.serverlog import parse_log_file
+from pglab.serverlog.triggers import STATEMENT_MAX
 from pglab.sqltext import normalise, squash_lists
 
 SAMPLES = Path(__file__).parent / "samples" / "pg_stat_statements"
@@ -88,7 +89,9 @@ def test_each_logged_plan_meets_its_entry(major: int, name: str) -> None:
     entries by text, each entry gets as many plans as pg_stat_statements counted calls.
     An entry whose text another entry has too (the server wrote one text for two
     queryids: bigint casts and numerics, or a bound value numbered after the list)
-    cannot be told by its text: its plans meet no entry rather than a wrong one."""
+    cannot be told by its text: its plans meet no entry rather than a wrong one. So
+    on 15 with the lists of 100 and 150 constants: a plan keeps 500 characters of its
+    text, those two are kept squashed, which no single 15 entry is."""
     rows, _ = _sample(major)
     texts = _texts(rows)
     events, stats = parse_log_file(SAMPLES / f"in-lists-{major}" / name)
@@ -96,6 +99,11 @@ def test_each_logged_plan_meets_its_entry(major: int, name: str) -> None:
     plans = [e.attrs for e in events if e.kind == "statement-plan"]
     matched = Counter(texts.queryid_of_text("primary", str(p["query"])) for p in plans)
     shared = {t for t, n in Counter(r["query"] for r in rows).items() if n > 1}
+    if major < 18:
+        shared |= {r["query"] for r in rows if len(r["query"]) > STATEMENT_MAX}
+        long = [p for p in plans if str(p["query"]).endswith("IN ($1 /*, ... */)")]
+        assert len(long) == 2 and not any(texts.queryid_of_text("primary", str(p["query"]))
+                                           for p in long)
     for row in rows:
         if row["query"] not in shared:
             assert matched[row["queryid"]] == row["calls"], row
@@ -103,7 +111,7 @@ def test_each_logged_plan_meets_its_entry(major: int, name: str) -> None:
 
 
 def test_plans_of_one_statement_are_one_statement_with_or_without_entries() -> None:
-    """The PostgreSQL 18 log's plans of `IN` lists of four lengths (and two bound) are
+    """The PostgreSQL 18 log's plans of `IN` lists of six lengths (and two bound) are
     one statement's plans: keyed by its entry, and without entries (a log alone) by the
     squashed text, which is the entry's."""
     events, _ = parse_log_file(SAMPLES / "in-lists-18" / "postgresql.json")
@@ -114,4 +122,23 @@ def test_plans_of_one_statement_are_one_statement_with_or_without_entries() -> N
         plans = run_plans(frame, texts)
         found = [st for st in plans.statements.values() if st.text == want]
         assert len(found) == 1
-        assert sum(seen.count for seen in found[0].plans.values()) == 6
+        assert sum(seen.count for seen in found[0].plans.values()) == 8
+
+
+@pytest.mark.parametrize("major", [15, 18])
+def test_a_sampled_text_cut_inside_a_long_list_meets_its_entry(major: int) -> None:
+    """The wait sampler keeps 200 characters of a statement without query_id
+    (`left(query, 200)`): cut inside a list of 100 or 150 constants, the parser refuses
+    it and the sampled text still meets the entry: 18's one entry, or on 15 one of the
+    long lists' entries (which of them the first 200 characters cannot say)."""
+    rows, run = _sample(major)
+    texts = _texts(rows)
+    long = [text for text in run["in"] if len(text) > TEXT_CHARS]
+    assert len(long) == 2
+    entries = {r["queryid"] for r in rows if r["query"].count("$") >= 100
+               or r["query"] == "SELECT abalance FROM accounts WHERE aid IN ($1 /*, ... */)"}
+    assert len(entries) == (1 if major >= 18 else 2)
+    for text in long:
+        sampled = normalise(text[:TEXT_CHARS], squash=major >= 18)
+        assert "/*" not in sampled  # not parsed: the fallback's words
+        assert texts.queryid_of_text("primary", sampled) in entries, sampled

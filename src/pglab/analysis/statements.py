@@ -29,6 +29,9 @@ STALL_STATEMENTS = 5  # listed per stall
 RUN_STATEMENTS = 20  # in the run's table, by total execution time
 MIN_SHARE = 0.02  # of a stall's samples: below, a statement is not listed
 TEXT_CHARS = 200  # the sampler keeps this much of a statement without query_id
+# a list's constants in a comparable text, squashed as 18 writes them or not
+_LIST = re.compile(r"\?(?: /\*, \.\.\. \*/|(?:, ?\?)+)")
+LIST_TOKEN = "?.."
 UNKNOWN = "(statement not identified: no query_id and no text readable)"
 # A backend idle in its transaction waits for its client's next statement with the last
 # one's query_id: that is the client's time, not the statement's.
@@ -96,7 +99,17 @@ class StatementTexts:
             return found
         # cut by the sampler, maybe inside a literal: its start is what it says
         head = want[: len(want) - 20]
-        return next((q for text, q in index.items() if text.startswith(head)), None)
+        found = next((q for text, q in index.items() if text.startswith(head)), None)
+        if found is not None:
+            return found
+        # cut inside a list (a long IN list is what makes a text long), which 18 keeps
+        # squashed: both with each list one token, the sampled one up to its last list
+        # when the cut came soon after it
+        lists = _LIST.sub(LIST_TOKEN, want)
+        end = lists.rfind(LIST_TOKEN) + len(LIST_TOKEN)
+        head = lists[:end] if len(lists) - end < 20 <= end else lists[: len(lists) - 20]
+        return next((q for text, q in index.items()
+                     if _LIST.sub(LIST_TOKEN, text).startswith(head)), None)
 
 
     def _squashed_match(self, node: str, sampled: str) -> str | None:

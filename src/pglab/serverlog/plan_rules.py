@@ -155,13 +155,18 @@ def plan_event(rec: LogRecord, msg: str, node: str) -> tuple[Event, bool] | None
             outline = _NODE_TYPE.findall(body)[:OUTLINE_MAX]
     else:
         query, outline, whole = _text_outline(body)
+    text = normalise(query, squash=False)
+    if len(text) > STATEMENT_MAX:
+        # too long to keep whole, mostly for a long list: squashed it is whole and still
+        # meets 18's entry (what the list's length was is lost either way)
+        text = normalise(query)
     attrs: dict[str, Any] = {
         "duration_ms": ms,
         # text and JSON name nodes differently: plans are compared within one notation
         "format": "json" if body.lstrip().startswith("{") else "text",
         # lists kept at their length: a log does not say its server's version, and the
         # analysis meets a PostgreSQL 18 entry through the squashed form (sqltext)
-        "query": normalise(query, squash=False)[:STATEMENT_MAX],
+        "query": text[:STATEMENT_MAX],
         "outline": outline,
         "pid": rec.pid,
     }

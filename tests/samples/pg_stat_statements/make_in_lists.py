@@ -35,7 +35,8 @@ def _in(n: int) -> str:
 
 # name -> texts that are one statement on PostgreSQL 18 (lists of several lengths)
 STATEMENTS = {
-    "in": [f"SELECT abalance FROM accounts WHERE aid IN ({_in(n)})" for n in (2, 3, 5, 12)],
+    "in": [f"SELECT abalance FROM accounts WHERE aid IN ({_in(n)})"
+           for n in (2, 3, 5, 12, 100, 150)],  # the last two longer than the sampler keeps
     "in-and-more": [f"SELECT count(*) FROM accounts WHERE bid = 3 AND aid IN ({_in(n)}) "
                     f"AND abalance >= 0" for n in (2, 4, 7)],
     "any-array": [f"SELECT count(*) FROM accounts WHERE aid = ANY(ARRAY[{_in(n)}])"
