@@ -29,11 +29,17 @@ from pglab.probes.db_lockqueue import LockQueue, _roots, normalise_query
 
 def test_constants_are_replaced_as_pg_stat_statements_does() -> None:
     """By PostgreSQL's parser: a name with a $ in it is no parameter, and the constants
-    are numbered after the statement's own parameters, as pg_stat_statements numbers them."""
+    are numbered after the statement's own parameters, as pg_stat_statements numbers them
+    before 18."""
     query = ("UPDATE t SET note = 'it''s 3', n = n + 12.5e3\n  WHERE id IN (1, 2, 3) "
              "AND col2 = -4 AND x$1 = $2")
-    assert normalise_query(query) == ("UPDATE t SET note = $3, n = n + $4 WHERE id IN ($5, "
-                                      "$6, $7) AND col2 = $8 AND x$1 = $2")
+    assert normalise_query(query, squash=False) == (
+        "UPDATE t SET note = $3, n = n + $4 WHERE id IN ($5, $6, $7) AND col2 = $8 AND x$1 = $2")
+    # PostgreSQL 18 squashes the list and numbers every parameter anew in order
+    # (tests/samples/pg_stat_statements/in-lists-18: `abalance > $1 AND bid = $2 AND aid
+    # IN ($3 /*, ... */)` of `abalance > -1 AND bid = $1 AND aid IN (1, 2)`)
+    assert normalise_query(query) == ("UPDATE t SET note = $1, n = n + $2 WHERE id IN "
+                                      "($3 /*, ... */) AND col2 = $4 AND x$1 = $5")
     assert normalise_query(None) == ""
     assert normalise_query("SELECT " + "a, " * 200, limit=20).endswith("...")
 

@@ -233,3 +233,128 @@ def test_text_and_json_plans_are_compared_within_their_own_notation() -> None:
         (SELECT, ["Index Scan using accounts_pkey on accounts"],
          ["Gather", "  Seq Scan on accounts"])], changes
     assert not any(c[0].startswith("SELECT b.name") for c in changes), changes
+
+
+TEXT_PLANS = SAMPLES / "serverlog" / "auto_explain_text"
+_HEAD = re.compile(r"^\d{4}-\d\d-\d\d ")
+
+
+def _messages(path: Path) -> tuple[list[str], list[tuple[int, int]]]:
+    """A stderr log's lines and each plan message's (first line, line after its last)."""
+    lines = path.read_text().splitlines(keepends=True)
+    spans = []
+    for at, line in enumerate(lines):
+        if "  plan:" in line:
+            end = at + 1
+            while end < len(lines) and not _HEAD.match(lines[end]):
+                end += 1
+            spans.append((at, end))
+    return lines, spans
+
+
+def _plan_after_cut(tmp_path: Path, lines: list[str], span: tuple[int, int], body: list[str],
+                    index: int) -> dict[str, object]:
+    """The `index`th plan of the log whose plan at `span` is `body` instead."""
+    cut = tmp_path / "postgresql.log"
+    cut.write_text("".join([*lines[: span[0]], *body, *lines[span[1]:]]))
+    events, _ = parse_log_file(cut)
+    return [e.attrs for e in events if e.kind == "statement-plan"][index]
+
+
+@pytest.mark.parametrize("major", [15, 18])
+@pytest.mark.parametrize("name", ["postgresql.log", "postgresql.json"])
+def test_whole_text_plans_are_whole(major: int, name: str) -> None:
+    """make_text_plans.py: 24 statements' real plans in the text format, of joins, sorts,
+    aggregates, Gather, Append, bitmap scans, subplans, init plans, CTEs, set operations,
+    modifications: each is whole, with a plan id."""
+    plans = _plans(TEXT_PLANS / f"pg{major}" / name)
+    assert len(plans) == 24
+    assert all(p["format"] == "text" and not p.get("cut") and p.get("plan_id") for p in plans)
+
+
+@pytest.mark.parametrize("major", [15, 18])
+def test_a_text_plan_cut_inside_a_node_line_is_cut(major: int, tmp_path: Path) -> None:
+    """A log cut inside a plan node's line (a transport's byte limit falls inside a
+    line far more often than between two): each node line of each real plan, cut just
+    after its `(cost=`, leaves a plan marked cut, without a plan id."""
+    lines, spans = _messages(TEXT_PLANS / f"pg{major}" / "postgresql.log")
+    tried = 0
+    for index, span in enumerate(spans):
+        body = lines[span[0]:span[1]]
+        for at, line in enumerate(body):
+            if "(cost=" not in line:
+                continue
+            kept = [*body[:at], line[: line.index("(cost=") + 6] + "\n"]
+            plan = _plan_after_cut(tmp_path, lines, span, kept, index)
+            assert plan.get("cut") and "plan_id" not in plan, (major, body[1], line)
+            tried += 1
+    assert tried >= len(spans) == 24
+
+
+def _later_child(body: list[str], at: int) -> bool:
+    """Whether the node line `at` has a sibling before it (the same arrow column, below
+    its parent): a plan cut before it still has its parent's first child."""
+    column = body[at].lstrip("\t").index("->")
+    for line in reversed(body[1:at]):
+        text = line.lstrip("\t")
+        indent = len(text) - len(text.lstrip(" "))
+        if "->" in text and text.index("->") == column:
+            return True
+        if (indent < column and "(cost=" in text) or indent < column - 2:
+            return False
+    return False
+
+
+@pytest.mark.parametrize("major", [15, 18])
+def test_a_text_plan_cut_between_lines_is_cut_when_a_node_is_missing(
+        major: int, tmp_path: Path) -> None:
+    """A log cut between two lines of a plan (a log copied while written, a lost syslog
+    piece): the plan is cut whenever a node lost its first child or its only one; what
+    cannot be told is a node's later child lost (another partition of an Append, the
+    second input of 18's SetOp) or a SubPlan whose label was lost with it."""
+    lines, spans = _messages(TEXT_PLANS / f"pg{major}" / "postgresql.log")
+    told = 0
+    for index, span in enumerate(spans):
+        body = lines[span[0]:span[1]]
+        for at in range(2, len(body)):
+            dropped = [k for k in range(at, len(body))
+                       if "(cost=" in body[k] or "SubPlan " in body[k]]
+            if not dropped:
+                continue
+            plan = _plan_after_cut(tmp_path, lines, span, body[:at], index)
+            first = dropped[0]
+            if plan.get("cut"):
+                told += 1
+            else:
+                assert "SubPlan " in body[first] or _later_child(body, first), \
+                    (major, body[1], body[first])
+    assert told >= len(spans) == 24
+
+
+def test_a_cut_text_plan_is_no_plan_change_and_is_said_once(tmp_path: Path) -> None:
+    """The real PostgreSQL 18 log with its last plan (the join, in text) logged again
+    after it, truncated inside its Hash Join as a collector truncates a long field (the
+    jsonlog line stays valid JSON): the copy is cut, counted once as unreadable, and no
+    plan change of the join is read from it (it has no shape)."""
+    from pglab.results.spool import event_record, events_frame
+
+    records = (LOGS / "pg18" / "postgresql.json").read_text().splitlines(keepends=True)
+    at = max(i for i, line in enumerate(records) if "Hash Join" in line)
+    record = json.loads(records[at])
+    message = record["message"]
+    record["message"] = message[: message.index("Hash Join") + len("Hash Join")]
+    path = tmp_path / "postgresql.json"
+    path.write_text("".join(records[: at + 1]) + json.dumps(record) + "\n"
+                    + "".join(records[at + 1:]))
+    events, stats = parse_log_file(path)
+    plans = [e.attrs for e in events if e.kind == "statement-plan"]
+    assert [bool(p.get("cut")) for p in plans] == [False] * (len(plans) - 1) + [True]
+    assert plans[-1]["format"] == "text" and "plan_id" not in plans[-1]
+    assert stats.skipped == 1  # the cut plan, not understood
+    frame = events_frame([event_record(e) for e in events])
+    found = run_plans(frame, statement_texts(frame))
+    assert found.cut == 1
+    assert not any(st.text.startswith("SELECT b.name") for st, _, _ in found.changed())
+    result = run_cli("logs", str(path))
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("1 unreadable") == 1 and "cut=True" in result.stdout

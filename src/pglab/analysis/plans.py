@@ -104,6 +104,7 @@ def run_plans(events: pl.DataFrame, texts: StatementTexts, node: str = "primary"
               ) -> RunPlans:
     """The run's plans per statement, from its events (events.parquet's columns)."""
     from pglab.analysis.statements import comparable
+    from pglab.sqltext import squash_lists
 
     out = RunPlans()
     if events.height == 0:
@@ -126,11 +127,13 @@ def run_plans(events: pl.DataFrame, texts: StatementTexts, node: str = "primary"
             notation = str(attrs.get("format") or "json")
         if not isinstance(outline, list) or not outline or not text:
             continue
+        # a plan logged with a list of another length is its entry's statement (18);
+        # without an entry, the squashed text is the statement, as PostgreSQL 18 keeps it
+        text = texts.text(node, queryid) if queryid else squash_lists(text)
         key = comparable(text)
         statement = out.statements.get(key)
         if statement is None:
-            statement = out.statements[key] = StatementPlans(
-                texts.text(node, queryid) if queryid else text, queryid)
+            statement = out.statements[key] = StatementPlans(text, queryid)
         outline = [str(line) for line in outline]
         plan_key = (notation, shape(outline))
         seen = statement.plans.get(plan_key)

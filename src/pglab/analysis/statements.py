@@ -20,6 +20,7 @@ import polars as pl
 
 from pglab.analysis.evidence import Segment, WindowEvidence
 from pglab.results.manifest import Manifest
+from pglab.sqltext import squash_lists
 
 STATEMENT_WAITS = "db.statement_waits"  # probes.db_activity.STATEMENT_WAITS
 STATEMENTS = "db.statements"  # probes.db_statements.StatementStats.name
@@ -28,6 +29,9 @@ STALL_STATEMENTS = 5  # listed per stall
 RUN_STATEMENTS = 20  # in the run's table, by total execution time
 MIN_SHARE = 0.02  # of a stall's samples: below, a statement is not listed
 TEXT_CHARS = 200  # the sampler keeps this much of a statement without query_id
+# a list's constants in a comparable text, squashed as 18 writes them or not
+_LIST = re.compile(r"\?(?: /\*, \.\.\. \*/|(?:, ?\?)+)")
+LIST_TOKEN = "?.."
 UNKNOWN = "(statement not identified: no query_id and no text readable)"
 # A backend idle in its transaction waits for its client's next statement with the last
 # one's query_id: that is the client's time, not the statement's.
@@ -52,6 +56,8 @@ class StatementTexts:
     # node -> queryid -> the relations its generic plan reads (16+)
     relations: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     _index: dict[str, dict[str, str]] = field(default_factory=dict)  # comparable -> queryid
+    # comparable with lists squashed -> queryid, where one queryid has it
+    _squashed: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @staticmethod
     def from_events(events: list[tuple[str, dict[str, Any]]]) -> StatementTexts:
@@ -87,11 +93,39 @@ class StatementTexts:
             index = self._index[node] = {comparable(text): queryid for queryid, text
                                          in self.texts.get(node, {}).items() if text}
         found = index.get(want)
+        if found is None:
+            found = self._squashed_match(node, sampled)
         if found is not None or len(sampled) < TEXT_CHARS - 10:
             return found
         # cut by the sampler, maybe inside a literal: its start is what it says
         head = want[: len(want) - 20]
-        return next((q for text, q in index.items() if text.startswith(head)), None)
+        found = next((q for text, q in index.items() if text.startswith(head)), None)
+        if found is not None:
+            return found
+        # cut inside a list (a long IN list is what makes a text long), which 18 keeps
+        # squashed: both with each list one token, the sampled one up to its last list
+        # when the cut came soon after it
+        lists = _LIST.sub(LIST_TOKEN, want)
+        end = lists.rfind(LIST_TOKEN) + len(LIST_TOKEN)
+        head = lists[:end] if len(lists) - end < 20 <= end else lists[: len(lists) - 20]
+        return next((q for text, q in index.items()
+                     if _LIST.sub(LIST_TOKEN, text).startswith(head)), None)
+
+
+    def _squashed_match(self, node: str, sampled: str) -> str | None:
+        """A text whose list is of another length than its entry's: PostgreSQL 18 keeps
+        one entry of any length (`IN ($1 /*, ... */)`), which a text logged with its
+        literals (auto_explain, a log whose server is not known) only meets squashed.
+        An older server's entries of several lengths squash alike: none is chosen."""
+        index = self._squashed.get(node)
+        if index is None:
+            seen: dict[str, set[str]] = defaultdict(set)
+            for queryid, text in self.texts.get(node, {}).items():
+                if text:
+                    seen[comparable(squash_lists(text))].add(queryid)
+            index = self._squashed[node] = {key: next(iter(ids)) for key, ids in seen.items()
+                                            if len(ids) == 1}
+        return index.get(comparable(squash_lists(sampled)))
 
 
 def statement_texts(data_events: pl.DataFrame) -> StatementTexts:

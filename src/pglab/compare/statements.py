@@ -34,6 +34,7 @@ from pglab.analysis.statements import comparable
 from pglab.analysis.statements import statement_texts as event_texts
 from pglab.compare.metrics import Measure, Metric
 from pglab.compare.rundata import RunData
+from pglab.sqltext import squash_lists
 
 if TYPE_CHECKING:
     from pglab.compare.comparison import MetricResult
@@ -152,10 +153,13 @@ def _pairs(base: list[dict[str, RunStatement]], contender: list[dict[str, RunSta
     base_ids = {q: s.text for run in base for q, s in run.items()}
     cont_ids = {q: s.text for run in contender for q, s in run.items()}
     by_text = {comparable(t): q for q, t in cont_ids.items()}
+    # a list squashed on one side only (PostgreSQL 18 against an older server)
+    by_squashed = {comparable(squash_lists(t)): q for q, t in cont_ids.items()}
     pairs: list[tuple[str, str | None, str | None]] = []
     matched: set[str] = set()
     for queryid, text in base_ids.items():
-        other = queryid if queryid in cont_ids else by_text.get(comparable(text))
+        other = (queryid if queryid in cont_ids else by_text.get(comparable(text))
+                 or by_squashed.get(comparable(squash_lists(text))))
         if other is not None and other in matched:
             other = None
         if other is not None:

@@ -13,7 +13,7 @@ from pglab.probes.base import ProbeContext, ProbeOutput, Sample
 from pglab.probes.capabilities import OWN_APPS_SQL, Capabilities, canonical_wait
 from pglab.probes.db_base import DbProbe, PreparedRows, row_dict
 from pglab.probes.wal_clock import WalClock
-from pglab.sqltext import normalise
+from pglab.sqltext import SQUASHING_VERSION, normalise
 
 # Waiting for work is not a wait worth counting: a background process in its main loop
 # (Activity) and a client session with nothing to do are idle, not samples. A client
@@ -47,8 +47,8 @@ CLIENT_BACKEND = "client backend"
 
 
 @functools.lru_cache(maxsize=1024)  # a queue's waiters repeat their texts every sample
-def normalised(text: str) -> str:
-    return normalise(text)
+def normalised(text: str, squash: bool) -> str:
+    return normalise(text, squash)
 
 
 class WaitSampler(DbProbe):
@@ -71,6 +71,7 @@ class WaitSampler(DbProbe):
              now: dt.datetime, out: ProbeOutput) -> None:
         # before 14 no query_id: statements are not sampled (db.statements says so once)
         by_query = caps.has("pg_stat_activity", "query_id")
+        squash = caps.version_num >= SQUASHING_VERSION  # texts as its pg_stat_statements
         rows = (self._by_statement if by_query else self._only).rows(conn)
         by_backend: dict[tuple[str, str], int] = {}
         by_statement: dict[tuple[str, str], int] = {}
@@ -84,7 +85,7 @@ class WaitSampler(DbProbe):
             if by_query and backend_type == CLIENT_BACKEND:
                 # "" for a backend with neither (its text hidden from the role, or none)
                 label = (query_id if query_id is not None
-                         else TEXT_LABEL + normalised(text) if text and text != HIDDEN
+                         else TEXT_LABEL + normalised(text, squash) if text and text != HIDDEN
                          else "")
                 statement = (wait, label)
                 by_statement[statement] = by_statement.get(statement, 0) + count

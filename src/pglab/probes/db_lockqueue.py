@@ -24,7 +24,7 @@ from pglab.events import Event
 from pglab.probes.base import ProbeContext, ProbeOutput, Sample
 from pglab.probes.capabilities import Capabilities
 from pglab.probes.db_base import DbProbe
-from pglab.sqltext import normalise
+from pglab.sqltext import SQUASHING_VERSION, normalise
 
 MAX_WAITERS = 50  # pg_blocking_pids takes the lock manager's locks: bounded per interval
 
@@ -57,12 +57,13 @@ CROSS JOIN LATERAL unnest(pg_blocking_pids(w.pid)) AS h(pid)
 LEFT JOIN pg_stat_activity a ON a.pid = h.pid
 """
 
-def normalise_query(query: str | None, limit: int = 300) -> str:
+def normalise_query(query: str | None, limit: int = 300, squash: bool = True) -> str:
     """What the statement is, not its data: constants as $n by PostgreSQL's own parser
-    (sqltext.normalise), as pg_stat_statements writes its texts."""
+    (sqltext.normalise), as pg_stat_statements writes its texts (lists squashed from 18:
+    `squash`)."""
     if not query:
         return ""
-    text = normalise(query)
+    text = normalise(query, squash)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -162,7 +163,8 @@ class LockQueue(DbProbe):
             info[int(holder)] = {
                 "pid": int(holder), "application": app or "", "user": user or "",
                 "state": state or "", "backend_type": backend_type or "",
-                "query": normalise_query(query),
+                "query": normalise_query(query,
+                                         squash=caps.version_num >= SQUASHING_VERSION),
                 "xact_s": round(float(xact_s), 3) if xact_s is not None else None,
                 # an active holder with no wait event is on the CPU
                 "wait": f"{wait_type}:{wait}" if wait_type else (
