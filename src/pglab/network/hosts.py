@@ -355,9 +355,26 @@ def reap_stale_networks() -> list[str]:
         token = name[len(PREFIX):].split("-", 1)[0]
         if owners.get(token):
             continue
+        _kill_inside(name)
         remove_namespace(name)
         reaped.append(name)
     return reaped
+
+
+def _kill_inside(name: str, timeout_s: float = 5.0) -> None:
+    """Kill what still runs in a dead lab's namespace: only pglab puts processes there
+    (its servers, load and wire), and one left running without its pglab (a load
+    generator, a backend still exiting) keeps the namespace and its links alive after
+    its name is removed."""
+    listed = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True,
+                            check=False)
+    killed = []
+    for pid in (int(p) for p in listed.stdout.split() if p.isdigit()):
+        with contextlib.suppress(psutil.Error):
+            proc = psutil.Process(pid)
+            proc.kill()
+            killed.append(proc)
+    psutil.wait_procs(killed, timeout=timeout_s)
 
 
 def require_namespaces() -> None:
