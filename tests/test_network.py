@@ -287,9 +287,10 @@ def test_a_links_round_trip_holds(pglab_home: Path) -> None:
 
 def test_a_run_on_separate_hosts_completes_with_its_links_in_the_manifest(
         tmp_path: Path, nft: Path) -> None:
-    """~15 s: pgbench from the client's host over TCP (the primary accepts the clients'
-    role only from the client's link address), a 50 Mbit/s link to the standby, shown by
-    `pglab show` and the report; nothing of the lab's left after it."""
+    """~7 s: pgbench from the client's host over TCP (the primary accepts the clients'
+    role only from the client's link address) 1 ms away, a 50 Mbit/s link to the
+    standby, shown by `pglab show` and the report; os.tcp's figures of pgbench's sockets
+    from both ends; nothing of the lab's left after it."""
     if os.geteuid() != 0:
         pytest.skip("network namespaces need root")
     path = write_scenario(tmp_path, SEPARATE.replace('name = "sep"\n', "") + """
@@ -300,6 +301,9 @@ rate = 200
 [[network.links]]
 between = ["primary", "standby1"]
 bandwidth_mbps = 50
+[[network.links]]
+between = ["primary", "client"]
+rtt = "1ms"
 """)
     result = run_cli("run", str(path), "--results", str(tmp_path / "results"))
     assert result.returncode == 0, result.stderr
@@ -324,6 +328,26 @@ bandwidth_mbps = 50
     assert max(sent["value"]) > 0  # pgbench's traffic and the WAL crossed
     report = (manifest_path.parent / "report.html").read_text()
     assert "primary &lt;-&gt; standby1: 50 Mbit/s (measured primary-&gt;standby1" in report
+    # pgbench's 2 connections, one series per end: the client's and the primary's.
+    tcp = pl.read_parquet(manifest_path.parent / "timeseries.parquet").filter(
+        (pl.col("source") == "os.tcp") & pl.col("label").str.starts_with("clients:"))
+    ends = {(r["node"], r["label"]): r for r in tcp.group_by("node", "label").agg(
+        pl.col("value").filter(pl.col("metric") == "sockets").max().alias("sockets"),
+        pl.col("value").filter(pl.col("metric") == "min_rtt_ms").min().alias("min_rtt"),
+        pl.col("value").filter(pl.col("metric") == "rtt_ms").median().alias("rtt"),
+        pl.col("value").filter(pl.col("metric") == "sent_mbps").sum().alias("sent"),
+    ).to_dicts()}
+    assert set(ends) == {("client", "clients:client->primary"),
+                         ("primary", "clients:primary->client")}
+    client_link = links[("primary", "client")]
+    configured, fixed = 1.0, client_link["measured"]["wire_fixed_ms"]
+    for end in ends.values():
+        assert end["sockets"] == 2 and end["sent"] > 0, end
+        # The kernel's own smallest round trip (minrtt) is the link's delay: the wire's
+        # fixed cost, which pglab's user-space measure includes, is taken off it.
+        assert configured - fixed - 0.05 <= end["min_rtt"] <= configured + 0.5, end
+        # The smoothed RTT adds the other end's turn before its reply carries the ACK.
+        assert end["rtt"] >= 0.9 * configured, end
 
 
 @pytest.mark.cpu_exclusive
