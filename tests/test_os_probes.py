@@ -766,9 +766,10 @@ def test_tcp_runs_no_ss_while_no_node_replicates(fake_postmaster: int, tmp_path:
     calls = []
 
     class CountingTcpProbe(TcpProbe):
-        def run_ss(self, ports: dict[int, str], with_owners: bool = True) -> str:
+        def _run_ss(self, prefix: list[str], ports: dict[int, str], with_owners: bool,
+                    only_to: bool = False) -> str:
             calls.append(ports)
-            return super().run_ss(ports, with_owners)
+            return super()._run_ss(prefix, ports, with_owners, only_to)
 
     probe = CountingTcpProbe()
     out = run_twice(probe, context([node("primary", tmp_path, lambda: fake_postmaster)]))
