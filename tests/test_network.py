@@ -22,6 +22,7 @@ from conftest import apt_install, processes_under, run_cli, write_scenario
 from pglab.lab.fault_actions import NetworkLatency, NetworkPartition
 from pglab.lab.lab import Lab
 from pglab.lab.reaper import reap_stale_labs
+from pglab.network import measure
 from pglab.network.hosts import LabNetwork, pglab_namespaces
 from pglab.network.plan import plan_network
 from pglab.probes.base import ProbeContext
@@ -184,8 +185,10 @@ def test_the_links_probe_counts_each_way_on_both_hosts(separate_lab: Lab) -> Non
 
 @pytest.mark.cpu_exclusive
 def test_network_latency_changes_a_links_round_trip_for_a_while(separate_lab: Lab) -> None:
-    """~1.5 s: 10 ms on the standby's link to the primary, then its own 2 ms back, each
-    measured on the link."""
+    """~2 s: 10 ms on the standby's link to the primary, then its own 2 ms back, each
+    measured on the link; then 20 Mbit/s each way for a while, read back from the
+    buckets at both ends and measured by the receiving interface's own counters, then no
+    limit back."""
     target = separate_lab.fault_target("standby1")
     latency = NetworkLatency({"rtt": "10ms", "peer": "primary"})
     try:
@@ -196,6 +199,25 @@ def test_network_latency_changes_a_links_round_trip_for_a_while(separate_lab: La
     # twenty round trips measured by a process at normal priority on a busy machine.
     assert 9.5 <= during <= 12.0, during
     assert 1.9 <= after <= 2.5, after
+    network = separate_lab.network
+    assert network is not None
+    link = network.plan.link("primary", "standby1")
+    narrow = NetworkLatency({"bandwidth_mbps": 20, "peer": "primary"})
+    try:
+        began = narrow.begin(target)
+        # A round trip as short as the link's own: 0.4 s of TCP through a 10 ms one
+        # would be its slow start's and loss recovery's, not the bucket's.
+        carried = measure.throughput_mbps(
+            network.netns("standby1"), link.address("standby1"), link.iface("standby1"),
+            network.netns("primary"), 20, 64 * 1024)["wire"]
+    finally:
+        ended = narrow.end(target)
+    assert set(began) == {"measured_mbps"} and set(ended) == {"restored_mbps"}  # rtt as is
+    assert began["measured_mbps"] == {"primary-standby1": {"primary->standby1": 20.0,
+                                                           "standby1->primary": 20.0}}
+    assert abs(carried - 20) <= 0.05 * 20, carried
+    assert ended["restored_mbps"] == {"primary-standby1": {"primary->standby1": 0.0,
+                                                           "standby1->primary": 0.0}}
 
 
 @pytest.mark.cpu_exclusive
