@@ -361,13 +361,15 @@ rtt = "1ms"
     ).to_dicts()}
     assert set(ends) == {("client", "clients:client->primary"),
                          ("primary", "clients:primary->client")}
-    client_link = links[("primary", "client")]
-    configured, fixed = 1.0, client_link["measured"]["wire_fixed_ms"]
+    configured = 1.0
     for end in ends.values():
         assert end["sockets"] == 2 and end["sent"] > 0, end
-        # The kernel's own smallest round trip (minrtt) is the link's delay: the wire's
-        # fixed cost, which pglab's user-space measure includes, is taken off it.
-        assert configured - fixed - 0.05 <= end["min_rtt"] <= configured + 0.5, end
+        # The kernel's smallest round trip of the run (minrtt) is the link's, less what
+        # the wire takes off: its fixed cost, and each way the kernel's lateness in
+        # waking it, which it waits less for on average, so that a packet whose wake-up
+        # came on time leaves early (0.85 ms seen on this 1 ms link; a link of no delay
+        # shows 0.02 ms).
+        assert 0.8 * configured <= end["min_rtt"] <= 1.2 * configured, end
         # The smoothed RTT adds the other end's turn before its reply carries the ACK.
         assert end["rtt"] >= 0.9 * configured, end
 
