@@ -22,6 +22,7 @@ from conftest import apt_install, processes_under, run_cli, write_scenario
 from pglab.lab.fault_actions import NetworkLatency, NetworkPartition
 from pglab.lab.lab import Lab
 from pglab.lab.reaper import reap_stale_labs
+from pglab.network import measure
 from pglab.network.hosts import LabNetwork, pglab_namespaces
 from pglab.network.plan import plan_network
 from pglab.probes.base import ProbeContext
@@ -184,8 +185,10 @@ def test_the_links_probe_counts_each_way_on_both_hosts(separate_lab: Lab) -> Non
 
 @pytest.mark.cpu_exclusive
 def test_network_latency_changes_a_links_round_trip_for_a_while(separate_lab: Lab) -> None:
-    """~1.5 s: 10 ms on the standby's link to the primary, then its own 2 ms back, each
-    measured on the link."""
+    """~2 s: 10 ms on the standby's link to the primary, then its own 2 ms back, each
+    measured on the link; then 20 Mbit/s each way for a while, read back from the
+    buckets at both ends and measured by the receiving interface's own counters, then no
+    limit back."""
     target = separate_lab.fault_target("standby1")
     latency = NetworkLatency({"rtt": "10ms", "peer": "primary"})
     try:
@@ -196,6 +199,25 @@ def test_network_latency_changes_a_links_round_trip_for_a_while(separate_lab: La
     # twenty round trips measured by a process at normal priority on a busy machine.
     assert 9.5 <= during <= 12.0, during
     assert 1.9 <= after <= 2.5, after
+    network = separate_lab.network
+    assert network is not None
+    link = network.plan.link("primary", "standby1")
+    narrow = NetworkLatency({"bandwidth_mbps": 20, "peer": "primary"})
+    try:
+        began = narrow.begin(target)
+        # A round trip as short as the link's own: 0.4 s of TCP through a 10 ms one
+        # would be its slow start's and loss recovery's, not the bucket's.
+        carried = measure.throughput_mbps(
+            network.netns("standby1"), link.address("standby1"), link.iface("standby1"),
+            network.netns("primary"), 20, 64 * 1024)["wire"]
+    finally:
+        ended = narrow.end(target)
+    assert set(began) == {"measured_mbps"} and set(ended) == {"restored_mbps"}  # rtt as is
+    assert began["measured_mbps"] == {"primary-standby1": {"primary->standby1": 20.0,
+                                                           "standby1->primary": 20.0}}
+    assert abs(carried - 20) <= 0.05 * 20, carried
+    assert ended["restored_mbps"] == {"primary-standby1": {"primary->standby1": 0.0,
+                                                           "standby1->primary": 0.0}}
 
 
 @pytest.mark.cpu_exclusive
@@ -287,9 +309,10 @@ def test_a_links_round_trip_holds(pglab_home: Path) -> None:
 
 def test_a_run_on_separate_hosts_completes_with_its_links_in_the_manifest(
         tmp_path: Path, nft: Path) -> None:
-    """~15 s: pgbench from the client's host over TCP (the primary accepts the clients'
-    role only from the client's link address), a 50 Mbit/s link to the standby, shown by
-    `pglab show` and the report; nothing of the lab's left after it."""
+    """~7 s: pgbench from the client's host over TCP (the primary accepts the clients'
+    role only from the client's link address) 1 ms away, a 50 Mbit/s link to the
+    standby, shown by `pglab show` and the report; os.tcp's figures of pgbench's sockets
+    from both ends; nothing of the lab's left after it."""
     if os.geteuid() != 0:
         pytest.skip("network namespaces need root")
     path = write_scenario(tmp_path, SEPARATE.replace('name = "sep"\n', "") + """
@@ -300,6 +323,9 @@ rate = 200
 [[network.links]]
 between = ["primary", "standby1"]
 bandwidth_mbps = 50
+[[network.links]]
+between = ["primary", "client"]
+rtt = "1ms"
 """)
     result = run_cli("run", str(path), "--results", str(tmp_path / "results"))
     assert result.returncode == 0, result.stderr
@@ -324,6 +350,28 @@ bandwidth_mbps = 50
     assert max(sent["value"]) > 0  # pgbench's traffic and the WAL crossed
     report = (manifest_path.parent / "report.html").read_text()
     assert "primary &lt;-&gt; standby1: 50 Mbit/s (measured primary-&gt;standby1" in report
+    # pgbench's 2 connections, one series per end: the client's and the primary's.
+    tcp = pl.read_parquet(manifest_path.parent / "timeseries.parquet").filter(
+        (pl.col("source") == "os.tcp") & pl.col("label").str.starts_with("clients:"))
+    ends = {(r["node"], r["label"]): r for r in tcp.group_by("node", "label").agg(
+        pl.col("value").filter(pl.col("metric") == "sockets").max().alias("sockets"),
+        pl.col("value").filter(pl.col("metric") == "min_rtt_ms").min().alias("min_rtt"),
+        pl.col("value").filter(pl.col("metric") == "rtt_ms").median().alias("rtt"),
+        pl.col("value").filter(pl.col("metric") == "sent_mbps").sum().alias("sent"),
+    ).to_dicts()}
+    assert set(ends) == {("client", "clients:client->primary"),
+                         ("primary", "clients:primary->client")}
+    configured = 1.0
+    for end in ends.values():
+        assert end["sockets"] == 2 and end["sent"] > 0, end
+        # The kernel's smallest round trip of the run (minrtt) is the link's, less what
+        # the wire takes off: its fixed cost, and each way the kernel's lateness in
+        # waking it, which it waits less for on average, so that a packet whose wake-up
+        # came on time leaves early (0.85 ms seen on this 1 ms link; a link of no delay
+        # shows 0.02 ms).
+        assert 0.8 * configured <= end["min_rtt"] <= 1.2 * configured, end
+        # The smoothed RTT adds the other end's turn before its reply carries the ACK.
+        assert end["rtt"] >= 0.9 * configured, end
 
 
 @pytest.mark.cpu_exclusive

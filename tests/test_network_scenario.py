@@ -120,6 +120,19 @@ def test_the_plan_is_a_full_mesh_of_30s_with_the_configured_figures() -> None:
     ('[[faults]]\nat = "1s"\naction = "network-latency"\nnode = "standby1"\n'
      'duration = "2s"\nargs = { rtt = "1ms" }\n',
      "faults[0]: 'network-latency' of 'standby1': the node has no links"),
+    ('[network]\nhosts = "separate"\n[[faults]]\nat = "1s"\naction = "network-latency"\n'
+     'node = "standby1"\nduration = "2s"\nargs = { bandwidth_mbps = 0 }\n',
+     "faults[0]: 'network-latency' needs args.rtt, the round trip for the while, or "
+     "args.bandwidth_mbps above 0 (each direction)"),
+    ('[network]\nhosts = "separate"\n[[faults]]\nat = "1s"\naction = "network-latency"\n'
+     'node = "standby1"\nduration = "2s"\nargs = { bandwidth_mbps = -5 }\n',
+     "faults[0]: args.bandwidth_mbps = -5 is not valid: expected a number ≥ 0"),
+    ('[network]\nhosts = "separate"\n[[faults]]\nat = "1s"\naction = "network-latency"\n'
+     'node = "standby1"\nduration = "2s"\nargs = { bandwidth_mbps = "10M" }\n',
+     "faults[0]: args.bandwidth_mbps = '10M' is not valid: expected a number ≥ 0"),
+    ('[network]\nhosts = "separate"\n[[faults]]\nat = "1s"\naction = "network-latency"\n'
+     'node = "standby1"\nduration = "2s"\nargs = { bandwidth_mbps = 10, jitter = "1ms" }\n',
+     "faults[0]: args.jitter = '1ms' is larger than args.rtt = '0ms'"),
 ])
 def test_bad_network_input_is_one_line(body: str, expected: str) -> None:
     assert expected in _error(body)
@@ -142,6 +155,16 @@ def test_links_with_a_delay_now_or_from_a_fault_are_wired() -> None:
     wired = {link.name: link.wired for link in plan_network(scenario).links}
     assert wired == {"primary-standby1": True, "primary-client": True,
                      "standby1-client": False}
+
+
+def test_a_fault_that_changes_the_bandwidth_alone_needs_no_wire() -> None:
+    """A bucket sits on a veth as well: only a round trip to change needs pglab's wire."""
+    scenario = load_text(BASE.replace("[workload]", '[workload]\nduration = "10s"') +
+                         '[network]\nhosts = "separate"\n[[faults]]\n'
+                         'at = "1s"\naction = "network-latency"\nnode = "standby1"\n'
+                         'duration = "2s"\nargs = { bandwidth_mbps = 5.5, peer = "primary" }\n',
+                         "net.toml").scenario
+    assert not any(link.wired for link in plan_network(scenario).links)
 
 
 def test_validate_exits_2_on_a_bad_link(tmp_path: Path) -> None:

@@ -44,6 +44,7 @@ SAMPLES = Path(__file__).resolve().parent / "samples" / "procfs"
 META = json.loads((SAMPLES / "meta.json").read_text())
 ELAPSED: float = META["elapsed_s"]  # 1.0009860440004559
 MIB = 2**20
+MINRTT_WALSENDER = 0.004  # t1/ss.txt: the walsender's "minrtt:"
 
 
 def sample_text(name: str) -> str:
@@ -419,6 +420,7 @@ def test_ss_from_samples() -> None:
         "send_q_bytes": 0.0,
         "rtt_ms": 0.411,
         "rttvar_ms": 0.536,
+        "min_rtt_ms": MINRTT_WALSENDER,
         "rcv_space_bytes": 65483.0,
         "rcv_buffer_fill_pct": 0.0,
         "send_buffer_fill_pct": 0.0,
@@ -431,6 +433,31 @@ def test_ss_from_samples() -> None:
             "retrans_per_s": 1 / ELAPSED,
         }
     )
+
+
+def test_many_sockets_of_a_pair_of_hosts_as_one_series() -> None:
+    """A load generator's dozens of sockets: the median and largest RTT, the smallest
+    minimum RTT, the queues and rates summed, the fullest buffer, how many sockets."""
+    before = {f"{s.local}->{s.peer}": s for s in procfs.parse_ss(sample_text("t0/ss.txt"))}
+    after = procfs.parse_ss(sample_text("t1/ss.txt"))
+    gauges = [procfs.socket_gauges(s) for s in after]
+    rtts = sorted(g["rtt_ms"] for g in gauges)  # 0.032 0.411 6.077 7.865
+    assert procfs.aggregate_gauges(after) == pytest.approx({
+        "sockets": 4.0,
+        "rtt_ms": (rtts[1] + rtts[2]) / 2,
+        "rtt_max_ms": 7.865,
+        "min_rtt_ms": min(g["min_rtt_ms"] for g in gauges),
+        "recv_q_bytes": sum(s.recv_q for s in after),
+        "send_q_bytes": sum(s.send_q for s in after),
+        "rcv_buffer_fill_pct": max(g["rcv_buffer_fill_pct"] for g in gauges),
+        "send_buffer_fill_pct": max(g["send_buffer_fill_pct"] for g in gauges),
+    })
+    pairs = [(before[f"{s.local}->{s.peer}"], s) for s in after]
+    each = [procfs.socket_rates(b, a, ELAPSED) for b, a in pairs]
+    assert procfs.aggregate_rates(pairs, ELAPSED) == pytest.approx(
+        {metric: sum(r[metric] for r in each) for metric in each[0]})
+    assert procfs.aggregate_gauges([]) == {}
+    assert procfs.clients_label("client", "primary") == "clients:client->primary"
 
 
 def test_ss_receive_buffer_fill() -> None:
@@ -739,9 +766,10 @@ def test_tcp_runs_no_ss_while_no_node_replicates(fake_postmaster: int, tmp_path:
     calls = []
 
     class CountingTcpProbe(TcpProbe):
-        def run_ss(self, ports: dict[int, str], with_owners: bool = True) -> str:
+        def _run_ss(self, prefix: list[str], ports: dict[int, str], with_owners: bool,
+                    only_to: bool = False) -> str:
             calls.append(ports)
-            return super().run_ss(ports, with_owners)
+            return super()._run_ss(prefix, ports, with_owners, only_to)
 
     probe = CountingTcpProbe()
     out = run_twice(probe, context([node("primary", tmp_path, lambda: fake_postmaster)]))

@@ -243,7 +243,7 @@ def _telemetry_for(scenario: Scenario, lab: Lab, folder: RunFolder,
         wait_hz=settings.wait_sampling_hz, exclude=settings.exclude, include=settings.include,
         client_pid=lambda: client_pids[-1] if client_pids else None,
         pooler=lab.pooler.admin_connect if lab.pooler is not None else None,
-        profile_hz=settings.profile_hz)
+        profile_hz=settings.profile_hz, client_netns=lab.client_netns)
 
 
 def _finish(folder: RunFolder, manifest: Manifest, load: Load | None, workload: Workload,

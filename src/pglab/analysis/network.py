@@ -14,7 +14,8 @@ links the run measured at setup (the manifest's `network`):
 - partition: a replication socket retransmits while it delivers nothing: the link drops
   what is sent and TCP keeps the session open;
 - client-far: the backends wait for the client most of the time, and the client's link
-  has a round trip that is the larger part of that wait.
+  has a round trip that is the larger part of that wait (measured at setup, and on the
+  clients' own sockets from the client's host: os.tcp's `clients:` series).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 
 from pglab.analysis.evidence import WindowEvidence
 from pglab.analysis.signals import Finding, Score, pct, wait_signal
+from pglab.probes.procfs.tcp import CLIENTS, clients_label
 
 SEND_BACKLOG_BYTES = 2**20  # WAL queued in a sending socket: more than a round trip's worth
 RECEIVE_QUIET_BYTES = 64 * 1024  # a receiving socket this empty read what arrived
@@ -33,6 +35,7 @@ LINK_FULL = 0.8  # of the configured bandwidth: the link ran at its limit
 LINK_SHARE = 0.5  # of the standby's confirmation time (or a backend's ClientRead) the rtt is
 FAR_MS = 0.3  # a round trip this long is a link's, not a host's loopback (~0.03 ms)
 DOMINANT = 0.3  # share of client-backend samples from which a wait holds a run back
+CLIENT_HOST = "client"  # the load generator's host (scenario.host_names)
 
 
 def connection(label: str) -> frozenset[str]:
@@ -43,9 +46,11 @@ def connection(label: str) -> frozenset[str]:
 
 
 def tcp_labels(ev: WindowEvidence, metric: str) -> list[tuple[str, str]]:
-    """(node, socket label) of the replication sockets that have `metric` in the window."""
+    """(node, socket label) of the replication sockets that have `metric` in the window
+    (the load generator's sockets, summed up per pair of hosts, are not one of them)."""
     return [(node, label) for (node, source, m), labels in ev.inside.sums.items()
-            if source == "os.tcp" and m == metric for label in labels]
+            if source == "os.tcp" and m == metric for label in labels
+            if not label.startswith(CLIENTS)]
 
 
 def receive_backlogs(ev: WindowEvidence) -> dict[frozenset[str], tuple[str, str, float]]:
@@ -276,11 +281,34 @@ def steady(ev: WindowEvidence) -> Finding | None:
               f"{1000 / rtt:,.0f} commits/s")
         s.sub = "link-latency"
     client_rtt = _measured_rtt(link_between(ev, primary, "client"))
+    seen = clients_round_trip(ev, primary)
     reading, _ = ev.shares(primary, ("Client:ClientRead",))
+    how = "measured at setup"
+    if client_rtt is None and seen is not None:  # a run whose links were not measured
+        client_rtt, how = seen[0], "its smallest on the clients' sockets"
     if client_rtt is not None and client_rtt >= FAR_MS and reading >= 0.5:
         s.add(0.6 * min(1.0, reading / 0.7),
               f"{pct(reading)} of sampled client backends waited for the client "
               f"(ClientRead), whose link to the primary has a round trip of "
-              f"{client_rtt:.2f} ms (measured at setup): every statement pays it")
+              f"{client_rtt:.2f} ms ({how}): every statement pays it")
+        if seen is not None and seen[0] >= FAR_MS:
+            least, median, sockets = seen
+            s.add(0.1, f"the clients' {sockets:.0f} connection(s) to the primary saw a round "
+                       f"trip of at least {least:.2f} ms all run, {median:.2f} ms smoothed "
+                       "(ss on the client's host): the statements crossed that link")
         s.sub = s.sub or "client-far"
     return s.finding()
+
+
+def clients_round_trip(ev: WindowEvidence, primary: str) -> tuple[float, float, float] | None:
+    """What the load generator's own sockets to the primary measured (os.tcp from the
+    client's host): the smallest round trip of the run (minrtt: the link's, without the
+    server's work that a reply's ACK waits for), the mean of the per-second median
+    smoothed RTT, and the most sockets at once; None without them."""
+    label = clients_label(CLIENT_HOST, primary)
+    least = ev.inside.low(CLIENT_HOST, "os.tcp", "min_rtt_ms", label)
+    median = ev.inside.mean(CLIENT_HOST, "os.tcp", "rtt_ms", label)
+    sockets = ev.inside.peak(CLIENT_HOST, "os.tcp", "sockets", label)
+    if least is None or median is None or sockets is None:
+        return None
+    return least, median, sockets

@@ -550,24 +550,39 @@ class NetworkPartition(FaultAction):
 class NetworkLatency(FaultAction):
     name = "network-latency"
     help = ("the node's links (args: peer = a host: only the link to it) get a round trip "
-            "of `rtt` (args: rtt = '20ms', jitter = '0ms') for `duration`, then their own "
-            "back; the round trip measured at each change is recorded (measured_rtt_ms, "
-            "restored_rtt_ms; needs network.hosts = 'separate')")
+            "of `rtt` (args: rtt = '20ms', jitter = '0ms') and/or a bandwidth of "
+            "`bandwidth_mbps` each way (args: bandwidth_mbps = 10; 0 or absent: as it is) "
+            "for `duration`, then their own back; the round trip measured at each change "
+            "and the rate read back from the links' buckets are recorded (measured_rtt_ms, "
+            "restored_rtt_ms, measured_mbps, restored_mbps; needs network.hosts = "
+            "'separate')")
     duration = "required"
     args: ClassVar[dict[str, ArgSpec]] = {"rtt": (str, ""), "jitter": (str, "0ms"),
-                                          "peer": (str, "")}
+                                          "bandwidth_mbps": (float, 0.0), "peer": (str, "")}
 
     def begin(self, target: FaultTarget) -> dict[str, Any]:
         assert target.network is not None  # checked before the run
-        return {"measured_rtt_ms": target.network.delay(
-            target.node, str(self.values["peer"]) or None,
-            parse_duration(self.values["rtt"]), parse_duration(self.values["jitter"]))}
+        peer = str(self.values["peer"]) or None
+        done: dict[str, Any] = {}
+        if self.values["rtt"]:
+            done["measured_rtt_ms"] = target.network.delay(
+                target.node, peer, parse_duration(self.values["rtt"]),
+                parse_duration(self.values["jitter"]))
+        if self.values["bandwidth_mbps"]:
+            done["measured_mbps"] = target.network.limit(
+                target.node, peer, float(self.values["bandwidth_mbps"]))
+        return done
 
     def end(self, target: FaultTarget) -> dict[str, Any]:
         if target.network is None:
             return {}
-        return {"restored_rtt_ms": target.network.delay(
-            target.node, str(self.values["peer"]) or None, None)}
+        peer = str(self.values["peer"]) or None
+        done: dict[str, Any] = {}
+        if self.values["rtt"]:
+            done["restored_rtt_ms"] = target.network.delay(target.node, peer, None)
+        if self.values["bandwidth_mbps"]:
+            done["restored_mbps"] = target.network.limit(target.node, peer, None)
+        return done
 
 
 ACTIONS: tuple[type[FaultAction], ...] = (

@@ -110,9 +110,11 @@ def _check_network_fault(scenario: Scenario, fault: Fault, at: str) -> None:
                        "(network.hosts = 'shared': every node on this host's loopback); set "
                        "network.hosts = 'separate'")
     if fault.action == NETWORK_LATENCY:
-        if "rtt" not in fault.args:
+        # bandwidth_mbps's type and sign are checked with every action's numbers above.
+        if "rtt" not in fault.args and not fault.args.get("bandwidth_mbps"):
             raise BadInput(f"{at}: 'network-latency' needs args.rtt, the round trip for the "
-                           "while, like args = { rtt = \"20ms\" }")
+                           "while, or args.bandwidth_mbps above 0 (each direction), like "
+                           "args = { rtt = \"20ms\" } or args = { bandwidth_mbps = 10 }")
         times = {}
         for name in ("rtt", "jitter"):
             value = fault.args.get(name, "0ms")
@@ -123,7 +125,8 @@ def _check_network_fault(scenario: Scenario, fault: Fault, at: str) -> None:
                                f"{DURATION_HINT}") from None
         if times["jitter"] > times["rtt"]:
             raise BadInput(f"{at}: args.jitter = {fault.args['jitter']!r} is larger than "
-                           f"args.rtt = {fault.args['rtt']!r}: expected at most the rtt")
+                           f"args.rtt = {fault.args.get('rtt', '0ms')!r}: expected at most "
+                           "the rtt")
     peer = fault.args.get("peer", "")
     hosts = scenario.host_names()
     if peer and peer not in hosts:

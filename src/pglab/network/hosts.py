@@ -178,18 +178,34 @@ class LabNetwork:
         proc.stdin.write(f"{one_way * 1e6:.1f} {jitter_s / 2 * 1e6:.1f}\n".encode())
         proc.stdin.flush()
 
+    def set_rate(self, link: PlannedLink, mbps: float) -> None:
+        """The link's bucket on both ends (each direction) at `mbps`; 0 takes it off."""
+        for host in (link.a, link.b):
+            ns, iface = self.netns(host), link.iface(host)
+            if mbps:
+                _run(["tc", "-n", ns, "qdisc", "replace", "dev", iface, "root", "tbf",
+                      "rate", f"{mbps * 1000:g}kbit", "burst", str(_burst_bytes(mbps)),
+                      "latency", f"{TBF_LATENCY_MS}ms"], f"the bandwidth of link {link.name}")
+            elif self.rate_mbps(host, iface) is not None:
+                _run(["tc", "-n", ns, "qdisc", "del", "dev", iface, "root"],
+                     f"the bandwidth of link {link.name}")
+
+    def rate_mbps(self, host: str, iface: str) -> float | None:
+        """The rate of the bucket on `host`'s `iface` as the kernel holds it (tc reads it
+        back), in Mbit/s; None when it has none."""
+        shown = json.loads(_run(["tc", "-j", "-n", self.netns(host), "qdisc", "show", "dev",
+                                 iface], f"the bandwidth on {host}'s {iface}") or "[]")
+        for qdisc in shown:
+            if qdisc.get("root") and qdisc.get("kind") == "tbf":
+                return round(float(qdisc["options"]["rate"]) * 8 / 1e6, 3)  # bytes/s
+        return None
+
     def shape(self) -> None:
         """Each limited link's bucket on both ends (each direction), then every link's
         figures measured."""
         for link in self.plan.links:
-            if not link.bandwidth_mbps:
-                continue
-            for host in (link.a, link.b):
-                _run(["tc", "-n", self.netns(host), "qdisc", "replace", "dev",
-                      link.iface(host), "root", "tbf", "rate",
-                      f"{link.bandwidth_mbps * 1000:g}kbit", "burst",
-                      str(_burst_bytes(link.bandwidth_mbps)), "latency",
-                      f"{TBF_LATENCY_MS}ms"], f"the bandwidth of link {link.name}")
+            if link.bandwidth_mbps:
+                self.set_rate(link, link.bandwidth_mbps)
         self.on_status("measuring the links")
         for link in self.plan.links:
             if link.wired and link.rtt_s:
@@ -266,6 +282,19 @@ class LabNetwork:
             measured[link.name] = measure.round_trip_ms(
                 self.netns(link.a), link.address_a, self.netns(link.b), count=20)
         return measured
+
+    def limit(self, host: str, peer: str | None, mbps: float | None) -> dict[str, Any]:
+        """Change the bandwidth of `host`'s links (to `peer` alone if given), each
+        direction; None puts each link's own back (none: unlimited). What the kernel then
+        holds is read back from each end's bucket: link name -> {"a->b": Mbit/s, ...}, 0
+        for unlimited (no traffic is sent to measure it: that would load the link in the
+        middle of the run)."""
+        held = {}
+        for link in self.links_for(host, peer):
+            self.set_rate(link, link.bandwidth_mbps if mbps is None else mbps)
+            held[link.name] = {f"{h}->{link.peer(h)}": self.rate_mbps(h, link.iface(h)) or 0.0
+                               for h in (link.a, link.b)}
+        return held
 
     def partition(self, host: str, peer: str | None) -> str:
         """Drop every packet arriving over `host`'s links (to `peer` alone if given), on

@@ -72,8 +72,8 @@ class NetworkPlan:
         return self.link(host, seen_from).address(host)
 
 
-# The fault that changes a link's delay for a while (lab/fault_actions.py; named here, as
-# the plan does not import the lab).
+# The fault that changes a link's delay (or bandwidth) for a while (lab/fault_actions.py;
+# named here, as the plan does not import the lab).
 LATENCY_ACTION = "network-latency"
 
 
@@ -89,7 +89,9 @@ def plan_network(scenario: Scenario) -> NetworkPlan:
     hosts = tuple(scenario.host_names())
     configured: dict[frozenset[str], Link] = {
         frozenset(link.between): link for link in scenario.network.links}
-    delayed_later = {pair for fault in scenario.faults if fault.action == LATENCY_ACTION
+    # A fault that changes the bandwidth alone needs no wire: a veth takes a bucket too.
+    delayed_later = {pair for fault in scenario.faults
+                     if fault.action == LATENCY_ACTION and "rtt" in fault.args
                      for pair in _fault_pairs(fault.node, fault.args.get("peer"), hosts)}
     links = []
     for index, (a, b) in enumerate(itertools.combinations(hosts, 2)):

@@ -62,6 +62,8 @@ class ProbeContext:
     pooler: Callable[[], Any] | None = None  # PgBouncer's admin console, when there is one
     results_dir: Path | None = None  # the run folder, for a probe that writes a file of its own
     profile_hz: int = 49  # telemetry.profile_hz: os.profile's samples per second and CPU
+    # The load generator's network namespace, when it is a host of its own (network/).
+    client_netns: str | None = None
 
 
 Cadence = Literal["interval", "fast"]  # every telemetry.interval, or wait_sampling_hz

@@ -286,7 +286,8 @@ def open_telemetry(nodes: list[NodeHandle], run_dir: Path, *, interval_s: float 
                    extra: Sequence[Probe] = (), sessions: DbSessions | None = None,
                    client_pid: Callable[[], int | None] = lambda: None,
                    pooler: Callable[[], Any] | None = None,
-                   profile_hz: int = 49) -> TelemetryRunner:
+                   profile_hz: int = 49,
+                   client_netns: str | None = None) -> TelemetryRunner:
     """The telemetry of a run or an observation, not started yet: the registry's probes
     (the default ones not excluded, the opt-in ones included; the database ones alone
     with `db_only`) and `extra` ones, sampling `nodes` through `sessions` (one connection
@@ -295,6 +296,6 @@ def open_telemetry(nodes: list[NodeHandle], run_dir: Path, *, interval_s: float 
               if not db_only or isinstance(p, DbProbe)]
     ctx = ProbeContext(nodes, client_pid, monotonic_wall_clock(),
                        sessions if sessions is not None else DbSessions(nodes), pooler,
-                       run_dir, profile_hz)
+                       run_dir, profile_hz, client_netns)
     return TelemetryRunner([*probes, *extra], ctx, TelemetrySink(run_dir), interval_s,
                            wait_hz)

@@ -30,8 +30,14 @@ Metrics (node "host" unless said otherwise; MB = MiB = 2**20 bytes, as in Postgr
                max_thread_cores (the busiest pgbench thread)
   os.tcp       label "local->peer" of each replication socket (owned by a walsender or
                walreceiver) on a node's port; node = node owning the socket: rtt_ms
-               rttvar_ms recv_q_bytes send_q_bytes rcv_space_bytes rcv_buffer_fill_pct
-               send_buffer_fill_pct (gauges), sent_mbps received_mbps (MiB/s), retrans_per_s
+               rttvar_ms min_rtt_ms recv_q_bytes send_q_bytes rcv_space_bytes
+               rcv_buffer_fill_pct send_buffer_fill_pct (gauges), sent_mbps received_mbps
+               (MiB/s), retrans_per_s; with network.hosts = "separate", the load
+               generator's sockets as one series per end and pair of hosts: node "client",
+               label "clients:client->primary", and node "primary", label
+               "clients:primary->client": the same metrics (rtt_ms the median, rtt_max_ms
+               the largest, min_rtt_ms the smallest; queues, rates and retransmissions
+               summed; buffer fill the fullest socket's) and sockets (how many)
   os.links     with network.hosts = "separate": node = node, label = the host at the link's
                other end: sent_mbit_s received_mbit_s (10**6 bits a second, as links are
                sized), dropped_per_s

@@ -1,10 +1,17 @@
-"""os.tcp: replication sockets' RTT, queues and throughput, from `ss`.
+"""os.tcp: replication sockets' RTT, queues and throughput, from `ss`; and, when the load
+generator has a host of its own, its sockets' figures from both ends.
 
 `ss -p` names each socket's owner by reading the fd table of every process on the host
 (about 8 ms of CPU a call here, more on a busy host), so the probe avoids it: it looks for
 the nodes' walsenders and walreceivers among their postmasters' children, runs nothing
 while there are none, and finds their sockets' owners from those processes' own fds
 (`ss -e` gives each socket's inode). `-p` remains for nodes pglab did not start.
+
+The load generator's sockets need no owner: on the client's host every socket to a node's
+port is the load's, and its server end is the node's socket with the same two addresses
+swapped. They are one `ss` more a second (in the client's namespace); the nodes' own `ss`
+already lists the server ends. A run opens dozens of them, so they are summed up per pair
+of hosts and end (procfs.aggregate_gauges), not a series per socket.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from pathlib import Path
 from pglab.probes import procfs
 from pglab.probes.base import NodeHandle, ProbeContext, ProbeOutput
 from pglab.probes.os_probes.common import (
+    CLIENT,
     HOST,
     PROC,
     SYS,
@@ -53,7 +61,8 @@ def port_from_server(node: NodeHandle) -> int | None:
 
 class TcpProbe(OsProbe):
     name = "os.tcp"
-    help = "RTT, queues, socket buffers and throughput of replication TCP connections (ss)"
+    help = ("RTT, queues, socket buffers and throughput of replication TCP connections, and "
+            "of the load generator's on a host of its own (ss)")
 
     def __init__(
         self, proc_root: Path = PROC, sys_root: Path = SYS, replication_only: bool = True
@@ -119,19 +128,23 @@ class TcpProbe(OsProbe):
                             nodes[inode] = node
         return nodes
 
-    def run_ss(self, ports: dict[int, str], with_owners: bool = True) -> str:
-        """ss's lines for the nodes' ports: from this host's namespace, or from each host's
-        own when the nodes run on hosts of their own (both ends of each connection)."""
-        namespaces = sorted({node.netns for node in self.ctx.nodes if node.netns})
+    def run_ss(self, ports: dict[int, str], with_owners: bool = True
+               ) -> list[tuple[str | None, str]]:
+        """ss's lines for the nodes' ports, with the node whose namespace they come from:
+        this host's namespace (None), or each host's own when the nodes run on hosts of
+        their own (both ends of each connection)."""
+        namespaces = {node.netns: node.name for node in self.ctx.nodes if node.netns}
         if not namespaces:
-            return self._run_ss([], ports, with_owners)
-        return "".join(self._run_ss(["ip", "netns", "exec", ns], ports, with_owners)
-                       for ns in namespaces)
+            return [(None, self._run_ss([], ports, with_owners))]
+        return [(node, self._run_ss(["ip", "netns", "exec", ns], ports, with_owners))
+                for ns, node in sorted(namespaces.items())]
 
-    def _run_ss(self, prefix: list[str], ports: dict[int, str], with_owners: bool) -> str:
+    def _run_ss(self, prefix: list[str], ports: dict[int, str], with_owners: bool,
+                only_to: bool = False) -> str:
         if self.ss is None:
             return ""
-        wanted = " or ".join(f"sport = :{p} or dport = :{p}" for p in sorted(ports))
+        wanted = " or ".join(f"dport = :{p}" if only_to else f"sport = :{p} or dport = :{p}"
+                             for p in sorted(ports))
         try:
             result = subprocess.run(
                 [*prefix, self.ss, "-tinmeH" + ("p" if with_owners else ""), "state",
@@ -144,6 +157,16 @@ class TcpProbe(OsProbe):
         except (OSError, subprocess.SubprocessError):
             return ""
         return result.stdout if result.returncode == 0 else ""
+
+    def client_sockets(self, ports: dict[int, str]) -> list[procfs.TcpSocket]:
+        """The load generator's connections to the nodes, from its own host's namespace:
+        every socket there to a node's port is the load's (nothing else of pglab's runs
+        there); none when the load shares this host."""
+        netns = self.ctx.client_netns
+        if netns is None:
+            return []
+        return procfs.parse_ss(self._run_ss(["ip", "netns", "exec", netns], ports,
+                                            with_owners=False, only_to=True))
 
     def is_replication(self, sock: procfs.TcpSocket) -> bool:
         if not self.replication_only or sock.pid is None:
@@ -165,32 +188,56 @@ class TcpProbe(OsProbe):
         if not ports or self.ss is None:
             return out
         owners = self.replication_processes()
-        if owners == {}:  # nothing to look at: no need to run ss
+        clients = self.client_sockets(ports)
+        if owners == {} and not clients:  # nothing to look at: no need to run ss again
             self.previous, self.previous_at = {}, time.monotonic()
             return out
-        text = self.run_ss(ports, with_owners=owners is None)
+        texts = self.run_ss(ports, with_owners=owners is None)
         at = time.monotonic()
         current: dict[str, tuple[str, procfs.TcpSocket]] = {}  # label -> node, socket
-        if owners is None:  # ss -p named each socket's owner
+        # The load's sockets, each end: "<host> local->peer" -> (node, series label, socket).
+        loads: dict[str, tuple[str, str, procfs.TcpSocket]] = {}
+        nodes = self.socket_nodes(owners) if owners is not None else {}
+        # A client socket's server end is the node's socket with the two addresses swapped
+        # (which also names the node that client is connected to).
+        client_ends = {(sock.local, sock.peer): sock for sock in clients}
+        for node, text in texts:
             for sock in procfs.parse_ss(text):
-                if self.is_replication(sock):
-                    current[f"{sock.local}->{sock.peer}"] = (self.owner_node(sock, ports), sock)
-        else:
-            nodes = self.socket_nodes(owners)
-            for sock in procfs.parse_ss(text):
-                if sock.inode in nodes:
+                client = client_ends.get((sock.peer, sock.local))
+                if client is not None and node is not None:
+                    loads[f"{node} {sock.local}->{sock.peer}"] = (
+                        node, procfs.clients_label(node, CLIENT), sock)
+                    loads[f"{CLIENT} {client.local}->{client.peer}"] = (
+                        CLIENT, procfs.clients_label(CLIENT, node), client)
+                elif owners is None:  # ss -p named each socket's owner
+                    if self.is_replication(sock):
+                        current[f"{sock.local}->{sock.peer}"] = (self.owner_node(sock, ports),
+                                                                 sock)
+                elif sock.inode in nodes:
                     current[f"{sock.local}->{sock.peer}"] = (nodes[sock.inode], sock)
         if self.previous is not None:
+            seconds = at - self.previous_at
             for label, (node, sock) in current.items():
                 self.emit(out, now, node, label, procfs.socket_gauges(sock))
                 if label in self.previous:
-                    self.emit(
-                        out,
-                        now,
-                        node,
-                        label,
-                        procfs.socket_rates(self.previous[label], sock, at - self.previous_at),
-                    )
+                    self.emit(out, now, node, label,
+                              procfs.socket_rates(self.previous[label], sock, seconds))
+            self.emit_loads(out, now, loads, seconds)
         self.previous = {label: sock for label, (_, sock) in current.items()}
+        self.previous |= {key: sock for key, (_, _, sock) in loads.items()}
         self.previous_at = at
         return out
+
+    def emit_loads(self, out: ProbeOutput, now: dt.datetime,
+                   loads: dict[str, tuple[str, str, procfs.TcpSocket]], seconds: float) -> None:
+        """The load generator's sockets as one series per pair of hosts and end (a run
+        opens dozens of them): procfs.aggregate_gauges and aggregate_rates."""
+        assert self.previous is not None
+        series: dict[tuple[str, str], list[tuple[str, procfs.TcpSocket]]] = {}
+        for key, (node, label, sock) in loads.items():
+            series.setdefault((node, label), []).append((key, sock))
+        for (node, label), socks in series.items():
+            self.emit(out, now, node, label, procfs.aggregate_gauges([s for _, s in socks]))
+            self.emit(out, now, node, label, procfs.aggregate_rates(
+                [(self.previous[key], sock) for key, sock in socks if key in self.previous],
+                seconds))

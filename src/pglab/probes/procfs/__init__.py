@@ -57,7 +57,11 @@ from pglab.probes.procfs.processes import (
     process_kind,
 )
 from pglab.probes.procfs.tcp import (
+    CLIENTS,
     TcpSocket,
+    aggregate_gauges,
+    aggregate_rates,
+    clients_label,
     parse_ss,
     socket_gauges,
     socket_inode,
@@ -65,6 +69,7 @@ from pglab.probes.procfs.tcp import (
 )
 
 __all__ = [
+    "CLIENTS",
     "DISK_COUNTERS",
     "MEMINFO_MB",
     "MIB",
@@ -80,6 +85,9 @@ __all__ = [
     "Pressure",
     "ProcStat",
     "TcpSocket",
+    "aggregate_gauges",
+    "aggregate_rates",
+    "clients_label",
     "cmdline_text",
     "cpu_usage",
     "disk_rates",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import statistics
 from dataclasses import dataclass, field
 
 from pglab.probes.procfs.common import MIB
@@ -38,6 +39,7 @@ _NUMBER = r"-?\d+(?:\.\d+)?"
 _INFO_FIELDS = {
     "rtt_ms": re.compile(rf"\brtt:({_NUMBER})/"),
     "rttvar_ms": re.compile(rf"\brtt:{_NUMBER}/({_NUMBER})"),
+    "minrtt_ms": re.compile(rf"\bminrtt:({_NUMBER})"),
     "rcv_space": re.compile(rf"\brcv_space:({_NUMBER})"),
     "bytes_acked": re.compile(rf"\bbytes_acked:({_NUMBER})"),
     "bytes_received": re.compile(rf"\bbytes_received:({_NUMBER})"),
@@ -104,6 +106,7 @@ def socket_gauges(sock: TcpSocket) -> dict[str, float]:
     for key, metric in (
         ("rtt_ms", "rtt_ms"),
         ("rttvar_ms", "rttvar_ms"),
+        ("minrtt_ms", "min_rtt_ms"),
         ("rcv_space", "rcv_space_bytes"),
     ):
         if key in sock.info:
@@ -134,3 +137,48 @@ def socket_rates(before: TcpSocket, after: TcpSocket, seconds: float) -> dict[st
         if delta >= 0:
             rates[metric] = delta / scale / seconds
     return rates
+
+
+# Many sockets of one pair of hosts as one series (a load generator opens dozens) --------
+
+CLIENTS = "clients:"  # the label's prefix: "clients:client->primary", from each end
+
+
+def clients_label(local_host: str, peer_host: str) -> str:
+    """The label of the load generator's sockets between two hosts, seen from `local_host`
+    (the node of the series): local->peer, like a replication socket's label."""
+    return f"{CLIENTS}{local_host}->{peer_host}"
+
+
+def aggregate_gauges(sockets: list[TcpSocket]) -> dict[str, float]:
+    """The sockets' figures as one: the median and the largest smoothed RTT (`rtt_ms`,
+    `rtt_max_ms`), the smallest minimum RTT (`min_rtt_ms`: the link's own round trip,
+    without the server's work that a reply's ACK waits for), the queues summed (the bytes
+    waiting on the pair), the fullest socket's buffer fill, and how many sockets."""
+    if not sockets:
+        return {}
+    gauges = [socket_gauges(sock) for sock in sockets]
+    out = {"sockets": float(len(sockets)),
+           "recv_q_bytes": sum(g["recv_q_bytes"] for g in gauges),
+           "send_q_bytes": sum(g["send_q_bytes"] for g in gauges)}
+    rtts = sorted(g["rtt_ms"] for g in gauges if "rtt_ms" in g)
+    if rtts:
+        out["rtt_ms"] = statistics.median(rtts)
+        out["rtt_max_ms"] = rtts[-1]
+    for metric, pick in (("min_rtt_ms", min), ("rcv_buffer_fill_pct", max),
+                         ("send_buffer_fill_pct", max)):
+        values = [g[metric] for g in gauges if metric in g]
+        if values:
+            out[metric] = pick(values)
+    return out
+
+
+def aggregate_rates(pairs: list[tuple[TcpSocket, TcpSocket]], seconds: float
+                    ) -> dict[str, float]:
+    """The sum of each socket's rates (before, after): MiB/s sent and received,
+    retransmissions a second, over the sockets seen at both times."""
+    out: dict[str, float] = {}
+    for before, after in pairs:
+        for metric, value in socket_rates(before, after, seconds).items():
+            out[metric] = out.get(metric, 0.0) + value
+    return out
