@@ -18,6 +18,7 @@ from pglab.analysis.analyze import build_analysis
 from pglab.analysis.loading import load_run_frames
 from pglab.analysis.recommendations import Facts, advise
 from pglab.results.manifest import Manifest
+from pglab.scenario import load_text
 from pglab.scenario.builtin import load_builtin
 
 RUNS = SAMPLES / "runs"
@@ -179,3 +180,24 @@ def test_an_asynchronous_standbys_link_holds_no_commit_back(tmp_path: Path) -> N
     causes = analysis["steady_state"]["causes"] if analysis.get("steady_state") else []
     assert not any(c["cause"] == "network" for c in causes), causes
     assert "standby-closer" not in _rules(analysis)
+
+
+def test_a_pooler_is_advised_on_the_databases_host_when_each_node_has_its_own() -> None:
+    """On hosts of their own the pgbouncer rule's test puts PgBouncer on the primary's host
+    with the clients through it (a change that loads as a scenario); on a shared host
+    the change is as it always was."""
+    scenario = {"name": "far", "workload": {"scale": 1, "clients": [64]},
+                "network": {"hosts": "separate", "links": [
+                    {"between": ["primary", "client"], "rtt": "1ms"}]}}
+    facts = Facts({"too-many-connections": 0.9}, Manifest(scenario=scenario),
+                  fpi_surge=False)
+    change = {r["rule"]: r for r in advise(facts).given}["pgbouncer"]["change"]
+    assert change == {"topology.pooler": "pgbouncer", "topology.pooler_host": "primary",
+                      "workload.path": "pooler"}
+    tested = load_text('name = "far"\n[workload]\nscale = 1\n[network]\nhosts = "separate"\n',
+                       "far.toml", overrides=[f"{k}={v}" for k, v in change.items()]).scenario
+    assert tested.pooler_host() == "primary" and tested.workload.path == "pooler"
+    shared = Facts({"too-many-connections": 0.9},
+                   Manifest(scenario={**scenario, "network": {}}), fpi_surge=False)
+    assert {r["rule"]: r for r in advise(shared).given}["pgbouncer"]["change"] == {
+        "topology.pooler": "pgbouncer"}

@@ -420,6 +420,15 @@ def _separate_hosts(f: Facts) -> bool:
     return (f.manifest.scenario.get("network") or {}).get("hosts") == "separate"
 
 
+def _pooler(f: Facts) -> dict[str, Any]:
+    """PgBouncer in front of the primary; on hosts of their own, on the primary's host
+    (where a pooler usually runs) with the clients going through it."""
+    if not _separate_hosts(f):
+        return {"topology.pooler": "pgbouncer"}
+    return {"topology.pooler": "pgbouncer", "topology.pooler_host": "primary",
+            "workload.path": "pooler"}
+
+
 def _closer(f: Facts) -> dict[str, Any]:
     """The far standby's link at 0.5 ms (a standby in the primary's zone), or at 0 ms
     when it is that close already."""
@@ -660,7 +669,7 @@ RULES: tuple[Rule, ...] = (
                   "cannot be reserved (a container without the right, a fragmented host)"),
     Rule("pgbouncer", ("too-many-connections", "cpu-saturation"),
          "put a transaction pooler in front of the server",
-         lambda f: {} if _separate_hosts(f) else {"topology.pooler": "pgbouncer"},
+         _pooler,
          "a few server backends per core serve many clients: less contention on "
          "ProcArray/lock manager, less memory",
          "transaction pooling breaks session state (SET, advisory locks, session prepared "
@@ -668,8 +677,7 @@ RULES: tuple[Rule, ...] = (
          when=lambda f: f.found("too-many-connections") or _clients(f) > 4 * f.cores,
          not_when="the application relies on session state (SET, advisory locks, LISTEN, session "
                   "prepared statements before PgBouncer 1.21), or it pools its connections "
-                  "already",
-         why_untestable="the lab runs no pooler with network.hosts = 'separate' yet"),
+                  "already"),
     Rule("persistent-connections", ("too-many-connections",),
          "keep connections open across transactions (a pool in the application or its "
          "driver) instead of connecting for each one",
@@ -938,9 +946,12 @@ RULES: tuple[Rule, ...] = (
          not_when="the standby's Recv-Q filled: the standby, not the link, was too slow",
          sub=("narrow-link",),
          why_untestable="the scenario configured no bandwidth for the standby's link"),
+    # Not a pooler on the database's host: the application's statements still cross its
+    # link one by one (app-far-from-database measures it); a pooler there saves only the
+    # cost of new connections (the pgbouncer rule, for connection churn).
     Rule("application-closer", ("network",),
-         "run the application next to its database (the same zone or host), or a pooler "
-         "on the database's host that keeps its connections there",
+         "run the application next to its database (the same zone or host); a pooler on "
+         "the database's host does not shorten the round trip of each statement",
          lambda f: _link_change(f, "client", "rtt", "0ms"),
          "each statement costs the short round trip: a transaction of n statements saves "
          "n round trips",
