@@ -31,7 +31,7 @@ from pglab.analysis.flush_layers import (
     flush_places,
 )
 from pglab.analysis.loading import RunFrames
-from pglab.analysis.network import commit_quorum
+from pglab.analysis.network import clients_route, commit_quorum
 from pglab.analysis.signals import LONG_HOLDER_S, long_holder
 from pglab.driver_traits import DriverTraits, driver_traits
 from pglab.results import files
@@ -420,13 +420,20 @@ def _separate_hosts(f: Facts) -> bool:
     return (f.manifest.scenario.get("network") or {}).get("hosts") == "separate"
 
 
+def _application_closer(f: Facts) -> dict[str, Any]:
+    """Each configured link of the clients' route to the primary (theirs, or through the
+    pooler's own host its two) at 0 ms."""
+    found = [_scenario_link(f, a, b) for a, b in clients_route(f.manifest.scenario)]
+    return {f"network.links.{link[0]}.rtt": "0ms" for link in found if link is not None}
+
+
 def _pooler(f: Facts) -> dict[str, Any]:
-    """PgBouncer in front of the primary; on hosts of their own, on the primary's host
-    (where a pooler usually runs) with the clients going through it."""
+    """PgBouncer in front of the primary (the clients go through it unless the scenario
+    says otherwise: workload.path's default); on hosts of their own, on the primary's
+    host, where a pooler usually runs."""
     if not _separate_hosts(f):
         return {"topology.pooler": "pgbouncer"}
-    return {"topology.pooler": "pgbouncer", "topology.pooler_host": "primary",
-            "workload.path": "pooler"}
+    return {"topology.pooler": "pgbouncer", "topology.pooler_host": "primary"}
 
 
 def _closer(f: Facts) -> dict[str, Any]:
@@ -952,14 +959,15 @@ RULES: tuple[Rule, ...] = (
     Rule("application-closer", ("network",),
          "run the application next to its database (the same zone or host); a pooler on "
          "the database's host does not shorten the round trip of each statement",
-         lambda f: _link_change(f, "client", "rtt", "0ms"),
+         _application_closer,
          "each statement costs the short round trip: a transaction of n statements saves "
          "n round trips",
          "none for the database",
          not_when="the statements themselves are slow (their time, not ClientRead, "
                   "dominates)",
          sub=("client-far",),
-         why_untestable="the scenario configured no link to the client"),
+         why_untestable="the scenario configured no link on the clients' route to the "
+                        "primary"),
     Rule("fewer-round-trips", ("network",),
          "send a transaction in fewer round trips: one function call or a multi-statement "
          "string, or pipelining, instead of a statement at a time",
