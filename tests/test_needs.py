@@ -83,8 +83,10 @@ def test_every_builtin_declares_the_packages_its_keys_use() -> None:
                         assert fs.part.name in needs, name
     packaged = {n for n in builtin_names()
                 if {"pgbouncer", "sysbench"} & set(_needs(n))}
-    # a matrix point counts: too-many-connections runs once through PgBouncer
-    assert packaged == {"connection-path", "too-many-connections", "sysbench-read-intensive"}
+    # a matrix point counts: too-many-connections runs once through PgBouncer,
+    # app-far-from-database twice
+    assert packaged == {"connection-path", "too-many-connections", "sysbench-read-intensive",
+                        "app-far-from-database"}
 
 
 def test_emulated_devices_need_nbdfuse_and_fuse_plain_loops_do_not(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -449,3 +450,63 @@ def test_the_next_pglab_removes_the_hosts_of_a_killed_one(tmp_path: Path, nft: P
         except OSError:
             continue
     assert inside == []
+
+
+POOLER_HOST = """
+name = "pool"
+[topology]
+pooler = "pgbouncer"
+[network]
+hosts = "separate"
+[workload]
+scale = 1
+"""
+
+
+def test_the_clients_reach_the_pooler_on_its_own_host_across_their_link(
+        pglab_home: Path, pgbouncer_binary: str) -> None:
+    """~5 s: PgBouncer on a host of its own: pgbench from the client's host reaches it on
+    its end of their link (TCP, trusted: only pglab's hosts reach that address), it
+    reaches the primary from its end of theirs; this machine's own namespace has no way
+    to its port (no interface into pglab's namespaces, nothing listening on loopback)."""
+    if os.geteuid() != 0:
+        pytest.skip("network namespaces need root")
+    loaded = load_text(POOLER_HOST, "pool.toml")
+    with Lab(loaded.scenario, "pool.toml", f"pool-{time.time_ns()}") as lab:
+        network, pooler, primary = lab.network, lab.pooler, lab.primary
+        assert network is not None and pooler is not None and primary is not None
+        assert lab.bins is not None and lab.client_netns is not None
+        env = lab.client_env()
+        assert env["PGHOST"] == network.address_of("pooler", "client") == pooler.listen_addr
+        done = subprocess.run(["ip", "netns", "exec", lab.client_netns,
+                               str(lab.bins.tool("pgbench")), "-n", "-c", "2", "-T", "1"],
+                              env={**os.environ, **env}, capture_output=True, text=True,
+                              timeout=60, check=False)
+        assert done.returncode == 0, done.stderr
+        count = int(done.stdout.split("actually processed: ")[1].split()[0])
+        with primary.connect() as conn:  # the socket: its own client_addr is NULL
+            sources = {row[0] for row in conn.execute(
+                "SELECT host(client_addr) FROM pg_stat_activity "
+                "WHERE datname = 'pglab' AND client_addr IS NOT NULL")}
+        assert sources == {network.plan.link("pooler", "primary").address("pooler")}
+        with pooler.admin_connect() as admin:
+            stats = admin.execute("SHOW STATS")
+            names = [c.name for c in stats.description or []]
+            xacts = {row[0]: row[names.index("total_xact_count")] for row in stats}
+        assert int(str(xacts["pglab"])) >= count > 0
+        listening = subprocess.run(["ip", "netns", "exec", network.netns("pooler"), "ss",
+                                    "-Hltn", f"sport = :{pooler.port}"], capture_output=True,
+                                   text=True, check=True).stdout.split()
+        assert f"{pooler.listen_addr}:{pooler.port}" in listening
+        here = subprocess.run(["ss", "-Hltn", f"sport = :{pooler.port}"], capture_output=True,
+                              text=True, check=True).stdout
+        assert here.strip() == ""
+        with socket.socket() as probe:
+            assert probe.connect_ex(("127.0.0.1", pooler.port)) != 0
+        # No connection attempt to its address from here: this namespace's route to it is
+        # the machine's default one (a packet would leave the machine, never reaching the
+        # lab's namespaces, which nothing joins to this one).
+        links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True,
+                               check=True).stdout
+        assert "pglab" not in links
+    assert _left(network) == [] and processes_under(lab.lab_dir) == []

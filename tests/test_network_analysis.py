@@ -18,6 +18,7 @@ from pglab.analysis.analyze import build_analysis
 from pglab.analysis.loading import load_run_frames
 from pglab.analysis.recommendations import Facts, advise
 from pglab.results.manifest import Manifest
+from pglab.scenario import load_text
 from pglab.scenario.builtin import load_builtin
 
 RUNS = SAMPLES / "runs"
@@ -131,7 +132,7 @@ def test_the_network_builtins_load_on_hosts_of_their_own(name: str) -> None:
 def test_the_samples_are_runs_of_the_builtins_make_runs_names() -> None:
     text = (RUNS / "make_runs.py").read_text()
     for name in ("net-far-standby", "net-near-standby", "net-narrow-link", "net-partition",
-                 "net-app-far"):
+                 "net-app-far", "net-app-far-pooler"):
         assert f'BUILTIN_RUNS["{name}"]' in text
         assert (RUNS / name / "manifest.json").is_file()
     assert Path(RUNS / "net-far-standby" / "scenario.toml").read_text().count("rtt") >= 1
@@ -159,6 +160,19 @@ def test_an_application_far_from_its_database_waits_on_its_round_trips() -> None
     assert rules["application-closer"]["change"] == {"network.links.0.rtt": "0ms"}
     assert rules["fewer-round-trips"]["test"].startswith("not testable")
     assert "quorum-commit-nearby" not in rules
+
+
+def test_an_application_far_from_its_pooler_host_is_the_network_too() -> None:
+    """PgBouncer on a host of its own, 1 ms from the client (net-app-far-pooler): the
+    backends wait for the pooler, which waits for the client; the route is its two links,
+    and bringing the application closer is the client's link to the pooler at 0 ms."""
+    analysis = _analysis("net-app-far-pooler")
+    top = analysis["steady_state"]["causes"][0]
+    assert (top["cause"], top["sub_cause"]) == ("network", "client-far"), top
+    assert any("whose route to the primary through the pooler's host (client <-> pooler "
+               in line for line in top["evidence"]), top["evidence"]
+    rules = _rules(analysis)
+    assert rules["application-closer"]["change"] == {"network.links.0.rtt": "0ms"}
 
 
 @pytest.mark.parametrize(("rtt", "closer"), [("5ms", "0.5ms"), ("0.4ms", "0ms")])
@@ -189,3 +203,23 @@ def test_an_asynchronous_standbys_link_holds_no_commit_back(tmp_path: Path) -> N
     causes = analysis["steady_state"]["causes"] if analysis.get("steady_state") else []
     assert not any(c["cause"] == "network" for c in causes), causes
     assert "standby-closer" not in _rules(analysis)
+
+
+def test_a_pooler_is_advised_on_the_databases_host_when_each_node_has_its_own() -> None:
+    """On hosts of their own the pgbouncer rule's test puts PgBouncer on the primary's host
+    with the clients through it (a change that loads as a scenario); on a shared host
+    the change is as it always was."""
+    scenario = {"name": "far", "workload": {"scale": 1, "clients": [64]},
+                "network": {"hosts": "separate", "links": [
+                    {"between": ["primary", "client"], "rtt": "1ms"}]}}
+    facts = Facts({"too-many-connections": 0.9}, Manifest(scenario=scenario),
+                  fpi_surge=False)
+    change = {r["rule"]: r for r in advise(facts).given}["pgbouncer"]["change"]
+    assert change == {"topology.pooler": "pgbouncer", "topology.pooler_host": "primary"}
+    tested = load_text('name = "far"\n[workload]\nscale = 1\n[network]\nhosts = "separate"\n',
+                       "far.toml", overrides=[f"{k}={v}" for k, v in change.items()]).scenario
+    assert tested.pooler_host() == "primary" and tested.workload.path == "pooler"
+    shared = Facts({"too-many-connections": 0.9},
+                   Manifest(scenario={**scenario, "network": {}}), fpi_surge=False)
+    assert {r["rule"]: r for r in advise(shared).given}["pgbouncer"]["change"] == {
+        "topology.pooler": "pgbouncer"}

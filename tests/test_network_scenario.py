@@ -3,6 +3,7 @@ refused in one line before anything starts (no machine needed)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -12,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from conftest import SAMPLES, run_cli, write_scenario
-from pglab.errors import BadInput
+from pglab.errors import BadInput, EnvironmentProblem
 from pglab.lab.faults import check_faults
+from pglab.lab.preflight import check_supported
 from pglab.network.describe import link_facts, network_lines
 from pglab.network.plan import plan_network
 from pglab.probes.procfs.net import link_rates, parse_net_dev
@@ -138,11 +140,68 @@ def test_bad_network_input_is_one_line(body: str, expected: str) -> None:
     assert expected in _error(body)
 
 
-def test_a_pooler_on_separate_hosts_is_refused_for_now() -> None:
+POOLER = '[topology]\nstandbys = 1\nsynchronous = "on"\npooler = "pgbouncer"\n'
+
+
+def test_a_pooler_gets_a_host_of_its_own_between_the_clients_and_the_primary() -> None:
+    """The pooler's host joins the mesh (its links shaped like any other), the clients go
+    through it by default; on the primary's host it adds no host."""
+    scenario = load_text(BASE.replace('[topology]\nstandbys = 1\nsynchronous = "on"\n',
+                                      POOLER)
+                         + '[network]\nhosts = "separate"\n[[network.links]]\n'
+                         'between = ["client", "pooler"]\nrtt = "1ms"\n', "net.toml").scenario
+    assert scenario.workload.path == "pooler" and scenario.pooler_host() == "pooler"
+    plan = plan_network(scenario)
+    assert plan.hosts == ("primary", "standby1", "pooler", "client")
+    assert plan.link("pooler", "client").rtt_s == 0.001 and plan.link("pooler", "client").wired
+    assert not plan.link("primary", "pooler").wired
+    on_primary = load_text(BASE.replace('[topology]\nstandbys = 1\nsynchronous = "on"\n',
+                                        POOLER + 'pooler_host = "primary"\n')
+                           + '[network]\nhosts = "separate"\n', "net.toml").scenario
+    assert on_primary.pooler_host() == "primary"
+    assert plan_network(on_primary).hosts == ("primary", "standby1", "client")
+    shared = load_text(BASE.replace('[topology]\nstandbys = 1\nsynchronous = "on"\n',
+                                    POOLER), "net.toml").scenario
+    assert shared.workload.path == "pooler" and shared.network.hosts == "shared"
+
+
+@pytest.mark.parametrize(("body", "expected"), [
+    ('pooler_host = "primary"\n[network]\nhosts = "separate"\n[[network.links]]\n'
+     'between = ["pooler", "client"]\n',
+     "no host 'pooler' in this topology (topology.pooler_host = 'primary': the pooler runs "
+     "on the primary's host, its link to the clients is ['primary', 'client']); hosts: "
+     "primary, standby1, client"),
+    ('pooler_host = "db"\n', "topology.pooler_host = 'db' is not valid: expected one of "
+     "'own' or 'primary'"),
+    ('pool_mode = "statement"\n', "topology.pool_mode = 'statement' is not valid: expected "
+     "one of 'transaction' or 'session'"),
+    ('[network]\nhosts = "separate"\n[[network.links]]\nbetween = ["pooler", "pooler"]\n',
+     "a link joins two different nodes, not 'pooler' with itself"),
+    ('[workload]\npath = "unix"\n[network]\nhosts = "separate"\n',
+     "workload.path = 'unix' cannot be used with network.hosts = 'separate': the clients' "
+     "host reaches the primary over its link, workload.path = 'pooler' (through the pooler)"),
+    ('[network]\nhosts = "separate"\n[[faults]]\nat = "1s"\naction = "network-partition"\n'
+     'node = "standby1"\nduration = "2s"\nargs = { peer = "poolr" }\n',
+     "faults[0]: args.peer = 'poolr': no host 'poolr' in this topology (did you mean "
+     "'pooler'?)"),
+])
+def test_bad_pooler_host_input_is_one_line(body: str, expected: str) -> None:
+    """[topology] as in POOLER with `body`'s keys after it."""
     with pytest.raises(BadInput) as caught:
-        load_text('name = "p"\n[topology]\npooler = "pgbouncer"\n[workload]\npath = "tcp"\n'
-                  '[network]\nhosts = "separate"\n', "p.toml")
-    assert "with topology.pooler = 'pgbouncer' is not supported yet" in str(caught.value)
+        loaded = load_text(POOLER.replace("[topology]", 'name = "net"\n[topology]') + body,
+                           "net.toml")
+        for variant in loaded.variants:
+            check_faults(variant.scenario, "net.toml")
+    assert "\n" not in str(caught.value)
+    assert expected in str(caught.value)
+
+
+def test_a_pooler_link_without_a_pooler_is_refused() -> None:
+    assert _error('[network]\nhosts = "separate"\n[[network.links]]\n'
+                  'between = ["client", "pooler"]\n') == (
+        "net.toml: network.links[0].between = ['client', 'pooler']: no host 'pooler' in this "
+        "topology (a pooler's host exists with topology.pooler = 'pgbouncer'); hosts: "
+        "primary, standby1, client")
 
 
 def test_links_with_a_delay_now_or_from_a_fault_are_wired() -> None:
@@ -258,3 +317,23 @@ def test_a_bad_link_index_is_one_line(override: str, expected: str) -> None:
         load_text(BASE + '[network]\nhosts = "separate"\n[[network.links]]\n'
                   'between = ["primary", "standby1"]\n', "net.toml", overrides=[override])
     assert expected in str(caught.value) and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(("mode", "refused"), [("transaction", True), ("session", False)])
+def test_prepared_statements_go_through_the_pooler_in_session_mode_only(
+        mode: str, refused: bool) -> None:
+    """PgBouncer before 1.21 keeps no prepared statement across the server connections
+    of transaction mode; a session keeps its server connection."""
+    scenario = load_text(f'name = "p"\n[topology]\npooler = "pgbouncer"\npool_mode = "{mode}"\n'
+                         '[workload]\nscale = 1\nprotocol = "prepared"\n', "p.toml").scenario
+    if not refused:
+        # The scenario's mistakes are refused first; what the machine lacks (PgBouncer)
+        # after them, so a missing PgBouncer still says the scenario itself is good.
+        with contextlib.suppress(EnvironmentProblem):
+            check_supported(scenario, "p.toml")
+        return
+    with pytest.raises(BadInput) as caught:
+        check_supported(scenario, "p.toml")
+    assert str(caught.value) == (
+        "p.toml: workload.protocol = 'prepared' does not work through PgBouncer in "
+        "transaction mode; use 'simple' or 'extended', or topology.pool_mode = 'session'")

@@ -31,7 +31,7 @@ from pglab.analysis.flush_layers import (
     flush_places,
 )
 from pglab.analysis.loading import RunFrames
-from pglab.analysis.network import commit_quorum
+from pglab.analysis.network import clients_route, commit_quorum
 from pglab.analysis.signals import LONG_HOLDER_S, long_holder
 from pglab.driver_traits import DriverTraits, driver_traits
 from pglab.results import files
@@ -420,6 +420,22 @@ def _separate_hosts(f: Facts) -> bool:
     return (f.manifest.scenario.get("network") or {}).get("hosts") == "separate"
 
 
+def _application_closer(f: Facts) -> dict[str, Any]:
+    """Each configured link of the clients' route to the primary (theirs, or through the
+    pooler's own host its two) at 0 ms."""
+    found = [_scenario_link(f, a, b) for a, b in clients_route(f.manifest.scenario)]
+    return {f"network.links.{link[0]}.rtt": "0ms" for link in found if link is not None}
+
+
+def _pooler(f: Facts) -> dict[str, Any]:
+    """PgBouncer in front of the primary (the clients go through it unless the scenario
+    says otherwise: workload.path's default); on hosts of their own, on the primary's
+    host, where a pooler usually runs."""
+    if not _separate_hosts(f):
+        return {"topology.pooler": "pgbouncer"}
+    return {"topology.pooler": "pgbouncer", "topology.pooler_host": "primary"}
+
+
 def _closer(f: Facts) -> dict[str, Any]:
     """The far standby's link at 0.5 ms (a standby in the primary's zone), or at 0 ms
     when it is that close already."""
@@ -660,7 +676,7 @@ RULES: tuple[Rule, ...] = (
                   "cannot be reserved (a container without the right, a fragmented host)"),
     Rule("pgbouncer", ("too-many-connections", "cpu-saturation"),
          "put a transaction pooler in front of the server",
-         lambda f: {} if _separate_hosts(f) else {"topology.pooler": "pgbouncer"},
+         _pooler,
          "a few server backends per core serve many clients: less contention on "
          "ProcArray/lock manager, less memory",
          "transaction pooling breaks session state (SET, advisory locks, session prepared "
@@ -668,8 +684,7 @@ RULES: tuple[Rule, ...] = (
          when=lambda f: f.found("too-many-connections") or _clients(f) > 4 * f.cores,
          not_when="the application relies on session state (SET, advisory locks, LISTEN, session "
                   "prepared statements before PgBouncer 1.21), or it pools its connections "
-                  "already",
-         why_untestable="the lab runs no pooler with network.hosts = 'separate' yet"),
+                  "already"),
     Rule("persistent-connections", ("too-many-connections",),
          "keep connections open across transactions (a pool in the application or its "
          "driver) instead of connecting for each one",
@@ -938,17 +953,21 @@ RULES: tuple[Rule, ...] = (
          not_when="the standby's Recv-Q filled: the standby, not the link, was too slow",
          sub=("narrow-link",),
          why_untestable="the scenario configured no bandwidth for the standby's link"),
+    # Not a pooler on the database's host: the application's statements still cross its
+    # link one by one (app-far-from-database measures it); a pooler there saves only the
+    # cost of new connections (the pgbouncer rule, for connection churn).
     Rule("application-closer", ("network",),
-         "run the application next to its database (the same zone or host), or a pooler "
-         "on the database's host that keeps its connections there",
-         lambda f: _link_change(f, "client", "rtt", "0ms"),
+         "run the application next to its database (the same zone or host); a pooler on "
+         "the database's host does not shorten the round trip of each statement",
+         _application_closer,
          "each statement costs the short round trip: a transaction of n statements saves "
          "n round trips",
          "none for the database",
          not_when="the statements themselves are slow (their time, not ClientRead, "
                   "dominates)",
          sub=("client-far",),
-         why_untestable="the scenario configured no link to the client"),
+         why_untestable="the scenario configured no link on the clients' route to the "
+                        "primary"),
     Rule("fewer-round-trips", ("network",),
          "send a transaction in fewer round trips: one function call or a multi-statement "
          "string, or pipelining, instead of a statement at a time",

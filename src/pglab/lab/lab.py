@@ -185,9 +185,12 @@ class Lab:
         if self.pooler is not None:
             facts["primary"]["pooler"] = {
                 "kind": "pgbouncer", "version": pgbouncer_version(self.pooler.binary),
-                "pool_mode": "transaction", "pool_size": self.pooler.pool_size,
+                "pool_mode": self.pooler.pool_mode, "pool_size": self.pooler.pool_size,
                 "port": self.pooler.port,
             }
+            if self.network is not None:  # its host, and where the clients reach it
+                facts["primary"]["pooler"].update(host=self.scenario.pooler_host(),
+                                                  address=self.pooler.listen_addr)
         return facts
 
     def _facts(self, connect: Callable[[], psycopg.Connection[Any]], name: str,
@@ -280,6 +283,8 @@ class Lab:
         tcp_clients = self.scenario.workload.path == "tcp"
         if tcp_clients:
             server.allow_clients_over_tcp(self._sources_of(["client"]))
+        if self.network is not None and self.scenario.pooler_host() == "pooler":
+            server.allow_pooler_over_tcp(self._sources_of(["pooler"])[0])
         self.on_status(f"starting PostgreSQL {self.bins.version}")
         start_with_settings(server, server_spec.settings, self.where)
         server.create_statements_extension()  # before the standbys copy the catalog
@@ -291,11 +296,23 @@ class Lab:
             self.on_status("starting PgBouncer")
             clients = max(self.scenario.workload.concurrency)
             self.pooler = PgBouncer(find_pgbouncer(), self.lab_dir / "pgbouncer", self.user,
-                                    server, topo.pool_size, max_clients=clients + 20)
+                                    server, topo.pool_size, max_clients=clients + 20,
+                                    pool_mode=topo.pool_mode)
+            if self.network is not None:
+                self._place_pooler(self.pooler, self.network)
             self.pooler.start()
         if self.network is not None:
             self.on_status("shaping the links")
             self.network.shape()
+
+    def _place_pooler(self, pooler: PgBouncer, network: LabNetwork) -> None:
+        """The pooler on its host: its own (it reaches the primary across their link) or
+        the primary's (its socket); the clients reach it across their link to that host."""
+        host = self.scenario.pooler_host() or "pooler"
+        pooler.netns = network.netns(host)
+        pooler.listen_addr = network.address_of(host, "client")
+        if host != "primary":
+            pooler.backend_host = network.address_of("primary", host)
 
     def _sources_of(self, hosts: list[str]) -> tuple[str, ...]:
         """Where `hosts` reach the primary from: their ends of their links, or loopback."""

@@ -390,10 +390,18 @@ class LocalServer:
         alone, and every other TCP login stays rejected."""
         self._allow_tcp(BENCH_DB, CLIENT_ROLE, sources)
 
-    def _allow_tcp(self, database: str, role: str, sources: tuple[str, ...]) -> None:
+    def allow_pooler_over_tcp(self, source: str) -> None:
+        """Let the lab's PgBouncer on a host of its own log in across its link, from its
+        address there alone, as it does over the socket on a shared host (trusted): that
+        address exists only inside pglab's namespaces, where nothing but the lab's own
+        processes runs, and the pooler itself lets in whoever reaches it (lab/pooler.py)."""
+        self._allow_tcp(f"{BENCH_DB},postgres", SUPERUSER, (source,), "trust")
+
+    def _allow_tcp(self, database: str, role: str, sources: tuple[str, ...],
+                   method: str = "scram-sha-256") -> None:
         hba = self.data_dir / "pg_hba.conf"
         text = hba.read_text()
-        lines = "".join(f"host {database} {role} {source}/32 scram-sha-256\n"
+        lines = "".join(f"host {database} {role} {source}/32 {method}\n"
                         for source in sources)
         if lines not in text:
             hba.write_text(lines + text)

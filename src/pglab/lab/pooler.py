@@ -1,8 +1,14 @@
-"""A real PgBouncer in transaction mode in front of the primary, with a generated config.
+"""A real PgBouncer in front of the primary (transaction or session mode), with a
+generated config.
 
 It runs as the server user in its own private socket dir (mode 700) and is pglab's child
-with a parent-death signal like the postmaster. It listens on that Unix socket only: its
-logins are trusted, so a TCP port would let any local user in as the superuser.
+with a parent-death signal like the postmaster. On a shared host it listens on that Unix
+socket only: its logins are trusted, so a TCP port would let any local user in as the
+superuser. On hosts of their own (network.hosts = "separate") it runs in its host's
+network namespace and listens on TCP there too, on that host's address towards the
+clients: an address that exists only inside pglab's namespaces, which have no route to
+or from this machine's own network, so only the lab's hosts reach it. Its link to the
+primary is crossed the same way (the primary trusts that one address: lab/lab.py).
 """
 
 from __future__ import annotations
@@ -44,7 +50,14 @@ class PgBouncer:
     backend: LocalServer
     pool_size: int
     max_clients: int
+    pool_mode: str = "transaction"
     port: int = field(default_factory=free_port)
+    # On a host of its own or the primary's (network.hosts = "separate"): its namespace,
+    # the address it listens on there for the clients, and the primary's address it
+    # reaches it at (None: the primary's Unix socket, on the same host).
+    netns: str | None = None
+    listen_addr: str | None = None
+    backend_host: str | None = None
     process: subprocess.Popen[bytes] | None = None
     socket_dir: Path | None = None
 
@@ -53,14 +66,16 @@ class PgBouncer:
         return self.node_dir / "pgbouncer.log"
 
     def libpq_env(self) -> dict[str, str]:
+        """The clients' way in: its TCP address on a host of its own, else its socket."""
         assert self.socket_dir is not None
-        return {"PGHOST": str(self.socket_dir), "PGPORT": str(self.port),
+        host = self.listen_addr or str(self.socket_dir)
+        return {"PGHOST": host, "PGPORT": str(self.port),
                 "PGUSER": SUPERUSER, "PGDATABASE": BENCH_DB}
 
     def _write_config(self) -> Path:
         assert self.socket_dir is not None
-        backend = (f"host={self.backend.socket_dir} port={self.backend.port} "
-                   f"user={SUPERUSER}")
+        backend = (f"host={self.backend_host or self.backend.socket_dir} "
+                   f"port={self.backend.port} user={SUPERUSER}")
         users = self.node_dir / "userlist.txt"
         users.write_text(f'"{SUPERUSER}" ""\n')
         ini = self.node_dir / "pgbouncer.ini"
@@ -70,10 +85,11 @@ class PgBouncer:
             f"postgres = {backend} dbname=postgres",
             "[pgbouncer]",
             f"listen_port = {self.port}",  # names the socket; no listen_addr: no TCP
+            *([f"listen_addr = {self.listen_addr}"] if self.listen_addr else []),
             f"unix_socket_dir = {self.socket_dir}",
             "auth_type = trust",
             f"auth_file = {users}",
-            "pool_mode = transaction",
+            f"pool_mode = {self.pool_mode}",
             f"default_pool_size = {self.pool_size}",
             f"max_client_conn = {self.max_clients}",
             f"admin_users = {SUPERUSER}",
@@ -98,7 +114,7 @@ class PgBouncer:
             self.process = spawn([str(self.binary), str(ini)], death_signal=signal.SIGKILL,
                                  stdout=out, stderr=subprocess.STDOUT,
                                  stdin=subprocess.DEVNULL, cwd=self.node_dir,
-                                 **self.user.popen_kwargs())
+                                 netns=self.netns, **self.user.popen_kwargs())
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

@@ -91,9 +91,10 @@ def _check_topology(scenario: Scenario, where: str) -> None:
             raise BadInput(f"{where}: topology.pooler fronts the primary; it cannot be used "
                            "with workload.on = 'standbys'")
     if topo.pooler == "pgbouncer" and workload.protocol == "prepared" and (
-            workload.path == "pooler"):
+            workload.path == "pooler") and topo.pool_mode == "transaction":
         raise BadInput(f"{where}: workload.protocol = 'prepared' does not work through "
-                       "PgBouncer in transaction mode; use 'simple' or 'extended'")
+                       "PgBouncer in transaction mode; use 'simple' or 'extended', or "
+                       "topology.pool_mode = 'session'")
     names = scenario.node_names()
     for name, spec in scenario.nodes.items():
         if name == "primary":

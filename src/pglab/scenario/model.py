@@ -276,6 +276,12 @@ class Topology(StrictModel):
     pooler: Literal["none", "pgbouncer"] = "none"
     # PgBouncer's default_pool_size: server connections per database/user pair.
     pool_size: int = Field(20, ge=1, le=1000)
+    # "transaction": a server connection per transaction; "session": one per client for
+    # its whole session (prepared statements work through it).
+    pool_mode: Literal["transaction", "session"] = "transaction"
+    # With network.hosts = "separate": the pooler on a host of its own ("pooler", between
+    # the clients and the primary) or on the primary's host. Shared hosts: one host.
+    pooler_host: Literal["own", "primary"] = "own"
 
     @field_validator("synchronous")
     @classmethod
@@ -506,7 +512,9 @@ class Telemetry(StrictModel):
 class Link(StrictModel):
     """One link between two hosts (network.hosts = "separate"): its figures each way."""
 
-    between: list[str]  # two node names: primary, standbyN, "client" (the load generator)
+    # two host names: primary, standbyN, "pooler" (the pooler's own host), "client" (the
+    # load generator)
+    between: list[str]
     rtt: Duration = 0.0  # round-trip time added, half each way (network/wire.py)
     jitter: Duration = 0.0
     bandwidth_mbps: float = Field(0.0, ge=0)  # each direction; 0: unlimited
@@ -616,9 +624,19 @@ class Scenario(StrictModel):
     def node_names(self) -> list[str]:
         return ["primary", *(f"standby{i}" for i in range(1, self.topology.standbys + 1))]
 
+    def pooler_host(self) -> str | None:
+        """The host the pooler runs on with network.hosts = "separate": "pooler" (a host
+        of its own), "primary", or None without a pooler."""
+        topo = self.topology
+        if topo.pooler == "none":
+            return None
+        return "pooler" if topo.pooler_host == "own" else "primary"
+
     def host_names(self) -> list[str]:
-        """The hosts a network link may join: the servers and the load generator."""
-        return [*self.node_names(), "client"]
+        """The hosts a network link may join: the servers, the pooler's own host and the
+        load generator."""
+        own_pooler = ["pooler"] if self.pooler_host() == "pooler" else []
+        return [*self.node_names(), *own_pooler, "client"]
 
     def node_spec(self, name: str) -> NodeSpec:
         """A standby's own settings and envelope: [nodes.standbys], then [nodes.standbyN]."""

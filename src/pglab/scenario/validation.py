@@ -125,6 +125,17 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1000:g}ms"
 
 
+def _no_host_hint(scenario: Scenario, name: str, hosts: list[str]) -> str:
+    """Why a link's host does not exist: the pooler's own host when the pooler is
+    elsewhere or absent, else a did-you-mean."""
+    if name != "pooler":
+        return did_you_mean(name, hosts)
+    if scenario.topology.pooler == "none":
+        return " (a pooler's host exists with topology.pooler = 'pgbouncer')"
+    return (" (topology.pooler_host = 'primary': the pooler runs on the primary's host, "
+            "its link to the clients is ['primary', 'client'])")
+
+
 def check_network(scenario: Scenario, where: str) -> None:
     """[network] against the topology (the model checks each link alone): every link
     joins two hosts of this topology, once; what separate hosts cannot do yet."""
@@ -137,14 +148,11 @@ def check_network(scenario: Scenario, where: str) -> None:
     topo, workload = scenario.topology, scenario.workload
     scenario.require_local(where, "network.hosts = 'separate'",
                            "pglab puts on hosts of their own only servers it starts")
-    if topo.pooler != "none":
-        raise BadInput(f"{where}: network.hosts = 'separate' with topology.pooler = "
-                       f"'{topo.pooler}' is not supported yet: run the pooler on shared "
-                       "hosts for now")
-    if workload.path != "tcp":
-        raise BadInput(f"{where}: workload.path = '{workload.path}' cannot be used with "
+    if workload.path == "unix":
+        via = "'pooler' (through the pooler)" if topo.pooler != "none" else "'tcp'"
+        raise BadInput(f"{where}: workload.path = 'unix' cannot be used with "
                        "network.hosts = 'separate': the clients' host reaches the primary "
-                       "over its link, workload.path = 'tcp'")
+                       f"over its link, workload.path = {via}")
     hosts = scenario.host_names()
     seen: dict[frozenset[str], int] = {}
     for index, link in enumerate(network.links):
@@ -152,8 +160,8 @@ def check_network(scenario: Scenario, where: str) -> None:
         for name in link.between:
             if name not in hosts:
                 raise BadInput(f"{where}: {key}.between = {link.between}: no host '{name}' in "
-                               f"this topology{did_you_mean(name, hosts)}; hosts: "
-                               f"{', '.join(hosts)}")
+                               f"this topology{_no_host_hint(scenario, name, hosts)}; "
+                               f"hosts: {', '.join(hosts)}")
         pair = frozenset(link.between)
         if pair in seen:
             raise BadInput(f"{where}: {key}.between = {link.between}: the same two hosts as "

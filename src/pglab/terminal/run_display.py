@@ -132,9 +132,13 @@ def print_summary(console: Console, run: StoredRun) -> None:
         if isinstance(clients, list) and len(clients) == 1:
             clients = clients[0]
         path = (manifest.workload or {}).get("path")  # absent in runs before the key
-        via = ("TCP over the clients' link (each node a host of its own)"
-               if manifest.network and path == "tcp"
-               else CONNECTION_PATH_NAMES.get(str(path), path))
+        via = CONNECTION_PATH_NAMES.get(str(path), path)
+        if manifest.network and path == "tcp":
+            via = "TCP over the clients' link (each node a host of its own)"
+        elif manifest.network and path == "pooler":
+            host = (node.get("pooler") or {}).get("host")
+            via = ("PgBouncer on the primary's host, over the clients' link" if host ==
+                   "primary" else "PgBouncer on a host of its own, over the clients' link")
         console.print(f"  PostgreSQL {node.get('server_version')} "
                       f"({node.get('bin_source', node.get('target'))})"
                       + (f", {clients} clients" if clients is not None else "")

@@ -125,6 +125,10 @@ BUILTIN_RUNS["net-narrow-link"] = ("standby-narrow-link", ())
 BUILTIN_RUNS["net-partition"] = ("sync-standby-partitioned", (
     "matrix={}", 'topology.synchronous="on"'))
 BUILTIN_RUNS["net-app-far"] = ("app-far-from-database", ("matrix={}",))
+# the pooler on a host of its own, 1 ms from the client: the statements cross two links
+BUILTIN_RUNS["net-app-far-pooler"] = ("app-far-from-database", (
+    "matrix={}", 'topology.pooler="pgbouncer"', 'topology.pooler_host="own"',
+    'network.links.0.between=["client", "pooler"]'))
 
 # sample name: a scenario of its own (no built-in does this yet), run by `pglab run` as
 # root (a storage volume). Scale 1 keeps a cut-recover-verify cycle to a few seconds.
