@@ -223,3 +223,17 @@ def test_a_pooler_is_advised_on_the_databases_host_when_each_node_has_its_own() 
                    Manifest(scenario={**scenario, "network": {}}), fpi_surge=False)
     assert {r["rule"]: r for r in advise(shared).given}["pgbouncer"]["change"] == {
         "topology.pooler": "pgbouncer"}
+
+
+def test_a_longer_round_trip_holds_a_hot_row_queue_behind_its_commits() -> None:
+    """tests/test_network.py's run (4 clients at scale 1, the standby's link 1 ms, then
+    25 ms for 4 s): most sessions queue on the branch row behind one whose commit waits on
+    SyncRep, so SyncRep's own share hardly moves (23% in and out of the stall); the queue
+    waits for the standby too, and that is what the longer round trip holds back."""
+    analysis = _analysis("net-latency-fault")
+    stall = _worst(analysis)
+    top = stall["causes"][0]
+    assert (top["cause"], top["sub_cause"]) == ("network", "link-latency"), stall["causes"]
+    assert top["confidence"] >= 0.6, top
+    held = [e for e in top["evidence"] if "queued behind sessions waiting there" in e]
+    assert held and held[0].startswith("95% "), top["evidence"]

@@ -167,6 +167,9 @@ def _partition(s: Score, ev: WindowEvidence, primary: str) -> bool:
     return found
 
 
+LATENCY_HELD = 0.5  # of client backends' samples: most sessions wait for the standby
+
+
 def network(ev: WindowEvidence) -> Finding | None:
     """One stall window: a link that was cut, narrower than the WAL, or slower."""
     s = Score("network")
@@ -186,10 +189,34 @@ def network(ev: WindowEvidence) -> Finding | None:
             skip=receive_backlogs(ev)):
         s.add(0.4, f"round-trip time {inside:.1f} ms on {label} (healthy {healthy:.2f} ms)")
         s.sub = s.sub or "link-latency"
-    if s.value > 0:
+    held, held_h = _held_for_the_standby(ev, primary)
+    if s.sub == "link-latency" and held >= LATENCY_HELD:
+        # A synchronous standby's commits wait on SyncRep in healthy seconds too, so the
+        # share hardly rises when the round trip does: that most sessions wait for the
+        # standby while the replication connection's round trip is 5x its usual says the
+        # link holds them.
+        s.add(0.2, f"{pct(held)} of sampled client backends waited for the standby, on "
+                   f"SyncRep or queued behind sessions waiting there (healthy {pct(held_h)}): "
+                   "each commit waits for it across that link")
+    elif s.value > 0:
         wait_signal(s, ev, ("IPC:SyncRep",), "SyncRep, for a standby behind the link",
-                     weight=0.2)
+                    weight=0.2)
     return s.finding()
+
+
+def _held_for_the_standby(ev: WindowEvidence, primary: str) -> tuple[float, float]:
+    """(window, healthy) share of client backends waiting for the standby: on SyncRep,
+    and, when the lock queues' heads mostly waited on SyncRep themselves (a hot row whose
+    holder's commit waits for the standby), those queued on heavyweight locks."""
+    syncrep, syncrep_h = ev.shares(primary, ("IPC:SyncRep",))
+    heads: dict[str, int] = {}
+    for queue in ev.events_of("lock-queue"):
+        for wait, count in ((queue.attrs.get("holder") or {}).get("waits") or {}).items():
+            heads[str(wait)] = heads.get(str(wait), 0) + int(count)
+    if 2 * heads.get("IPC:SyncRep", 0) <= sum(heads.values()):
+        return syncrep, syncrep_h
+    locks, locks_h = ev.shares(primary, prefix="Lock:")
+    return syncrep + locks, syncrep_h + locks_h
 
 
 def link_held_back(ev: WindowEvidence) -> str | None:

@@ -60,15 +60,20 @@ def forward(fd_a: int, fd_b: int, one_way_s: float, jitter_s: float,
     rng = random.Random()
     # How late the kernel wakes this process after a wait (the median of the last waits:
     # a stall of the whole machine is no wake-up cost): each wait ends that much early,
-    # and a packet is read that much after it arrived (the same wake-up), so its
-    # departure is counted from that much before it was read.
+    # and a packet that wakes it is read that much after it arrived (the same wake-up),
+    # so its departure is counted from that much before it was read.
     late = 0.0
     lateness: collections.deque[float] = collections.deque(maxlen=LATENESS_WINDOW)
     while True:
         due = [queue[0][0] for queue in queues.values() if queue]
         wake = min(due) - late if due else None
         timeout = max(0.0, wake - time.monotonic()) if wake is not None else None
+        asleep = time.monotonic()
         readable, _, _ = select.select(watched, [], [], timeout)
+        # A packet that woke this process was read a wake-up after it arrived; one found
+        # waiting (a reply that came back while this process was still writing its
+        # request) was read with none to count back: no more than the wait lasted.
+        woken_after = time.monotonic() - asleep
         if not readable and wake is not None:
             lateness.append(max(0.0, time.monotonic() - wake))
             if len(lateness) % 8 == 0 or len(lateness) == LATENESS_WINDOW:
@@ -92,7 +97,8 @@ def forward(fd_a: int, fd_b: int, one_way_s: float, jitter_s: float,
                     break
                 now = time.monotonic()
                 spread = rng.uniform(-jitter_s, jitter_s) if jitter_s else 0.0
-                depart = max(now - min(late, one_way_s) + one_way_s + spread, last[fd])
+                depart = max(now - min(late, one_way_s, woken_after) + one_way_s + spread,
+                             last[fd])
                 last[fd] = depart
                 queues[fd].append((depart, packet))
         now = time.monotonic() + late
