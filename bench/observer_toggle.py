@@ -9,6 +9,7 @@ segments of each. The first second after each switch is left out (connections op
 baselines being read).
 
     python bench/observer_toggle.py [--duration 240] [--segment 5] [--clients 8]
+                                    [--wait-hz 10] [--exclude os.processes,db.lockqueue]
 
 Prints the mean TPS with telemetry on and off, their ratio with a 95% interval (from the
 segments' spread), the load average, and the observer's cost as the manifests would say
@@ -39,11 +40,16 @@ def main() -> None:
     parser.add_argument("--segment", type=int, default=5)
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--scale", type=int, default=10)
+    # where the cost goes: the wait sampler's rate, and probes left out (by name)
+    parser.add_argument("--wait-hz", type=int, default=10)
+    parser.add_argument("--exclude", default="", help="probes to leave out, comma-separated")
+    parser.add_argument("--sink-dir", default=None,
+                        help="where telemetry's files go (default: the system's temp dir)")
     args = parser.parse_args()
     scenario = load_text(f'name = "observer-toggle"\n[workload]\nscale = {args.scale}\n'
                          '[server.settings]\nmax_wal_size = "16GB"\n'
                          'checkpoint_timeout = "1h"\n', "bench")
-    with tempfile.TemporaryDirectory() as tmp, Lab(scenario.scenario, "bench",
+    with tempfile.TemporaryDirectory(dir=args.sink_dir) as tmp, Lab(scenario.scenario, "bench",
                                                    "bench-observer-toggle") as lab:
         assert lab.primary is not None and lab.bins is not None
         env = {**os.environ, **lab.primary.libpq_env()}
@@ -74,7 +80,8 @@ def main() -> None:
             began = time.time()
             runner = None
             if on:
-                runner = open_telemetry(probe_nodes(lab), Path(tmp))
+                runner = open_telemetry(probe_nodes(lab), Path(tmp), wait_hz=args.wait_hz,
+                                        exclude=[p for p in args.exclude.split(",") if p])
                 runner.start()
             time.sleep(args.segment)
             if runner is not None:
@@ -94,7 +101,9 @@ def main() -> None:
         error = 1.96 * (statistics.variance(means[True]) / len(means[True])
                         + statistics.variance(means[False]) / len(means[False])) ** 0.5
         print(f"{dt.datetime.now(dt.timezone.utc):%H:%M} UTC, scale {args.scale}, "
-              f"{args.clients} clients, {args.duration}s, {args.segment}s segments: "
+              f"{args.clients} clients, {args.duration}s, {args.segment}s segments, wait "
+              f"sampler {args.wait_hz} Hz, left out: {args.exclude or 'nothing'}, files in "
+              f"{Path(tmp).parent}: "
               f"{len(means[True])} on, {len(means[False])} off; load average "
               f"{min(loads):.1f}-{max(loads):.1f}")
         print(f"TPS telemetry on {on_tps:.1f}, off {off_tps:.1f}: ratio {on_tps / off_tps:.3f} "
