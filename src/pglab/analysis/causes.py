@@ -37,6 +37,7 @@ from pglab.analysis.signals import (
     lock_kind,
     long_holder,
     pct,
+    queue_head_waits,
     setting,
     volume_devices,
     wait_signal,
@@ -212,10 +213,7 @@ def _head_held_up(s: Score, ev: WindowEvidence) -> None:
     """Sessions queue on a row behind a transaction that is itself waiting, most of the
     time, on IO or a standby (a paused disk, a slow flush): the queue is then what that
     wait looks like from the other sessions, and the wait's own cause is the stall's."""
-    seen: dict[str, int] = {}
-    for queue in ev.events_of("lock-queue"):
-        for wait, count in ((queue.attrs.get("holder") or {}).get("waits") or {}).items():
-            seen[str(wait)] = seen.get(str(wait), 0) + int(count)
+    seen = queue_head_waits(ev)
     total = sum(seen.values())
     held = {w: c for w, c in seen.items() if w.startswith(HEAD_HELD_UP)}
     if not total or sum(held.values()) < HEAD_HELD_SHARE * total:

@@ -25,7 +25,7 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 from pglab.analysis.evidence import WindowEvidence
-from pglab.analysis.signals import Finding, Score, pct, wait_signal
+from pglab.analysis.signals import Finding, Score, pct, queue_head_waits, wait_signal
 from pglab.probes.procfs.tcp import CLIENTS, clients_label
 
 SEND_BACKLOG_BYTES = 2**20  # WAL queued in a sending socket: more than a round trip's worth
@@ -209,10 +209,7 @@ def _held_for_the_standby(ev: WindowEvidence, primary: str) -> tuple[float, floa
     and, when the lock queues' heads mostly waited on SyncRep themselves (a hot row whose
     holder's commit waits for the standby), those queued on heavyweight locks."""
     syncrep, syncrep_h = ev.shares(primary, ("IPC:SyncRep",))
-    heads: dict[str, int] = {}
-    for queue in ev.events_of("lock-queue"):
-        for wait, count in ((queue.attrs.get("holder") or {}).get("waits") or {}).items():
-            heads[str(wait)] = heads.get(str(wait), 0) + int(count)
+    heads = queue_head_waits(ev)
     if 2 * heads.get("IPC:SyncRep", 0) <= sum(heads.values()):
         return syncrep, syncrep_h
     locks, locks_h = ev.shares(primary, prefix="Lock:")

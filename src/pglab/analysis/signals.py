@@ -85,6 +85,16 @@ LONG_HOLDER_S = 2.0
 HEAD_HELD_UP = ("IO:", "LWLock:WAL", "IPC:SyncRep")
 
 
+def queue_head_waits(ev: WindowEvidence) -> dict[str, int]:
+    """What the sessions at the head of the window's lock queues were seen waiting on:
+    wait -> samples, over every lock-queue event."""
+    seen: dict[str, int] = {}
+    for queue in ev.events_of("lock-queue"):
+        for wait, count in ((queue.attrs.get("holder") or {}).get("waits") or {}).items():
+            seen[str(wait)] = seen.get(str(wait), 0) + int(count)
+    return seen
+
+
 def long_holder(queue: dict[str, Any]) -> dict[str, Any] | None:
     """The queue's holder if its transaction was open LONG_HOLDER_S or more, not mostly
     waiting itself on IO or a standby (its queue is then that wait's symptom), else None."""
