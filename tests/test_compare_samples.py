@@ -152,3 +152,16 @@ def test_a_storage_difference_is_named_as_what_is_compared() -> None:
     assert storage and "recordsize=8k" in storage[0] and "recordsize=16k" in storage[0], (
         result.stdout)
     assert "NOT COMPARABLE" not in result.stdout
+
+
+def test_another_postgresql_version_is_not_comparable(groups: dict[str, Group]) -> None:
+    # the same write load on the embedded 18 and on Debian's 15 (make_runs.py)
+    data = json.loads(json.dumps(as_dict(compare(groups["control"], [groups["control-pg15"]],
+                                                 0.1))))
+    contender = data["contenders"][0]
+    assert contender["comparable"] is False
+    assert any(w.startswith("NOT COMPARABLE") and "version" in w and "postgresql" in w
+               for w in contender["warnings"]), contender["warnings"]
+    text = run_cli("compare", str(SAMPLES / "runs" / "control"),
+                   str(SAMPLES / "runs" / "control-pg15"))
+    assert text.returncode == 0 and "NOT COMPARABLE" in text.stdout, text.stdout

@@ -258,7 +258,20 @@ INSERT INTO pgbench_history (tid, bid, aid, delta, mtime)
 END;
 """
 SCRIPT_FILES = {"statements": {"shop.sql": SHOP_SCRIPT}}  # written beside the scenario
+# test_compare.py's write load on Debian's PostgreSQL 15: another version, not comparable
+WRITE_LOAD_15 = """name = "w"
+[server]
+bin = "/usr/lib/postgresql/15/bin"
+[workload]
+scale = 1
+mix = ["tpcb-like"]
+clients = 2
+jobs = 2
+duration = "3s"
+warmup = "1s"
+"""
 SCENARIO_RUNS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "control-pg15": (WRITE_LOAD_15, ()),
     "idle-holder": (IDLE_HOLDER, ()),
     "idle-holder-timeout": (IDLE_HOLDER, (
         "server.settings.idle_in_transaction_session_timeout=1s",)),
