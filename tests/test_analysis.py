@@ -1179,3 +1179,28 @@ def test_a_slower_vacuum_is_advised_only_where_a_vacuum_ran() -> None:
         advice = _analysis(name)
         assert "vacuum-cost-delay" not in [r["rule"] for r in advice["recommendations"]]
         assert "vacuum-cost-delay" not in [w["rule"] for w in advice["withheld"]]
+
+
+@pytest.mark.parametrize("name", ["net-far-standby", "wal-own-volume-slow", "net-partition"])
+def test_a_matrix_points_test_command_is_that_point_with_the_change(name: str,
+                                                                     tmp_path: Path) -> None:
+    """A run that was one point of a matrix: each `test` line runs that point once, with the
+    change, not every point again (whose own values would override the change)."""
+    from pglab.scenario.builtin import load_builtin
+
+    folder = shutil.copytree(RUNS / name, tmp_path / name)
+    analysis = analyze_run(folder).document.to_json()
+    testable = [r for r in analysis["recommendations"] if r["test"].startswith("pglab run ")
+                and not any(k.startswith("kernel.") for k in r["change"])]
+    assert testable, analysis["recommendations"]
+    for advice in testable:
+        argv = shlex.split(advice["test"])
+        overrides = [argv[i + 1] for i, a in enumerate(argv) if a == "--set"]
+        loaded = load_builtin(argv[2], overrides)
+        assert len(loaded.variants) == 1, advice["test"]
+        assert not loaded.variants[0].overrides, advice["test"]  # no matrix point over it
+        for key, value in advice["change"].items():
+            node: Any = loaded.raw
+            for part in key.split("."):
+                node = node[int(part)] if isinstance(node, list) else node[part]
+            assert node == value, (advice["test"], key, node)

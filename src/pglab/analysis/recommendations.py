@@ -1045,6 +1045,11 @@ def _test_line(f: Facts, rule: Rule, change: dict[str, Any]) -> str:
     sets: dict[str, Any] = {}
     for recorded in (f.manifest.overrides, f.manifest.variant):
         sets.update(recorded)
+    if f.manifest.variant or "matrix" in sets:
+        # one point of a matrix: its values are pinned above, and the matrix (the
+        # scenario's or an override's) would otherwise run every point again, the
+        # change's own setting among them overridden by the point's
+        sets = {"matrix": {}, **{k: v for k, v in sets.items() if k != "matrix"}}
     sets.update(change)
     flags = " ".join(f"--set {k}={_set_value(v)}" for k, v in sets.items())
     return f"pglab run {_scenario_argument(f)} {flags}"
