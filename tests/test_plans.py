@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
 from pathlib import Path
 
@@ -16,13 +17,18 @@ import pytest
 from conftest import run_cli
 from pglab.analysis.analyze import analyze_run, build_analysis
 from pglab.analysis.loading import load_run_frames
-from pglab.analysis.plans import run_plans
+from pglab.analysis.plans import GoneIndex, run_plans
+from pglab.analysis.recommendations import NOT_TESTABLE, Facts, advise
 from pglab.analysis.statements import comparable, statement_texts
 from pglab.compare.comparison import as_dict, compare
 from pglab.compare.groups import load_group
 from pglab.compare.render import render_text
+from pglab.lab.faults import check_faults
 from pglab.report.model import build_model
 from pglab.report.page import render
+from pglab.results.manifest import Manifest
+from pglab.scenario import LoadedScenario
+from pglab.scenario.builtin import load_builtin
 from pglab.serverlog import parse_log_file
 from pglab.sqltext import normalise
 
@@ -135,10 +141,73 @@ def test_the_plan_flip_names_the_statement_and_its_plan_change() -> None:
         c["text"] for c in sorted(changes, key=lambda c: c["changed_at"])]
 
 
+MAKE_PKEY = "ALTER TABLE pgbench_accounts ADD CONSTRAINT pgbench_accounts_pkey PRIMARY KEY (aid)"
+REMAKE = f"{MAKE_PKEY}; ANALYZE pgbench_accounts"
+
+
+def _valid_run(test: str) -> LoadedScenario:
+    """The scenario a `test:` line runs, as `pglab run` loads and checks it before a lab."""
+    argv = shlex.split(test)
+    assert argv[:2] == ["pglab", "run"] and all(a == "--set" for a in argv[3::2]), argv
+    loaded = load_builtin(argv[2], argv[4::2])
+    check_faults(loaded.scenario, loaded.where)
+    return loaded
+
+
+def test_the_index_advice_is_a_run_that_makes_the_index_again() -> None:
+    """plan-index on the plan-flip run: the index the earlier plan used is made again as it
+    was (db.statements recorded its primary key constraint when the statement first ran),
+    2 s after the scenario's fault that dropped it, and ANALYZEd; its `test:` line is a
+    `pglab run` that pglab accepts, the scenario's own faults kept."""
+    frames = load_run_frames(FLIP)
+    made = run_plans(frames.events, statement_texts(frames.events)).indexes
+    assert made["pgbench_accounts_pkey"]["make"] == MAKE_PKEY
+    rule = next(r for r in build_analysis(frames).recommendations if r["rule"] == "plan-index")
+    assert "not_testable_because" not in rule
+    faults = rule["change"]["faults"]
+    assert [(f["at"], f["args"]["sql"]) for f in faults] == [
+        ("12s", "ALTER TABLE pgbench_accounts DROP CONSTRAINT pgbench_accounts_pkey"),
+        ("14s", REMAKE), ("28s", "ALTER TABLE pgbench_accounts ADD PRIMARY KEY (aid)")]
+    loaded = _valid_run(rule["test"])
+    assert [(f.at, f.args["sql"]) for f in loaded.scenario.faults][1] == (14.0, REMAKE)
+
+
+def _flip_facts(faults: list[dict[str, object]], duration: float,
+                gone: tuple[GoneIndex, ...]) -> Facts:
+    """The plan-flip run's facts as if its scenario had these faults and this length."""
+    raw = json.loads((FLIP / "manifest.json").read_text())
+    raw["scenario"]["faults"] = faults
+    raw["scenario"]["workload"]["duration"] = duration
+    return Facts({"plan-change": 0.85}, Manifest.from_json(raw), fpi_surge=False,
+                 sub_causes={"plan-change": frozenset({"index-gone"})}, indexes_gone=gone)
+
+
+def test_the_index_advice_is_untestable_without_the_index_or_its_drop() -> None:
+    """The remade index lands inside a shortened run (half-way from its drop to the end);
+    without a recorded definition (before PostgreSQL 16), or without a `sql` fault that
+    dropped it (an index dropped by hand), the advice says why it cannot be tested."""
+    drop = {"at": 1.0, "action": "sql", "node": "primary", "duration": None, "repeat": 1,
+            "every": None, "args": {"sql": "ALTER TABLE pgbench_accounts DROP CONSTRAINT "
+                                            "pgbench_accounts_pkey"}}
+    known = GoneIndex("pgbench_accounts_pkey", "pgbench_accounts", MAKE_PKEY)
+    (given,) = [r for r in advise(_flip_facts([drop], 2.0, (known,))).given
+                if r["rule"] == "plan-index"]
+    assert [f["at"] for f in given["change"]["faults"]] == ["1s", "1.5s"]
+    assert [f.at for f in _valid_run(given["test"]).scenario.faults] == [1.0, 1.5]
+    other = {**drop, "args": {"sql": "DROP INDEX pgbench_accounts_bid"}}
+    for faults, gone in (([drop], (GoneIndex("pgbench_accounts_pkey"),)),
+                         ([other], (known,)), ([], (known,))):
+        (given,) = [r for r in advise(_flip_facts(faults, 40.0, gone)).given
+                    if r["rule"] == "plan-index"]
+        assert given["change"] == {} and given["test"] == NOT_TESTABLE, given
+        assert "no `sql` fault of the scenario that dropped it" in given[
+            "not_testable_because"]
+
+
 def test_the_base_run_without_the_fault_has_no_plan_change() -> None:
     frames = load_run_frames(FLIP_BASE)
     plans = run_plans(frames.events, statement_texts(frames.events))
-    assert plans.changed() == []
+    assert plans.changed() == [] and plans.gone() == []
     document = build_analysis(frames)
     assert "plan_changes" not in document.summary
     assert all(c["cause"] != "plan-change" for s in document.stalls for c in s["causes"])

@@ -73,10 +73,32 @@ class StatementPlans:
         return sorted(found, key=lambda pair: pair[1].first)
 
 
+@dataclass(frozen=True)
+class GoneIndex:
+    """An index a statement's earlier plan used and its later plan does not: its table
+    and the statement that makes it as it was, when the run recorded them (the generic
+    plan's indexes, 16+), else None."""
+
+    name: str
+    table: str | None = None
+    make: str | None = None
+
+
+def indexes_gone(before: PlanSeen, after: PlanSeen) -> list[str]:
+    """The indexes the plan before used (`... using NAME on ...`) that the plan after
+    does not."""
+    used = [line.split(" using ", 1)[1].split(" on ", 1)[0] for line in before.outline
+            if " using " in line]
+    return [name for name in dict.fromkeys(used)
+            if not any(f" using {name} " in f"{line} " for line in after.outline)]
+
+
 @dataclass
 class RunPlans:
     statements: dict[str, StatementPlans] = field(default_factory=dict)  # comparable text
     cut: int = 0  # plans cut short in the log
+    # index name -> {"table", "make"}: how each index a generic plan used was made
+    indexes: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def changed(self, start: dt.datetime | None = None,
                 end: dt.datetime | None = None) -> list[tuple[StatementPlans, PlanSeen,
@@ -90,6 +112,14 @@ class RunPlans:
                 if seen_in:
                     found.append((statement, before, after))
         return found
+
+    def gone(self) -> list[GoneIndex]:
+        """The indexes the run's plan changes stopped using, each once, with how it was
+        made where the run recorded it."""
+        names = dict.fromkeys(name for _, before, after in self.changed()
+                              for name in indexes_gone(before, after))
+        return [GoneIndex(name, (known := self.indexes.get(name) or {}).get("table"),
+                          known.get("make")) for name in names]
 
 
 def _attrs(raw: Any) -> dict[str, Any]:
@@ -117,6 +147,10 @@ def run_plans(events: pl.DataFrame, texts: StatementTexts, node: str = "primary"
             outline, text = attrs.get("plan"), str(attrs.get("query") or "")
             queryid = str(attrs["queryid"]) if attrs.get("queryid") is not None else None
             source, ms, notation = "generic plan", None, "json"
+            for name, made in (attrs.get("indexes") or {}).items():
+                if isinstance(made, dict) and made.get("make") and made.get("table"):
+                    out.indexes.setdefault(str(name), {"table": str(made["table"]),
+                                                       "make": str(made["make"])})
         else:
             if attrs.get("cut"):
                 out.cut += 1

@@ -15,6 +15,7 @@ checks that the two agree.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import sys
 from collections.abc import Callable
@@ -32,6 +33,7 @@ from pglab.analysis.flush_layers import (
 )
 from pglab.analysis.loading import RunFrames
 from pglab.analysis.network import clients_route, commit_quorum
+from pglab.analysis.plans import GoneIndex
 from pglab.analysis.signals import LONG_HOLDER_S, long_holder
 from pglab.driver_traits import DriverTraits, driver_traits
 from pglab.results import files
@@ -75,6 +77,8 @@ class Facts:
     weak: dict[str, str] = field(default_factory=dict)
     top: frozenset[str] = frozenset()  # the verdict's cause (and the performance verdict's)
     frames: RunFrames | None = None  # the run's series and events, for `ruled_out`
+    # the indexes the run's plan changes stopped using, with how each was made if known
+    indexes_gone: tuple[GoneIndex, ...] = ()
 
     def series(self, source: str, metric: str) -> pl.DataFrame:
         """The run's samples of one metric (node, label, value); empty without frames."""
@@ -462,6 +466,60 @@ def _standby_core(f: Facts) -> dict[str, Any]:
     return {}
 
 
+REMAKE_AFTER_S = 2.0  # plan-index's test: the index made again this long after its drop
+_SCENARIO_FAULT_DEFAULTS: dict[str, Any] = {"node": "primary", "duration": None, "args": {},
+                                            "repeat": 1, "every": None}
+
+
+def _fault_as_set(fault: dict[str, Any]) -> dict[str, Any]:
+    """A fault of the run's scenario (manifest.json's, resolved) as a scenario file writes
+    it: its times in seconds ("12s"), without the keys at their defaults."""
+    out = {}
+    for key, value in fault.items():
+        if key in _SCENARIO_FAULT_DEFAULTS and value == _SCENARIO_FAULT_DEFAULTS[key]:
+            continue
+        out[key] = f"{value:g}s" if key in ("at", "duration", "every") and isinstance(
+            value, int | float) else value
+    return out
+
+
+def _dropped_at(faults: list[dict[str, Any]], index: str) -> float | None:
+    """When the scenario's `sql` fault that drops `index` (DROP INDEX, DROP CONSTRAINT)
+    ran, in seconds of the measured window; None when no fault names it."""
+    name = re.compile(rf"(?<![\w$]){re.escape(index)}(?![\w$])", re.IGNORECASE)
+    for fault in faults:
+        text = str((fault.get("args") or {}).get("sql") or "")
+        if (fault.get("action") == "sql" and re.search(r"\bdrop\b", text, re.IGNORECASE)
+                and name.search(text) and isinstance(fault.get("at"), int | float)):
+            return float(fault["at"])
+    return None
+
+
+def _index_again(f: Facts) -> dict[str, Any]:
+    """The scenario's own faults plus one `sql` fault per index gone that makes it again
+    as it was (its recorded statement), then ANALYZEs its table, REMAKE_AFTER_S after the
+    fault that dropped it (half-way to the run's end when that is sooner): the candidate
+    tune measures against the run as it was. {} when the run recorded neither how the
+    index was made nor a fault that dropped it (dropped by hand, a server observed)."""
+    faults = [x for x in f.manifest.scenario.get("faults") or [] if isinstance(x, dict)]
+    try:
+        measured = float(f.manifest.scenario_workload.get("duration") or 0)
+    except (TypeError, ValueError):
+        return {}
+    remakes = []
+    for gone in f.indexes_gone:
+        at = _dropped_at(faults, gone.name)
+        if gone.make is None or gone.table is None or at is None or at >= measured:
+            continue
+        remakes.append({"at": round(at + min(REMAKE_AFTER_S, (measured - at) / 2), 3),
+                        "action": "sql",
+                        "args": {"sql": f"{gone.make}; ANALYZE {gone.table}"}})
+    if not remakes:
+        return {}
+    return {"faults": [_fault_as_set(x) for x in sorted([*faults, *remakes],
+                                                         key=lambda x: float(x["at"]))]}
+
+
 RULES: tuple[Rule, ...] = (
     Rule("max-wal-size", ("checkpoint-io",),
          "raise max_wal_size so checkpoints are triggered by time, not WAL volume",
@@ -755,19 +813,21 @@ RULES: tuple[Rule, ...] = (
                         "scripts (tpcb-like's branch row) would only measure another workload"),
     Rule("plan-index", ("plan-change",),
          "make again the index the statement's earlier plan used (the evidence names it and "
-         "both plans: CREATE INDEX CONCURRENTLY, then ANALYZE the table), and keep DDL that "
-         "drops or rebuilds indexes out of busy hours",
-         lambda f: {},
+         "both plans: CREATE INDEX CONCURRENTLY, for a primary key a unique one and then "
+         "ALTER TABLE ... ADD PRIMARY KEY USING INDEX; then ANALYZE the table), and keep DDL "
+         "that drops or rebuilds indexes out of busy hours",
+         _index_again,
          "the statement finds its rows through the index again: its time per call back to "
          "what it was before the plan changed",
          "building an index reads the whole table and slows writes to it while it is made",
-         testable=False,
          not_when="the earlier plan's index is still there (then the statistics or a setting "
                   "changed the plan: see autovacuum-analyze)",
          sub=("index-gone",),
-         why_untestable="an index is the schema's, not a scenario key; a `sql` fault that "
-                        "makes it (faults = [{at = \"0s\", action = \"sql\", args = { sql = "
-                        "\"CREATE INDEX ...\" }}]) tries it in a run of your own"),
+         why_untestable="the run recorded no statement that makes the index (db.statements "
+                        "reads it, on PostgreSQL 16+, when a statement's plan first uses it) "
+                        "or no `sql` fault of the scenario that dropped it; a `sql` fault "
+                        "that makes it (faults = [{at = \"0s\", action = \"sql\", args = "
+                        "{ sql = \"CREATE INDEX ...\" }}]) tries it in a run of your own"),
     Rule("autovacuum-analyze", ("plan-change",),
          "ANALYZE the tables the statement reads after a bulk change, and let autovacuum "
          "analyze them sooner (autovacuum_analyze_scale_factor, per table with ALTER TABLE "

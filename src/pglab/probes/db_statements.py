@@ -6,13 +6,14 @@ per statement (`label` = queryid), per-second rates of `calls`, `exec_ms`, `rows
 `wal_bytes` (13+), only for statements that ran in the interval. Its text is read once,
 when a statement first runs (a `statement-text` event: queryid, the normalised text as
 pg_stat_statements keeps it, the database, and on 16+ the relations and outline of its
-generic plan). The view's entries come and go: a reset of
-all of them (pg_stat_statements_info.stats_reset, 14+), an entry evicted to make room
-(`dealloc`, 14+) or reset alone and made anew (its counters lower than at the last read,
-or its `stats_since` later, 17+) is counted from zero, never read as a negative delta,
-and said in a `statements-reset` event. A server without the extension, without it in
-shared_preload_libraries, or without query ids in pg_stat_activity is said once per node
-(`statements-missing`), and the rest of telemetry runs.
+generic plan, and the statement that makes each index it uses as it was then). The
+view's entries come and go: a reset of all of them (pg_stat_statements_info.stats_reset,
+14+), an entry evicted to make room (`dealloc`, 14+) or reset alone and made anew (its
+counters lower than at the last read, or its `stats_since` later, 17+) is counted from
+zero, never read as a negative delta, and said in a `statements-reset` event. A server
+without the extension, without it in shared_preload_libraries, or without query ids in
+pg_stat_activity is said once per node (`statements-missing`), and the rest of telemetry
+runs.
 
 The counters are kept per entry (queryid, user, database, top level or not), as the view
 keys them, and summed per queryid once each entry's delta is known.
@@ -175,6 +176,38 @@ def plan_relations(conn: psycopg.Connection[Any], query: str) -> tuple[list[str]
     top = document[0] if isinstance(document, list) and document else {}
     plan = top.get("Plan") if isinstance(top, dict) else None
     return found, outline_of(plan) if isinstance(plan, dict) else []
+
+
+# The statement that makes each index again as it is: a constraint's index (a primary
+# key, a unique or exclusion constraint) by ALTER TABLE ... ADD CONSTRAINT, which makes
+# the constraint with it (a bare unique index would not: no constraint, another plan's
+# name for it); any other index by its CREATE INDEX. Names as the plan gives them
+# (unqualified, on the search path); those that are not indexes (the tables) drop out.
+_INDEX_DEFINITIONS = (
+    "SELECT c.relname, i.indrelid::regclass::text, COALESCE("
+    "'ALTER TABLE ' || i.indrelid::regclass::text || ' ADD CONSTRAINT ' "
+    "|| quote_ident(k.conname) || ' ' || pg_get_constraintdef(k.oid), "
+    "pg_get_indexdef(i.indexrelid)) "
+    "FROM unnest(%s::text[]) AS n(name) "
+    "JOIN pg_class c ON c.oid = to_regclass(quote_ident(n.name)) "
+    "JOIN pg_index i ON i.indexrelid = c.oid "
+    "LEFT JOIN pg_constraint k ON k.conindid = i.indexrelid AND k.conrelid = i.indrelid "
+    "AND k.contype IN ('p', 'u', 'x')")
+
+
+def index_definitions(conn: psycopg.Connection[Any], names: list[str]
+                      ) -> dict[str, dict[str, str]]:
+    """The indexes among a plan's relations: name -> its table and the statement that
+    makes it as it is now (what the advice remakes if it is dropped later in the run);
+    {} when the catalog cannot say (an index dropped meanwhile)."""
+    if not names:
+        return {}
+    try:
+        rows = conn.execute(_INDEX_DEFINITIONS, [names]).fetchall()
+    except psycopg.Error:
+        return {}
+    return {str(name): {"table": str(table), "make": str(make)}
+            for name, table, make in rows}
 
 
 @dataclass
@@ -348,9 +381,11 @@ class StatementStats(DbProbe):
                                   f"role {conn.info.user} may not plan the statements (no "
                                   "privileges on their tables): they are not named by "
                                   "table")
+            indexes = index_definitions(conn, relations)
             out.events.append(Event(now, "statement-text", node, attrs={
                 "queryid": str(queryid), "database": datname,
                 "query": "" if hidden else " ".join(query.split())[:TEXT_LIMIT],
                 **({"relations": relations} if relations else {}),
+                **({"indexes": indexes} if indexes else {}),
                 **({"plan": outline} if outline else {}),
                 **({"hidden": True} if hidden else {})}))
