@@ -5,6 +5,7 @@ statement against a run of the same built-in without the fault."""
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import shlex
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from rich.console import Console
 
 from conftest import run_cli
 from pglab.analysis.analyze import analyze_run, build_analysis
@@ -27,15 +29,18 @@ from pglab.lab.faults import check_faults
 from pglab.report.model import build_model
 from pglab.report.page import render
 from pglab.results.manifest import Manifest
-from pglab.scenario import LoadedScenario
+from pglab.scenario import LoadedScenario, load
 from pglab.scenario.builtin import load_builtin
 from pglab.serverlog import parse_log_file
 from pglab.sqltext import normalise
+from pglab.terminal.tune_result import print_tune
+from pglab.tune import Candidate, CandidateResult, Step, TuneResult
 
 SAMPLES = Path(__file__).parent / "samples"
 LOGS = SAMPLES / "serverlog" / "auto_explain"
 FLIP = SAMPLES / "runs" / "plan-flip"
 FLIP_BASE = SAMPLES / "runs" / "plan-flip-base"
+STALE = SAMPLES / "runs" / "plan-flip-stale"
 FORMATS = ("postgresql.log", "postgresql.csv", "postgresql.json")
 SELECT = "SELECT abalance FROM accounts WHERE aid = $1"
 
@@ -172,6 +177,21 @@ def test_the_index_advice_is_a_run_that_makes_the_index_again() -> None:
     assert [(f.at, f.args["sql"]) for f in loaded.scenario.faults][1] == (14.0, REMAKE)
 
 
+def test_tune_prints_the_winning_faults_as_a_command_to_paste() -> None:
+    """The plan-index change kept by a tune: its `winning overrides` line is quoted for
+    the shell (a list of faults has spaces and quotes) and loads as the run it was."""
+    rule = next(r for r in build_analysis(load_run_frames(FLIP)).recommendations
+                if r["rule"] == "plan-index")
+    kept = CandidateResult(Candidate("plan-index", rule["change"], ["plan-change"]), kept=True)
+    buffer = io.StringIO()
+    print_tune(Console(file=buffer, width=100000), TuneResult("t", 0.1, [Step(
+        1, [], candidates=[kept])]))
+    (line,) = [x for x in buffer.getvalue().splitlines() if x.startswith("winning overrides:")]
+    loaded = _valid_run("pglab run plan-flip-index-dropped "
+                        + line.removeprefix("winning overrides:"))
+    assert [f.args["sql"] for f in loaded.scenario.faults][1] == REMAKE
+
+
 def _flip_facts(faults: list[dict[str, object]], duration: float,
                 gone: tuple[GoneIndex, ...]) -> Facts:
     """The plan-flip run's facts as if its scenario had these faults and this length."""
@@ -202,6 +222,36 @@ def test_the_index_advice_is_untestable_without_the_index_or_its_drop() -> None:
         assert given["change"] == {} and given["test"] == NOT_TESTABLE, given
         assert "no `sql` fault of the scenario that dropped it" in given[
             "not_testable_because"]
+
+
+def test_stale_statistics_flip_the_plan_and_the_advice_is_analyze() -> None:
+    """A bulk insert into pgbench_tellers, its autovacuum off (the sample plan-flip-stale,
+    a real run): the join flips from the accounts' primary key to a hash join that scans
+    accounts, and the index is still there. The sub-cause is plan-flip, not index-gone;
+    the advice is ANALYZE, tested by a run of the scenario's own faults plus an ANALYZE
+    of the flipped plans' tables a second after the insert ended."""
+    frames = load_run_frames(STALE)
+    plans = run_plans(frames.events, statement_texts(frames.events))
+    assert "pgbench_accounts_pkey" in plans.indexes and not plans.dropped
+    document = build_analysis(frames)
+    stall = max(document.stalls, key=lambda s: s["seconds"])
+    first = stall["causes"][0]
+    assert (first["cause"], first["sub_cause"]) == ("plan-change", "plan-flip"), first
+    evidence = "\n".join(first["evidence"])
+    assert "JOIN pgbench_accounts a ON a.aid = t.tid * $1 WHERE t.bid = $2" in evidence
+    rules = {r["rule"]: r for r in document.recommendations}
+    assert "plan-index" not in rules
+    faults = rules["autovacuum-analyze"]["change"]["faults"]
+    insert = json.loads(frames.events.filter(pl.col("kind") == "fault")["attrs"][1])
+    assert insert["statement"].startswith("INSERT INTO pgbench_tellers")
+    ended = insert["at_s"] + insert["elapsed_s"]
+    assert [f["args"]["sql"] for f in faults][-1] == \
+        "ANALYZE pgbench_accounts; ANALYZE pgbench_tellers"
+    assert float(faults[-1]["at"].removesuffix("s")) == pytest.approx(ended + 1, abs=0.6)
+    argv = shlex.split(rules["autovacuum-analyze"]["test"])
+    loaded = load(Path(argv[2]), argv[4::2])  # the run folder's copy, its script beside it
+    check_faults(loaded.scenario, loaded.where)
+    assert len(loaded.scenario.faults) == 3
 
 
 def test_the_base_run_without_the_fault_has_no_plan_change() -> None:

@@ -820,7 +820,8 @@ def plan_change(ev: WindowEvidence) -> Finding | None:
     """A statement whose plan changed (auto_explain's plans, its generic plan when it
     first ran) took the window's backends: its share of their samples, its time per
     call against the healthy seconds'. Sub-causes: `index-gone` when the plan before used
-    an index the plan after does not, else `plan-flip` (statistics, settings)."""
+    an index the plan after does not and that index was dropped (RunPlans.went), else
+    `plan-flip` (statistics, settings)."""
     changes = ev.plans.changed(ev.window.start, ev.window.end)
     if not changes:
         return None
@@ -855,7 +856,7 @@ def plan_change(ev: WindowEvidence) -> Finding | None:
                 weight += 0.3 * part
         s.add(weight if weight > best else 0.05, line)
         best = max(best, weight)
-        gone = indexes_gone(before, after)
+        gone = [name for name in indexes_gone(before, after) if ev.plans.went(name)]
         if gone:
             s.sub = "index-gone"
             s.add(0.0, f"the plan before used {', '.join(gone)}; the plan after "

@@ -14,6 +14,7 @@ checks that the two agree.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 import shlex
@@ -33,7 +34,7 @@ from pglab.analysis.flush_layers import (
 )
 from pglab.analysis.loading import RunFrames
 from pglab.analysis.network import clients_route, commit_quorum
-from pglab.analysis.plans import GoneIndex
+from pglab.analysis.plans import GoneIndex, PlanFlip
 from pglab.analysis.signals import LONG_HOLDER_S, long_holder
 from pglab.driver_traits import DriverTraits, driver_traits
 from pglab.results import files
@@ -79,6 +80,7 @@ class Facts:
     frames: RunFrames | None = None  # the run's series and events, for `ruled_out`
     # the indexes the run's plan changes stopped using, with how each was made if known
     indexes_gone: tuple[GoneIndex, ...] = ()
+    plan_flips: tuple[PlanFlip, ...] = ()  # the plan changes no dropped index explains
 
     def series(self, source: str, metric: str) -> pl.DataFrame:
         """The run's samples of one metric (node, label, value); empty without frames."""
@@ -520,6 +522,54 @@ def _index_again(f: Facts) -> dict[str, Any]:
                                                          key=lambda x: float(x["at"]))]}
 
 
+ANALYZE_AFTER_S = 1.0  # autovacuum-analyze's test: ANALYZE this long after the bulk change
+
+
+def _faults_begun(f: Facts) -> list[tuple[dt.datetime, float]]:
+    """When each of the run's faults began, and when it ended in seconds into the measured
+    window (its `at_s` plus how long it took), first begun first."""
+    if f.frames is None:
+        return []
+    found = []
+    rows = f.frames.events.filter(pl.col("kind") == "fault")
+    for start, end, raw in rows.select("t_start", "t_end", "attrs").iter_rows():
+        try:
+            attrs = json.loads(raw) if raw else {}
+        except json.JSONDecodeError:
+            continue
+        at = attrs.get("at_s") if isinstance(attrs, dict) else None
+        if isinstance(at, int | float) and end is not None and start is not None:
+            found.append((start, float(at) + (end - start).total_seconds()))
+    return sorted(found)
+
+
+def _analyze_again(f: Facts) -> dict[str, Any]:
+    """The scenario's own faults plus a `sql` fault that ANALYZEs the tables of the plans
+    that flipped, ANALYZE_AFTER_S after the end of the last fault begun before the first
+    flip (the bulk change whose statistics the planner did not have: a plan can flip
+    while it still runs, as the planner scales the old statistics to the table's pages
+    as they grow, and ANALYZE counts its rows only once it has committed): what tune
+    measures against the run as it was. Without such a fault (a change the scenario did
+    not make, a server observed), the setting that lets autovacuum analyze sooner."""
+    setting = {"server.settings.autovacuum_analyze_scale_factor": "0.02"}
+    if not f.plan_flips:
+        return setting
+    first = min(flip.at for flip in f.plan_flips)
+    tables = list(dict.fromkeys(t for flip in f.plan_flips for t in flip.tables))
+    ended = [at for start, at in _faults_begun(f) if start <= first]
+    faults = [x for x in f.manifest.scenario.get("faults") or [] if isinstance(x, dict)]
+    try:
+        measured = float(f.manifest.scenario_workload.get("duration") or 0)
+    except (TypeError, ValueError):
+        return setting
+    if not ended or not tables or ended[-1] + ANALYZE_AFTER_S >= measured:
+        return setting
+    analyze = {"at": round(ended[-1] + ANALYZE_AFTER_S, 1), "action": "sql",
+               "args": {"sql": "; ".join(f"ANALYZE {t}" for t in tables)}}
+    return {"faults": [_fault_as_set(x) for x in sorted([*faults, analyze],
+                                                         key=lambda x: float(x["at"]))]}
+
+
 RULES: tuple[Rule, ...] = (
     Rule("max-wal-size", ("checkpoint-io",),
          "raise max_wal_size so checkpoints are triggered by time, not WAL volume",
@@ -833,7 +883,7 @@ RULES: tuple[Rule, ...] = (
          "analyze them sooner (autovacuum_analyze_scale_factor, per table with ALTER TABLE "
          "... SET too): the planner chose the new plan from statistics that no longer "
          "described the table",
-         lambda f: {"server.settings.autovacuum_analyze_scale_factor": "0.02"},
+         _analyze_again,
          "statistics follow a bulk change within seconds, so the plan made from them fits "
          "the table again",
          "more frequent ANALYZE runs on big tables (each reads a sample of 300 x the "

@@ -257,12 +257,48 @@ INSERT INTO pgbench_history (tid, bid, aid, delta, mtime)
   VALUES (:tid, :bid, :aid, :delta, CURRENT_TIMESTAMP);
 END;
 """
-SCRIPT_FILES = {"statements": {"shop.sql": SHOP_SCRIPT}}  # written beside the scenario
+# Statistics made stale by a bulk change: a million rows of branch 0 added to
+# pgbench_tellers, whose autovacuum is off, after an index on its bid was made and the
+# table analysed with 50 rows. The planner scales the old statistics to the table's new
+# size, expects tens of thousands of tellers for a branch where there are 10, and the join
+# flips from a nested loop on accounts' primary key to a hash join that scans accounts
+# (hundreds of ms a call, where ANALYZE brings it back to under one).
+STALE_STATISTICS = """name = "plan-flip-stale-statistics"
+[server.settings]
+shared_buffers = "256MB"
+[workload]
+scale = 5
+mix = ["tpcb-like"]
+scripts = ["teller-accounts.sql@5"]
+clients = 4
+jobs = 2
+duration = "30s"
+warmup = "3s"
+[[faults]]
+at = "1s"
+action = "sql"
+[faults.args]
+sql = '''ALTER TABLE pgbench_tellers SET (autovacuum_enabled = off);
+CREATE INDEX pgbench_tellers_bid ON pgbench_tellers (bid); ANALYZE pgbench_tellers'''
+[[faults]]
+at = "10s"
+action = "sql"
+[faults.args]
+sql = '''INSERT INTO pgbench_tellers (tid, bid, tbalance)
+SELECT g, 0, 0 FROM generate_series(1001, 1000000) g'''
+"""
+TELLER_ACCOUNTS_SCRIPT = """\\set bid random(1, 5 * :scale)
+SELECT sum(a.abalance) FROM pgbench_tellers t
+  JOIN pgbench_accounts a ON a.aid = t.tid * 9973 WHERE t.bid = :bid;
+"""
+SCRIPT_FILES = {"statements": {"shop.sql": SHOP_SCRIPT},  # written beside the scenario
+                "plan-flip-stale": {"teller-accounts.sql": TELLER_ACCOUNTS_SCRIPT}}
 SCENARIO_RUNS: dict[str, tuple[str, tuple[str, ...]]] = {
     "idle-holder": (IDLE_HOLDER, ()),
     "idle-holder-timeout": (IDLE_HOLDER, (
         "server.settings.idle_in_transaction_session_timeout=1s",)),
     "statements": (STATEMENTS, ()),
+    "plan-flip-stale": (STALE_STATISTICS, ()),
 }
 
 
