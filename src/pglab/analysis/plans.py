@@ -127,7 +127,8 @@ class RunPlans:
     def changed(self, start: dt.datetime | None = None,
                 end: dt.datetime | None = None) -> list[tuple[StatementPlans, PlanSeen,
                                                               PlanSeen]]:
-        """Plan changes whose new plan was seen in [start, end) (any time without)."""
+        """Plan changes whose new plan was seen in [start, end) (any time without), the
+        first seen first, whichever statement it is."""
         found = []
         for statement in self.statements.values():
             for before, after in statement.changes():
@@ -135,7 +136,7 @@ class RunPlans:
                            and (end is None or after.first < end))
                 if seen_in:
                     found.append((statement, before, after))
-        return found
+        return sorted(found, key=lambda change: change[2].first)
 
     def gone(self) -> list[GoneIndex]:
         """The indexes the run's plan changes stopped using, each once, with how it was
