@@ -199,8 +199,8 @@ def test_a_lab_run_records_statements_and_query_ids(tmp_path: Path) -> None:
     pg_stat_statements mid-run: the extension preloaded, wait samples by query_id, the
     statements' texts once, the reset seen as one (no negative rate), the fault's two
     statements run on its side connection; the generic plan of a statement when it first
-    ran, and auto_explain's plan of the slow one from the server log. About 15 s with
-    the template built."""
+    ran with how its index is made, and auto_explain's plan of the slow one from the
+    server log. About 15 s with the template built."""
     (tmp_path / "two.sql").write_text(
         "\\set aid random(1, 100000 * :scale)\n"
         "SELECT abalance FROM pgbench_accounts WHERE aid = :aid;\n"
@@ -223,6 +223,13 @@ def test_a_lab_run_records_statements_and_query_ids(tmp_path: Path) -> None:
              events.filter(pl.col("kind") == "statement-text")["attrs"].to_list()}
     assert plans["SELECT abalance FROM pgbench_accounts WHERE aid = $1"] == [
         "Index Scan using pgbench_accounts_pkey on pgbench_accounts"]
+    # and how its index is made: a primary key's, by the constraint (plan-index's test)
+    indexes = {json.loads(a)["query"]: json.loads(a).get("indexes") for a in
+               events.filter(pl.col("kind") == "statement-text")["attrs"].to_list()}
+    assert indexes["SELECT abalance FROM pgbench_accounts WHERE aid = $1"] == {
+        "pgbench_accounts_pkey": {"table": "pgbench_accounts", "make": (
+            "ALTER TABLE pgbench_accounts ADD CONSTRAINT pgbench_accounts_pkey "
+            "PRIMARY KEY (aid)")}}
     # the fault's pg_sleep(0.5) passed auto_explain's threshold: its plan, from the log
     # (its text the whole string the fault sent, as auto_explain logs it)
     logged = [json.loads(a) for a in

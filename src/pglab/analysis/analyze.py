@@ -348,7 +348,8 @@ def build_analysis(data: RunFrames) -> AnalysisDocument:
                   data.events.filter(pl.col("kind") == "checkpoint-too-frequent").height > 0,
                   priority=priority,
                   direct_reclaim=_direct_reclaim(evidence),
-                  sub_causes=subs, weak=_weak_causes(stalls, strong), top=top, frames=data)
+                  sub_causes=subs, weak=_weak_causes(stalls, strong), top=top, frames=data,
+                  indexes_gone=tuple(plans.gone()), plan_flips=tuple(plans.flips()))
     advice = advise(facts)
     return AnalysisDocument(
         run_id=data.manifest.run_id,

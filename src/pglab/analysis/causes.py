@@ -22,7 +22,7 @@ from pglab.analysis.evidence import EventView, Segment, WindowEvidence
 from pglab.analysis.flush_layers import FLUSH_LAYERS, flush_scorer
 from pglab.analysis.kernel import receiver_line
 from pglab.analysis.names import busiest_queue, largest_queue
-from pglab.analysis.plans import access, change_entry, change_line
+from pglab.analysis.plans import access, change_entry, change_line, indexes_gone
 from pglab.analysis.profile import busiest_kind, kind_line
 from pglab.analysis.signals import (
     HEAD_HELD_UP,
@@ -820,7 +820,8 @@ def plan_change(ev: WindowEvidence) -> Finding | None:
     """A statement whose plan changed (auto_explain's plans, its generic plan when it
     first ran) took the window's backends: its share of their samples, its time per
     call against the healthy seconds'. Sub-causes: `index-gone` when the plan before used
-    an index the plan after does not, else `plan-flip` (statistics, settings)."""
+    an index the plan after does not and that index was dropped (RunPlans.went), else
+    `plan-flip` (statistics, settings)."""
     changes = ev.plans.changed(ev.window.start, ev.window.end)
     if not changes:
         return None
@@ -855,10 +856,8 @@ def plan_change(ev: WindowEvidence) -> Finding | None:
                 weight += 0.3 * part
         s.add(weight if weight > best else 0.05, line)
         best = max(best, weight)
-        gone = [word.split(" using ", 1)[1].split(" on ", 1)[0] for word in before.outline
-                if " using " in word]
-        if gone and not any(f" using {index} " in f"{line} " for line in after.outline
-                            for index in gone):
+        gone = [name for name in indexes_gone(before, after) if ev.plans.went(name)]
+        if gone:
             s.sub = "index-gone"
             s.add(0.0, f"the plan before used {', '.join(gone)}; the plan after "
                        f"({access(after.outline)}) does not")

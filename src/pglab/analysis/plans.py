@@ -73,15 +73,62 @@ class StatementPlans:
         return sorted(found, key=lambda pair: pair[1].first)
 
 
+@dataclass(frozen=True)
+class GoneIndex:
+    """An index a statement's earlier plan used and its later plan does not: its table
+    and the statement that makes it as it was, when the run recorded them (the generic
+    plan's indexes, 16+), else None."""
+
+    name: str
+    table: str | None = None
+    make: str | None = None
+
+
+@dataclass(frozen=True)
+class PlanFlip:
+    """A plan change with no index dropped (statistics, settings): when the new plan was
+    first seen, and the tables it reads."""
+
+    at: dt.datetime
+    tables: tuple[str, ...]
+
+
+def tables_of(outline: list[str]) -> list[str]:
+    """The tables a plan's outline scans (`... on NAME`), each once."""
+    return list(dict.fromkeys(line.split(" on ", 1)[1].split()[0] for line in outline
+                              if " on " in line and line.split(" on ", 1)[1].split()))
+
+
+def indexes_gone(before: PlanSeen, after: PlanSeen) -> list[str]:
+    """The indexes the plan before used (`... using NAME on ...`) that the plan after
+    does not."""
+    used = [line.split(" using ", 1)[1].split(" on ", 1)[0] for line in before.outline
+            if " using " in line]
+    return [name for name in dict.fromkeys(used)
+            if not any(f" using {name} " in f"{line} " for line in after.outline)]
+
+
 @dataclass
 class RunPlans:
     statements: dict[str, StatementPlans] = field(default_factory=dict)  # comparable text
     cut: int = 0  # plans cut short in the log
+    # index name -> {"table", "make"}: how each index a generic plan used was made
+    indexes: dict[str, dict[str, str]] = field(default_factory=dict)
+    dropped: set[str] = field(default_factory=set)  # of those, the ones seen gone
+
+    def went(self, index: str) -> bool:
+        """Whether a plan that stopped using `index` did so because it was dropped: the
+        run saw it gone (`index-dropped`), or did not record it (a run before PostgreSQL
+        16, or an older run folder), where the plans' shapes are all there is to go by.
+        An index the run recorded and never saw gone is still there: the planner chose
+        another way (statistics, settings)."""
+        return index in self.dropped or index not in self.indexes
 
     def changed(self, start: dt.datetime | None = None,
                 end: dt.datetime | None = None) -> list[tuple[StatementPlans, PlanSeen,
                                                               PlanSeen]]:
-        """Plan changes whose new plan was seen in [start, end) (any time without)."""
+        """Plan changes whose new plan was seen in [start, end) (any time without), the
+        first seen first, whichever statement it is."""
         found = []
         for statement in self.statements.values():
             for before, after in statement.changes():
@@ -89,7 +136,21 @@ class RunPlans:
                            and (end is None or after.first < end))
                 if seen_in:
                     found.append((statement, before, after))
-        return found
+        return sorted(found, key=lambda change: change[2].first)
+
+    def gone(self) -> list[GoneIndex]:
+        """The indexes the run's plan changes stopped using, each once, with how it was
+        made where the run recorded it."""
+        names = dict.fromkeys(name for _, before, after in self.changed()
+                              for name in indexes_gone(before, after) if self.went(name))
+        return [GoneIndex(name, (known := self.indexes.get(name) or {}).get("table"),
+                          known.get("make")) for name in names]
+
+    def flips(self) -> list[PlanFlip]:
+        """The run's plan changes that no dropped index explains, first seen first."""
+        return [PlanFlip(after.first, tuple(tables_of(after.outline)))
+                for _, before, after in self.changed()
+                if not any(self.went(name) for name in indexes_gone(before, after))]
 
 
 def _attrs(raw: Any) -> dict[str, Any]:
@@ -109,14 +170,22 @@ def run_plans(events: pl.DataFrame, texts: StatementTexts, node: str = "primary"
     out = RunPlans()
     if events.height == 0:
         return out
-    rows = events.filter(pl.col("kind").is_in(("statement-text", "statement-plan"))
+    rows = events.filter(pl.col("kind").is_in(("statement-text", "statement-plan",
+                                               "index-dropped"))
                          & (pl.col("node") == node)).sort("t_start")
     for kind, t, raw in rows.select("kind", "t_start", "attrs").iter_rows():
         attrs = _attrs(raw)
+        if kind == "index-dropped":
+            out.dropped.add(str(attrs.get("index")))
+            continue
         if kind == "statement-text":
             outline, text = attrs.get("plan"), str(attrs.get("query") or "")
             queryid = str(attrs["queryid"]) if attrs.get("queryid") is not None else None
             source, ms, notation = "generic plan", None, "json"
+            for name, made in (attrs.get("indexes") or {}).items():
+                if isinstance(made, dict) and made.get("make") and made.get("table"):
+                    out.indexes.setdefault(str(name), {"table": str(made["table"]),
+                                                       "make": str(made["make"])})
         else:
             if attrs.get("cut"):
                 out.cut += 1

@@ -14,7 +14,9 @@ checks that the two agree.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import re
 import shlex
 import sys
 from collections.abc import Callable
@@ -32,6 +34,7 @@ from pglab.analysis.flush_layers import (
 )
 from pglab.analysis.loading import RunFrames
 from pglab.analysis.network import clients_route, commit_quorum
+from pglab.analysis.plans import GoneIndex, PlanFlip
 from pglab.analysis.signals import LONG_HOLDER_S, long_holder
 from pglab.driver_traits import DriverTraits, driver_traits
 from pglab.results import files
@@ -75,6 +78,9 @@ class Facts:
     weak: dict[str, str] = field(default_factory=dict)
     top: frozenset[str] = frozenset()  # the verdict's cause (and the performance verdict's)
     frames: RunFrames | None = None  # the run's series and events, for `ruled_out`
+    # the indexes the run's plan changes stopped using, with how each was made if known
+    indexes_gone: tuple[GoneIndex, ...] = ()
+    plan_flips: tuple[PlanFlip, ...] = ()  # the plan changes no dropped index explains
 
     def series(self, source: str, metric: str) -> pl.DataFrame:
         """The run's samples of one metric (node, label, value); empty without frames."""
@@ -462,6 +468,108 @@ def _standby_core(f: Facts) -> dict[str, Any]:
     return {}
 
 
+REMAKE_AFTER_S = 2.0  # plan-index's test: the index made again this long after its drop
+_SCENARIO_FAULT_DEFAULTS: dict[str, Any] = {"node": "primary", "duration": None, "args": {},
+                                            "repeat": 1, "every": None}
+
+
+def _fault_as_set(fault: dict[str, Any]) -> dict[str, Any]:
+    """A fault of the run's scenario (manifest.json's, resolved) as a scenario file writes
+    it: its times in seconds ("12s"), without the keys at their defaults."""
+    out = {}
+    for key, value in fault.items():
+        if key in _SCENARIO_FAULT_DEFAULTS and value == _SCENARIO_FAULT_DEFAULTS[key]:
+            continue
+        out[key] = f"{value:g}s" if key in ("at", "duration", "every") and isinstance(
+            value, int | float) else value
+    return out
+
+
+def _dropped_at(faults: list[dict[str, Any]], index: str) -> float | None:
+    """When the scenario's `sql` fault that drops `index` (DROP INDEX, DROP CONSTRAINT)
+    ran, in seconds of the measured window; None when no fault names it."""
+    name = re.compile(rf"(?<![\w$]){re.escape(index)}(?![\w$])", re.IGNORECASE)
+    for fault in faults:
+        text = str((fault.get("args") or {}).get("sql") or "")
+        if (fault.get("action") == "sql" and re.search(r"\bdrop\b", text, re.IGNORECASE)
+                and name.search(text) and isinstance(fault.get("at"), int | float)):
+            return float(fault["at"])
+    return None
+
+
+def _index_again(f: Facts) -> dict[str, Any]:
+    """The scenario's own faults plus one `sql` fault per index gone that makes it again
+    as it was (its recorded statement), then ANALYZEs its table, REMAKE_AFTER_S after the
+    fault that dropped it (half-way to the run's end when that is sooner): the candidate
+    tune measures against the run as it was. {} when the run recorded neither how the
+    index was made nor a fault that dropped it (dropped by hand, a server observed)."""
+    faults = [x for x in f.manifest.scenario.get("faults") or [] if isinstance(x, dict)]
+    try:
+        measured = float(f.manifest.scenario_workload.get("duration") or 0)
+    except (TypeError, ValueError):
+        return {}
+    remakes = []
+    for gone in f.indexes_gone:
+        at = _dropped_at(faults, gone.name)
+        if gone.make is None or gone.table is None or at is None or at >= measured:
+            continue
+        remakes.append({"at": round(at + min(REMAKE_AFTER_S, (measured - at) / 2), 3),
+                        "action": "sql",
+                        "args": {"sql": f"{gone.make}; ANALYZE {gone.table}"}})
+    if not remakes:
+        return {}
+    return {"faults": [_fault_as_set(x) for x in sorted([*faults, *remakes],
+                                                         key=lambda x: float(x["at"]))]}
+
+
+ANALYZE_AFTER_S = 1.0  # autovacuum-analyze's test: ANALYZE this long after the bulk change
+
+
+def _faults_begun(f: Facts) -> list[tuple[dt.datetime, float]]:
+    """When each of the run's faults began, and when it ended in seconds into the measured
+    window (its `at_s` plus how long it took), first begun first."""
+    if f.frames is None:
+        return []
+    found = []
+    rows = f.frames.events.filter(pl.col("kind") == "fault")
+    for start, end, raw in rows.select("t_start", "t_end", "attrs").iter_rows():
+        try:
+            attrs = json.loads(raw) if raw else {}
+        except json.JSONDecodeError:
+            continue
+        at = attrs.get("at_s") if isinstance(attrs, dict) else None
+        if isinstance(at, int | float) and end is not None and start is not None:
+            found.append((start, float(at) + (end - start).total_seconds()))
+    return sorted(found)
+
+
+def _analyze_again(f: Facts) -> dict[str, Any]:
+    """The scenario's own faults plus a `sql` fault that ANALYZEs the tables of the plans
+    that flipped, ANALYZE_AFTER_S after the end of the last fault begun before the first
+    flip (the bulk change whose statistics the planner did not have: a plan can flip
+    while it still runs, as the planner scales the old statistics to the table's pages
+    as they grow, and ANALYZE counts its rows only once it has committed): what tune
+    measures against the run as it was. Without such a fault (a change the scenario did
+    not make, a server observed), the setting that lets autovacuum analyze sooner."""
+    setting = {"server.settings.autovacuum_analyze_scale_factor": "0.02"}
+    if not f.plan_flips:
+        return setting
+    first = min(flip.at for flip in f.plan_flips)
+    tables = list(dict.fromkeys(t for flip in f.plan_flips for t in flip.tables))
+    ended = [at for start, at in _faults_begun(f) if start <= first]
+    faults = [x for x in f.manifest.scenario.get("faults") or [] if isinstance(x, dict)]
+    try:
+        measured = float(f.manifest.scenario_workload.get("duration") or 0)
+    except (TypeError, ValueError):
+        return setting
+    if not ended or not tables or ended[-1] + ANALYZE_AFTER_S >= measured:
+        return setting
+    analyze = {"at": round(ended[-1] + ANALYZE_AFTER_S, 1), "action": "sql",
+               "args": {"sql": "; ".join(f"ANALYZE {t}" for t in tables)}}
+    return {"faults": [_fault_as_set(x) for x in sorted([*faults, analyze],
+                                                         key=lambda x: float(x["at"]))]}
+
+
 RULES: tuple[Rule, ...] = (
     Rule("max-wal-size", ("checkpoint-io",),
          "raise max_wal_size so checkpoints are triggered by time, not WAL volume",
@@ -755,25 +863,27 @@ RULES: tuple[Rule, ...] = (
                         "scripts (tpcb-like's branch row) would only measure another workload"),
     Rule("plan-index", ("plan-change",),
          "make again the index the statement's earlier plan used (the evidence names it and "
-         "both plans: CREATE INDEX CONCURRENTLY, then ANALYZE the table), and keep DDL that "
-         "drops or rebuilds indexes out of busy hours",
-         lambda f: {},
+         "both plans: CREATE INDEX CONCURRENTLY, for a primary key a unique one and then "
+         "ALTER TABLE ... ADD PRIMARY KEY USING INDEX; then ANALYZE the table), and keep DDL "
+         "that drops or rebuilds indexes out of busy hours",
+         _index_again,
          "the statement finds its rows through the index again: its time per call back to "
          "what it was before the plan changed",
          "building an index reads the whole table and slows writes to it while it is made",
-         testable=False,
          not_when="the earlier plan's index is still there (then the statistics or a setting "
                   "changed the plan: see autovacuum-analyze)",
          sub=("index-gone",),
-         why_untestable="an index is the schema's, not a scenario key; a `sql` fault that "
-                        "makes it (faults = [{at = \"0s\", action = \"sql\", args = { sql = "
-                        "\"CREATE INDEX ...\" }}]) tries it in a run of your own"),
+         why_untestable="the run recorded no statement that makes the index (db.statements "
+                        "reads it, on PostgreSQL 16+, when a statement's plan first uses it) "
+                        "or no `sql` fault of the scenario that dropped it; a `sql` fault "
+                        "that makes it (faults = [{at = \"0s\", action = \"sql\", args = "
+                        "{ sql = \"CREATE INDEX ...\" }}]) tries it in a run of your own"),
     Rule("autovacuum-analyze", ("plan-change",),
          "ANALYZE the tables the statement reads after a bulk change, and let autovacuum "
          "analyze them sooner (autovacuum_analyze_scale_factor, per table with ALTER TABLE "
          "... SET too): the planner chose the new plan from statistics that no longer "
          "described the table",
-         lambda f: {"server.settings.autovacuum_analyze_scale_factor": "0.02"},
+         _analyze_again,
          "statistics follow a bulk change within seconds, so the plan made from them fits "
          "the table again",
          "more frequent ANALYZE runs on big tables (each reads a sample of 300 x the "

@@ -6,13 +6,16 @@ per statement (`label` = queryid), per-second rates of `calls`, `exec_ms`, `rows
 `wal_bytes` (13+), only for statements that ran in the interval. Its text is read once,
 when a statement first runs (a `statement-text` event: queryid, the normalised text as
 pg_stat_statements keeps it, the database, and on 16+ the relations and outline of its
-generic plan). The view's entries come and go: a reset of
-all of them (pg_stat_statements_info.stats_reset, 14+), an entry evicted to make room
-(`dealloc`, 14+) or reset alone and made anew (its counters lower than at the last read,
-or its `stats_since` later, 17+) is counted from zero, never read as a negative delta,
-and said in a `statements-reset` event. A server without the extension, without it in
-shared_preload_libraries, or without query ids in pg_stat_activity is said once per node
-(`statements-missing`), and the rest of telemetry runs.
+generic plan, and the statement that makes each index it uses as it was then; an
+`index-dropped` event when such an index is gone at a later read, `index-made` when it
+is back). The view's entries come and go: a reset of all of them
+(pg_stat_statements_info.stats_reset, 14+), an entry evicted to make room (`dealloc`,
+14+) or reset alone and made anew (its counters lower than at the last read, or its
+`stats_since` later, 17+) is counted from zero, never read as a negative delta, and said
+in a `statements-reset` event. A server
+without the extension, without it in shared_preload_libraries, or without query ids in
+pg_stat_activity is said once per node (`statements-missing`), and the rest of telemetry
+runs.
 
 The counters are kept per entry (queryid, user, database, top level or not), as the view
 keys them, and summed per queryid once each entry's delta is known.
@@ -177,6 +180,42 @@ def plan_relations(conn: psycopg.Connection[Any], query: str) -> tuple[list[str]
     return found, outline_of(plan) if isinstance(plan, dict) else []
 
 
+# The statement that makes each index again as it is: a constraint's index (a primary
+# key, a unique or exclusion constraint) by ALTER TABLE ... ADD CONSTRAINT, which makes
+# the constraint with it (a bare unique index would not: no constraint, another plan's
+# name for it); any other index by its CREATE INDEX. Names as the plan gives them
+# (unqualified, on the search path); those that are not indexes (the tables) drop out.
+_INDEX_DEFINITIONS = (
+    "SELECT c.relname, i.indrelid::regclass::text, COALESCE("
+    "'ALTER TABLE ' || i.indrelid::regclass::text || ' ADD CONSTRAINT ' "
+    "|| quote_ident(k.conname) || ' ' || pg_get_constraintdef(k.oid), "
+    "pg_get_indexdef(i.indexrelid)) "
+    "FROM unnest(%s::text[]) AS n(name) "
+    "JOIN pg_class c ON c.oid = to_regclass(quote_ident(n.name)) "
+    "JOIN pg_index i ON i.indexrelid = c.oid "
+    "LEFT JOIN pg_constraint k ON k.conindid = i.indexrelid AND k.conrelid = i.indrelid "
+    "AND k.contype IN ('p', 'u', 'x')")
+
+
+_INDEXES_GONE = ("SELECT n.name FROM unnest(%s::text[]) AS n(name) "
+                 "WHERE to_regclass(quote_ident(n.name)) IS NULL")
+
+
+def index_definitions(conn: psycopg.Connection[Any], names: list[str]
+                      ) -> dict[str, dict[str, str]]:
+    """The indexes among a plan's relations: name -> its table and the statement that
+    makes it as it is now (what the advice remakes if it is dropped later in the run);
+    {} when the catalog cannot say (an index dropped meanwhile)."""
+    if not names:
+        return {}
+    try:
+        rows = conn.execute(_INDEX_DEFINITIONS, [names]).fetchall()
+    except psycopg.Error:
+        return {}
+    return {str(name): {"table": str(table), "make": str(make)}
+            for name, table, make in rows}
+
+
 @dataclass
 class _NodeState:
     schema: str | None = None
@@ -188,6 +227,8 @@ class _NodeState:
     named: set[str] = field(default_factory=set)  # queryids whose text was recorded
     hidden_said: bool = False
     unplannable: bool = False  # EXPLAIN refused for privileges: not tried again
+    indexes: dict[str, str] = field(default_factory=dict)  # recorded index -> its table
+    dropped: set[str] = field(default_factory=set)  # of those, the ones not there now
 
 
 class StatementStats(DbProbe):
@@ -256,6 +297,24 @@ class StatementStats(DbProbe):
         unnamed = [q for q in statements if q not in state.named]
         if unnamed:
             self._texts(conn, state, node, now, out, unnamed)
+        if state.indexes:
+            self._dropped(conn, state, node, now, out)
+
+    def _dropped(self, conn: psycopg.Connection[Any], state: _NodeState, node: str,
+                 now: dt.datetime, out: ProbeOutput) -> None:
+        """An `index-dropped` event when an index a plan used is no longer there, and an
+        `index-made` one when it is back: a plan that stops using an index then says
+        whether the index went, or the planner chose another way (statistics, settings)."""
+        try:
+            rows = conn.execute(_INDEXES_GONE, [sorted(state.indexes)]).fetchall()
+        except psycopg.Error:
+            return
+        gone = {str(row[0]) for row in rows}
+        for name in sorted(gone ^ state.dropped):
+            kind = "index-dropped" if name in gone else "index-made"
+            out.events.append(Event(now, kind, node, attrs={
+                "index": name, "table": state.indexes[name]}))
+        state.dropped = gone
 
     def _prepare(self, conn: psycopg.Connection[Any], caps: Capabilities, node: str,
                  now: dt.datetime, out: ProbeOutput) -> _NodeState:
@@ -348,9 +407,12 @@ class StatementStats(DbProbe):
                                   f"role {conn.info.user} may not plan the statements (no "
                                   "privileges on their tables): they are not named by "
                                   "table")
+            indexes = index_definitions(conn, relations)
+            state.indexes.update({name: made["table"] for name, made in indexes.items()})
             out.events.append(Event(now, "statement-text", node, attrs={
                 "queryid": str(queryid), "database": datname,
                 "query": "" if hidden else " ".join(query.split())[:TEXT_LIMIT],
                 **({"relations": relations} if relations else {}),
+                **({"indexes": indexes} if indexes else {}),
                 **({"plan": outline} if outline else {}),
                 **({"hidden": True} if hidden else {})}))

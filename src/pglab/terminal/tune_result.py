@@ -3,6 +3,8 @@ effect; the path of kept changes and, for more than one, their combined effect."
 
 from __future__ import annotations
 
+import shlex
+
 from rich.console import Console
 from rich.markup import escape
 
@@ -89,7 +91,9 @@ def print_tune(console: Console, result: TuneResult) -> None:
         _print_candidate(console, result.combined)
     winning = result.winning_overrides()
     if winning:
-        console.print("winning overrides: " + " ".join(f"--set {o}" for o in winning),
+        # quoted for the shell: a list of faults has spaces and quotes, and pastes whole
+        console.print("winning overrides: " + escape(" ".join(f"--set {shlex.quote(o)}"
+                                                              for o in winning)),
                       highlight=False)
     elif result.status == "completed":
         console.print("no change was significantly better: keep the baseline")

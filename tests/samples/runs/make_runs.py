@@ -257,7 +257,6 @@ INSERT INTO pgbench_history (tid, bid, aid, delta, mtime)
   VALUES (:tid, :bid, :aid, :delta, CURRENT_TIMESTAMP);
 END;
 """
-SCRIPT_FILES = {"statements": {"shop.sql": SHOP_SCRIPT}}  # written beside the scenario
 # test_compare.py's write load on Debian's PostgreSQL 15: another version, not comparable
 WRITE_LOAD_15 = """name = "w"
 [server]
@@ -270,12 +269,51 @@ jobs = 2
 duration = "3s"
 warmup = "1s"
 """
+# Statistics made stale by a bulk change: 300,000 rows of branch 0 added to
+# pgbench_tellers, whose autovacuum is off, after an index on its bid was made and the
+# table analysed with 50 rows. The planner scales the old statistics to the table's new
+# size, expects thousands of tellers for a branch where there are 10, and the join flips
+# from a nested loop on accounts' primary key to a hash join that scans accounts
+# (hundreds of ms a call, where ANALYZE brings it back to under one). The insert comes
+# late enough that the seconds after it stay under half the run: the stall is measured
+# against the seconds before it.
+STALE_STATISTICS = """name = "plan-flip-stale-statistics"
+[server.settings]
+shared_buffers = "256MB"
+[workload]
+scale = 5
+mix = ["tpcb-like"]
+scripts = ["teller-accounts.sql@5"]
+clients = 4
+jobs = 2
+duration = "30s"
+warmup = "3s"
+[[faults]]
+at = "1s"
+action = "sql"
+[faults.args]
+sql = '''ALTER TABLE pgbench_tellers SET (autovacuum_enabled = off);
+CREATE INDEX pgbench_tellers_bid ON pgbench_tellers (bid); ANALYZE pgbench_tellers'''
+[[faults]]
+at = "18s"
+action = "sql"
+[faults.args]
+sql = '''INSERT INTO pgbench_tellers (tid, bid, tbalance)
+SELECT g, 0, 0 FROM generate_series(1001, 300000) g'''
+"""
+TELLER_ACCOUNTS_SCRIPT = """\\set bid random(1, 5 * :scale)
+SELECT sum(a.abalance) FROM pgbench_tellers t
+  JOIN pgbench_accounts a ON a.aid = t.tid * 9973 WHERE t.bid = :bid;
+"""
+SCRIPT_FILES = {"statements": {"shop.sql": SHOP_SCRIPT},  # written beside the scenario
+                "plan-flip-stale": {"teller-accounts.sql": TELLER_ACCOUNTS_SCRIPT}}
 SCENARIO_RUNS: dict[str, tuple[str, tuple[str, ...]]] = {
     "control-pg15": (WRITE_LOAD_15, ()),
     "idle-holder": (IDLE_HOLDER, ()),
     "idle-holder-timeout": (IDLE_HOLDER, (
         "server.settings.idle_in_transaction_session_timeout=1s",)),
     "statements": (STATEMENTS, ()),
+    "plan-flip-stale": (STALE_STATISTICS, ()),
 }
 
 
