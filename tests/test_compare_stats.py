@@ -5,6 +5,8 @@ short sample runs give enough points) and on exact small cases."""
 from __future__ import annotations
 
 import math
+import random
+from array import array
 
 import polars as pl
 import pytest
@@ -143,3 +145,37 @@ def test_commits_lost_over_repeats_compare_the_runs() -> None:
     single = compare_metric(metric, Group("off", ["off1"]),  # type: ignore[list-item]
                             Group("on", ["on1"]), 0.1, 0.95)  # type: ignore[list-item]
     assert single.note.startswith("mean of per-cut values, block bootstrap"), single.note
+
+
+
+def _blocks_drawn_one_by_one(circle: list[float], n: int, block: int,
+                             rng: random.Random) -> list[float]:
+    """The moving-block resample as its definition says: blocks from random starts until
+    there are n samples."""
+    out: list[float] = []
+    while len(out) < n:
+        start = int(rng.random() * n)
+        out.extend(circle[start:start + block])
+    return out[:n]
+
+
+@pytest.mark.parametrize("statistic", [stats.median, stats.mean])
+def test_a_runs_replicates_are_its_blocks_drawn_one_by_one(statistic: stats.Statistic) -> None:
+    """block_resample and a side of one run (all its replicates drawn at once, for speed)
+    give, value for value, the replicates of blocks drawn one by one from the same seed:
+    the same folders keep their intervals and verdicts. A real run's seconds (19, in
+    blocks of 3: the last block cut), white noise (blocks of 4) and a run too short for
+    blocks (of 1)."""
+    noise = [random.Random(3).random() for _ in range(50)]
+    for run in (throughput("18"), noise, [5.0, 1.0, 3.0]):
+        block = stats.block_length(run)
+        circle = stats._circle(run, block)
+        reference, fast = random.Random(7), random.Random(7)
+        expected = array("d", (statistic(_blocks_drawn_one_by_one(circle, len(run), block,
+                                                                  reference))
+                               for _ in range(300)))
+        assert stats._one_run_replicates(circle, len(run), block, statistic, 300,
+                                         fast) == expected
+        one = random.Random(11)
+        assert stats.block_resample(circle, len(run), block, random.Random(11)) == \
+            _blocks_drawn_one_by_one(circle, len(run), block, one)

@@ -14,6 +14,10 @@ validation refuses, so nothing starts.
 A case fails on a traceback, on "internal error" (cli.py's last resort for an exception
 no command foresaw), on an exit code outside 0/1/2/3, and on a non-zero exit with nothing
 on stderr.
+
+The cases run in processes forked from one that imported pglab once (forked_cli.py: a
+fresh interpreter's imports were most of each case's CPU); each command's first cases
+also run as a fresh `python -m pglab`, and both must print and exit the same.
 """
 
 from __future__ import annotations
@@ -26,7 +30,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -35,6 +38,7 @@ from pathlib import Path
 import click
 import pytest
 
+import forked_cli
 from conftest import SAMPLES, run_cli
 from pglab.cli import cli
 from pglab.results import files
@@ -206,8 +210,8 @@ class Outcome:
     what: str
     argv: list[str]
     code: int
+    stdout: str
     stderr: str
-    seconds: float
 
     def problem(self) -> str | None:
         if "Traceback" in self.stderr or "internal error" in self.stderr:
@@ -223,18 +227,33 @@ class Outcome:
         return None
 
 
-def _run(what: str, argv: list[str], home: Path) -> Outcome:
+def _env(home: Path) -> dict[str, str]:
     env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "120", "PGLAB_HOME": str(home)}
     env.pop("PGLAB_TRACEBACK", None)
-    start = time.monotonic()
+    return env
+
+
+def _run(what: str, argv: list[str], home: Path) -> Outcome:
+    """A fresh `python -m pglab`."""
     result = subprocess.run([sys.executable, "-m", "pglab", *argv], capture_output=True,
-                            text=True, timeout=120, env=env, stdin=subprocess.DEVNULL)
-    return Outcome(what, argv, result.returncode, result.stderr, time.monotonic() - start)
+                            text=True, timeout=120, env=_env(home), stdin=subprocess.DEVNULL)
+    return Outcome(what, argv, result.returncode, result.stdout, result.stderr)
 
 
-def _check(all_cases: list[tuple[str, list[str]]], home: Path) -> list[Outcome]:
-    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
-        outcomes = list(pool.map(lambda case: _run(case[0], case[1], home), all_cases))
+def _check(all_cases: list[tuple[str, list[str]]], home: Path,
+           fresh: set[int]) -> list[Outcome]:
+    """Every case in a process forked from one that imported pglab once (forked_cli.py);
+    the cases numbered in `fresh` also as a fresh `python -m pglab`, which must print the
+    same and exit the same, so that what the forked processes show is what a user sees."""
+    jobs = max(2, os.cpu_count() or 2)
+    forked = forked_cli.run_all([argv for _, argv in all_cases], _env(home), jobs=jobs)
+    outcomes = [Outcome(what, argv, ran.code, ran.stdout, ran.stderr)
+                for (what, argv), ran in zip(all_cases, forked, strict=True)]
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        fresh_outcomes = list(pool.map(lambda i: _run(*all_cases[i], home), sorted(fresh)))
+    differ = [(o.what, o.argv, o.code, o.stdout, o.stderr) for o in fresh_outcomes
+              if o != next(f for f in outcomes if (f.what, f.argv) == (o.what, o.argv))]
+    assert fresh_outcomes and not differ, differ
     failures = [o for o in outcomes if o.problem()]
     report = "\n".join(
         f"{o.problem()}: {o.what}: pglab {' '.join(o.argv)} -> exit {o.code}: "
@@ -244,10 +263,22 @@ def _check(all_cases: list[tuple[str, list[str]]], home: Path) -> list[Outcome]:
     return outcomes
 
 
+def _firsts(all_cases: list[tuple[str, list[str]]], count: int) -> set[int]:
+    """The numbers of each command's first `count` cases."""
+    seen: dict[str, int] = {}
+    chosen = set()
+    for index, (_, argv) in enumerate(all_cases):
+        seen[argv[0]] = seen.get(argv[0], 0) + 1
+        if seen[argv[0]] <= count:
+            chosen.add(index)
+    return chosen
+
+
 def test_every_command_refuses_wrong_input_in_one_line(inputs: Inputs, tmp_path: Path) -> None:
     all_cases = list(cases(inputs))
     assert {argv[0] for _, argv in all_cases} == set(cli.commands)
-    outcomes = _check(all_cases, tmp_path / "home")
+    # each command's unknown flag and its first wrong argument, fresh too
+    outcomes = _check(all_cases, tmp_path / "home", _firsts(all_cases, 2))
     # what starts servers was refused by its validation: nothing ran, nothing was made
     started = [o for o in outcomes if o.argv[0] in SERVER_COMMANDS and o.code not in (2, 3)]
     assert not started, [(o.what, o.code, o.stderr) for o in started]
@@ -271,7 +302,8 @@ def test_damaged_run_folders_are_named_never_a_traceback(inputs: Inputs,
             (f"compare: {what}", ["compare", *(pair if index % 2 else pair[::-1])]),
         ]
     all_cases.append(("ls: every damaged folder", ["ls", str(inputs.root / "damaged")]))
-    _check(all_cases, tmp_path / "home")
+    # each reader's first damaged folder, fresh too
+    _check(all_cases, tmp_path / "home", _firsts(all_cases, 1))
 
 
 def test_a_damaged_parquet_file_is_a_warning_in_show_and_report_an_error_in_compare(

@@ -1,6 +1,8 @@
 """What pglab prints, through a pipe and in a narrow terminal: ids, paths, values and
 commands a user copies stay whole; `--json` everywhere; analyze short by default; every
-time says its zone. The real CLI in a child process, on the committed sample runs."""
+time says its zone. The real CLI in a child process, on the committed sample runs: in a
+terminal a fresh one; otherwise forked from one that imported pglab once (forked_cli.py),
+into files (no terminal, as a pipe)."""
 
 from __future__ import annotations
 
@@ -15,11 +17,12 @@ import subprocess
 import sys
 import termios
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+import forked_cli
 from conftest import SAMPLES, TINY, run_cli, write_scenario
 from pglab.compare.metrics import METRICS
 from pglab.lab.fault_actions import ACTIONS
@@ -37,12 +40,26 @@ def _env(**extra: str) -> dict[str, str]:
     return {**env, "NO_COLOR": "1", "TERM": "xterm-256color", **extra}
 
 
+# A server of forked commands (forked_cli.py) for each COLUMNS: pglab imported once, not
+# once a command; rich reads COLUMNS as pglab's consoles are made, so never shared.
+_SERVERS: dict[int | None, forked_cli.ForkedCli] = {}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _forked_servers() -> Iterator[None]:
+    yield
+    while _SERVERS:
+        _SERVERS.popitem()[1].close()
+
+
 def _piped(*args: str, columns: int | None = None) -> str:
-    """stdout a pipe, no COLUMNS (or COLUMNS=columns)."""
-    env = _env(**({"COLUMNS": str(columns)} if columns else {}))
-    result = subprocess.run([sys.executable, "-m", "pglab", *args], capture_output=True,
-                            text=True, env=env, timeout=120)
-    assert result.returncode == 0, result.stderr
+    """stdout no terminal (a file, in a process forked_cli forks), no COLUMNS (or
+    COLUMNS=columns)."""
+    if columns not in _SERVERS:
+        _SERVERS[columns] = forked_cli.ForkedCli(
+            _env(**({"COLUMNS": str(columns)} if columns else {})))
+    result = _SERVERS[columns].run(*args)
+    assert result.code == 0, result.stderr
     return result.stdout
 
 

@@ -1,7 +1,8 @@
 """What a comparison reads from one run folder: the measured seconds, telemetry, events.
 
 Everything is read lazily and once: a comparison of many repeats touches each Parquet
-file at most once per run.
+file at most once per run, and each column or query of it is computed once (a base
+compared with many contenders is read for every pair).
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ class RunData:
         self.run = run
         self.path: Path = run.path
         self.manifest: Manifest = run.manifest
+        self._columns: dict[str, tuple[float, ...] | None] = {}
+        self._per_second: dict[tuple[str, str, str, str], dict[Any, float]] = {}
+        self._events: dict[str, int | None] = {}
 
     @property
     def label(self) -> str:
@@ -50,11 +54,15 @@ class RunData:
         return rows
 
     def client_column(self, column: str) -> list[float] | None:
-        rows = self.client_seconds
-        if rows is None or rows.height == 0 or column not in rows.columns:
-            return None
-        values = [float(v) for v in rows[column].to_list() if v is not None]
-        return values or None
+        if column not in self._columns:
+            rows = self.client_seconds
+            if rows is None or rows.height == 0 or column not in rows.columns:
+                self._columns[column] = None
+            else:
+                values = tuple(float(v) for v in rows[column].to_list() if v is not None)
+                self._columns[column] = values or None
+        found = self._columns[column]
+        return None if found is None else list(found)  # the caller's to change
 
     @functools.cached_property
     def window(self) -> tuple[dt.datetime, dt.datetime] | None:
@@ -85,6 +93,13 @@ class RunData:
 
     def per_second(self, node: str, source: str, metric: str, label: str) -> dict[Any, float]:
         """Telemetry values by second (t -> sum over the second) inside the window."""
+        key = (node, source, metric, label)
+        if key not in self._per_second:
+            self._per_second[key] = self._read_per_second(*key)
+        return dict(self._per_second[key])  # the caller's to change
+
+    def _read_per_second(self, node: str, source: str, metric: str,
+                         label: str) -> dict[Any, float]:
         frame, window = self.timeseries, self.window
         if frame is None or window is None:
             return {}
@@ -119,11 +134,11 @@ class RunData:
         return ratios, total_value / total_tx
 
     def events_in_window(self, kind: str) -> int | None:
-        frame, window = self.events, self.window
-        if frame is None or window is None:
-            return None
-        return frame.filter(
-            (pl.col("kind") == kind) & (pl.col("t_start") >= window[0])
-            & (pl.col("t_start") < window[1])
-        ).height
+        if kind not in self._events:
+            frame, window = self.events, self.window
+            self._events[kind] = None if frame is None or window is None else frame.filter(
+                (pl.col("kind") == kind) & (pl.col("t_start") >= window[0])
+                & (pl.col("t_start") < window[1])
+            ).height
+        return self._events[kind]
 

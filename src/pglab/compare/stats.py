@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import math
+import operator
 import random
 from array import array
 from collections.abc import Callable, Sequence
@@ -100,20 +102,27 @@ def _circle(xs: Sequence[float], block: int) -> list[float]:
 
 def block_resample(circle: Sequence[float], n: int, block: int,
                    rng: random.Random) -> list[float]:
-    """A moving-block (circular) resample of n samples, from their `_circle`."""
-    out: list[float] = []
+    """A moving-block (circular) resample of n samples, from their `_circle`: ceil(n /
+    block) blocks, each a whole slice (the circle is at least n + block long)."""
     draw = rng.random  # a third of randrange's cost, in the bootstrap's innermost loop
-    while len(out) < n:
+    if block == 1:
+        return [circle[int(draw() * n)] for _ in range(n)]
+    out: list[float] = []
+    extend = out.extend
+    for _ in range(-(-n // block)):
         start = int(draw() * n)
-        out.extend(circle[start:start + block])
-    return out[:n]
+        extend(circle[start:start + block])
+    del out[n:]
+    return out
 
 
 def _replicate(runs: Sequence[Sequence[float]], circles: Sequence[Sequence[float]],
                blocks: Sequence[int], rng: random.Random) -> list[float]:
     """One bootstrap replicate of a side: runs drawn with replacement (when there are
     several), then blocks within each drawn run; pooled."""
-    picked = [rng.randrange(len(runs)) for _ in runs] if len(runs) > 1 else [0]
+    if len(runs) == 1:
+        return block_resample(circles[0], len(runs[0]), blocks[0], rng)
+    picked = [rng.randrange(len(runs)) for _ in runs]
     pooled: list[float] = []
     for index in picked:
         pooled.extend(block_resample(circles[index], len(runs[index]), blocks[index], rng))
@@ -126,6 +135,26 @@ class _Side:
     replicates: array[float]  # 8 bytes each: a cache of 512 sides stays ~8 MB
     blocks: tuple[int, ...]
     nonnegative: bool  # every sample >= 0
+    positive: bool  # every replicate's statistic > 0
+
+
+def _one_run_replicates(circle: Sequence[float], n: int, block: int, statistic: Statistic,
+                        resamples: int, rng: random.Random) -> array[float]:
+    """The replicates of a side of one run, as `_replicate` draws them one by one (the
+    same draws in the same order, so the same samples): every block start drawn at once
+    and each replicate joined from slices cut once (a call per replicate and a loop per
+    block would cost most of a comparison's time)."""
+    draw = rng.random
+    per = -(-n // block)  # blocks per replicate, as block_resample draws them
+    starts = [int(draw() * n) for _ in range(per * resamples)]
+    at = [circle[start:start + block] for start in range(n)]
+    joined = itertools.chain.from_iterable
+    replicates = array("d")
+    for first in range(0, per * resamples, per):
+        sample = list(joined(map(at.__getitem__, starts[first:first + per])))
+        del sample[n:]
+        replicates.append(statistic(sample))
+    return replicates
 
 
 @functools.lru_cache(maxsize=512)
@@ -137,10 +166,15 @@ def _side(runs: tuple[tuple[float, ...], ...], statistic: Statistic, resamples: 
     rng = random.Random(seed)
     blocks = tuple(block_length(r) for r in runs)
     circles = [_circle(r, b) for r, b in zip(runs, blocks, strict=True)]
-    replicates = array("d", (statistic(_replicate(runs, circles, blocks, rng))
-                             for _ in range(resamples)))
+    if len(runs) == 1:
+        replicates = _one_run_replicates(circles[0], len(runs[0]), blocks[0], statistic,
+                                         resamples, rng)
+    else:
+        replicates = array("d", (statistic(_replicate(runs, circles, blocks, rng))
+                                 for _ in range(resamples)))
     pooled = [x for r in runs for x in r]
-    return _Side(statistic(pooled), replicates, blocks, min(pooled) >= 0)
+    return _Side(statistic(pooled), replicates, blocks, min(pooled) >= 0,
+                 all(r > 0 for r in replicates))
 
 
 @dataclass(frozen=True)
@@ -214,10 +248,15 @@ def bootstrap_difference(base_runs: Sequence[Sequence[float]],
     base_side = _side(base, statistic, resamples, seed)
     cont_side = _side(contender, statistic, resamples, seed + 1)
     base_stat, cont_stat = base_side.statistic, cont_side.statistic
-    pairs = list(zip(base_side.replicates, cont_side.replicates, strict=True))
-    positive = base_stat > 0 and cont_stat > 0 and all(b > 0 and c > 0 for b, c in pairs)
+    positive = base_stat > 0 and cont_stat > 0 and base_side.positive and cont_side.positive
     mode: Literal["ratio", "difference"] = "ratio" if positive else "difference"
-    changes = sorted(math.log(c / b) if positive else c - b for b, c in pairs)
+    # map over both sides' replicates: a generator's frame per pair was most of this
+    # function's time, comparing a base with many contenders
+    base_reps, cont_reps = base_side.replicates, cont_side.replicates
+    if len(base_reps) != len(cont_reps):
+        raise ValueError("both sides need as many replicates")
+    changes = sorted(map(math.log, map(operator.truediv, cont_reps, base_reps)) if positive
+                     else map(operator.sub, cont_reps, base_reps))
     alpha = (1.0 - confidence) / 2.0
     return Interval(base=base_stat, contender=cont_stat, mode=mode,
                     low=quantile(changes, alpha), high=quantile(changes, 1.0 - alpha),
