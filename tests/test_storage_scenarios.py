@@ -71,10 +71,10 @@ def test_wal_init_zero_on_and_off(storage_packages: None, tmp_path: Path) -> Non
     # already exist, the same ~4,000 TPS either way; they made 89% of the zero-filling
     # run's transactions in one such run, and its mean TPS 1.3 times below the other's
     # where the seconds after the switch were 5.9 times below.
-    runs = _run(tmp_path, "wal-init-ext4-vs-xfs", "workload.duration=6s",
+    runs = _run(tmp_path, "wal-init-ext4-vs-xfs", "workload.duration=10s",
                 "workload.warmup=2s", "storage.filesystem=xfs",
                 'matrix={"server.settings.wal_init_zero" = ["on", "off"]}',
-                'faults=[{at="0s", action="switch-wal"}, {at="3s", action="switch-wal"}]')
+                'faults=[{at="0s", action="switch-wal"}, {at="4s", action="switch-wal"}]')
     by_zero = {_manifest(r)["variant"]["server.settings.wal_init_zero"]: r for r in runs}
     for run in runs:
         assert _volume(run)["filesystem"] == "xfs"
