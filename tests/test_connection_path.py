@@ -46,7 +46,7 @@ def test_connection_path_builtin_orders_the_layers(tmp_path: Path,
                                                    pgbouncer_binary: str) -> None:
     results = tmp_path / "r"
     done = run_cli("run", "connection-path", "--results", str(results),
-                   "--set", "workload.duration=5s", "--set", "workload.warmup=1s",
+                   "--set", "workload.duration=3s", "--set", "workload.warmup=1s",
                    # each connection's login in the server log: which path it came by
                    "--set", "server.settings.log_connections=on", timeout=300)
     assert done.returncode == 0, done.stderr + done.stdout[-2000:]
