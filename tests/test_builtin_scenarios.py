@@ -287,10 +287,11 @@ def test_checkpoint_flush_storm_drops_tps_during_checkpoints(tmp_path: Path) -> 
     assert top_cause(run) == "checkpoint-io"
 
 
-# cpu_exclusive, not exclusive: the standby's WAL receiver waits in its own fdatasync,
+# cpu_light, not exclusive: the standby's WAL receiver waits in its own fdatasync,
 # writeback it submits itself, which cgroup v1 throttles however the other tests write
-# (its signal held in 6 of 6 runs beside other live tests of the suite).
-@pytest.mark.cpu_exclusive
+# (its signal held in 6 of 6 runs beside other live tests of the suite); the run mostly
+# waits on that disk (0.22 of a CPU over it).
+@pytest.mark.cpu_light
 @pytest.mark.disk  # a disk limit needs a block device
 def test_sync_standby_on_slow_disk_makes_commits_wait_on_syncrep(tmp_path: Path) -> None:
     (run,) = _run(tmp_path, "sync-standby-slow-disk", "workload.duration=15s",

@@ -19,6 +19,8 @@ EXCLUSIVE = needs_for({"exclusive"})
 DISK_EXCLUSIVE = needs_for({"disk_exclusive"})
 CPU_EXCLUSIVE = needs_for({"cpu_exclusive"})
 CPU_EXCLUSIVE_ON_DISK = needs_for({"cpu_exclusive", "disk"})
+CPU_LIGHT = needs_for({"cpu_light"})
+CPU_LIGHT_ON_DISK = needs_for({"cpu_light", "disk"})
 
 
 @pytest.mark.parametrize(("marked", "plan", "favoured", "on_disk"), [
@@ -32,6 +34,8 @@ CPU_EXCLUSIVE_ON_DISK = needs_for({"cpu_exclusive", "disk"})
     (("cpu_exclusive",), [(locks.MACHINE, SHARED), (locks.CPU, ALONE)], True, False),
     (("cpu_exclusive", "disk"),
      [(locks.MACHINE, SHARED), (locks.DISK, SHARED), (locks.CPU, ALONE)], True, True),
+    (("cpu_light",), [(locks.MACHINE, SHARED)], True, False),
+    (("cpu_light", "disk"), [(locks.MACHINE, SHARED), (locks.DISK, SHARED)], True, True),
     (("root",), [], False, False),  # a marker of no tier
 ])
 def test_each_marker_takes_its_locks_and_its_place(
@@ -52,6 +56,8 @@ def test_a_chain_keeps_its_locks_from_one_test_to_the_next() -> None:
     assert locks.keeps_locks(EXCLUSIVE, EXCLUSIVE)
     assert locks.keeps_locks(CPU_EXCLUSIVE, CPU_EXCLUSIVE)
     assert not locks.keeps_locks(CPU_EXCLUSIVE, CPU_EXCLUSIVE_ON_DISK)  # the disk lock too
+    assert locks.keeps_locks(CPU_LIGHT, CPU_LIGHT)  # favoured: its chain holds on
+    assert not locks.keeps_locks(DISK_EXCLUSIVE, CPU_LIGHT_ON_DISK)  # the disk, alone no more
     assert not locks.keeps_locks(EXCLUSIVE, OFFLINE)  # the last of the chain
     assert not locks.keeps_locks(LIVE, LIVE)  # a shared hold is one test's
     # only a worker's first shared hold waits, and only when some test holds the machine
@@ -83,7 +89,8 @@ def test_a_favoured_test_takes_its_fixtures_tests_into_its_chain() -> None:
     # a fixture used by both chains goes to the exclusive one, whichever test comes first
     assert found["both.py::p"] == found["both.py::q"] == EXCLUSIVE_UNIT
     assert units.chain_of(EXCLUSIVE) == units.chain_of(CPU_EXCLUSIVE) == EXCLUSIVE_UNIT
-    assert units.chain_of(DISK_EXCLUSIVE) == DISK_UNIT
+    assert units.chain_of(DISK_EXCLUSIVE) == units.chain_of(CPU_LIGHT) == DISK_UNIT
+    assert units.chain_of(CPU_LIGHT_ON_DISK) == DISK_UNIT
     assert units.chain_of(LIVE) is None and units.chain_of(OFFLINE) is None
 
 
@@ -93,6 +100,7 @@ def test_the_queue_puts_the_chains_first_then_offline_then_ram_to_cover_the_disk
         Planned("a.py::ram_long", "a.py::ram_long", LIVE, 100.0),
         Planned("b.py::disk_long", "b.py::disk_long", DISK, 500.0),
         Planned("c.py::offline", "c.py::offline", OFFLINE, 30.0),
+        Planned("d.py::light", DISK_UNIT, CPU_LIGHT_ON_DISK, 30.0),
         Planned("d.py::d1", DISK_UNIT, DISK_EXCLUSIVE, 40.0),
         Planned("e.py::ram_short", "e.py::ram_short", LIVE, 10.0),
         Planned("f.py::x1", EXCLUSIVE_UNIT, CPU_EXCLUSIVE_ON_DISK, 5.0),
@@ -100,14 +108,16 @@ def test_the_queue_puts_the_chains_first_then_offline_then_ram_to_cover_the_disk
         Planned("f.py::x3", EXCLUSIVE_UNIT, EXCLUSIVE, 5.0),
         Planned("g.py::ram_mid", "g.py::ram_mid", LIVE, 60.0),
     ]
-    # the two workers beside the chains need 2 x 40 s of RAM units: the longest of them
-    # (100 s) covers it; the disk unit, though longest, waits out the disk chain
+    # the two workers beside the chains need 2 x 40 s of RAM units while the
+    # disk_exclusive test holds the disk (the cpu_light one after it does not): the
+    # longest of them (100 s) covers it; the disk unit, though longest, waits it out
     assert units.queue(tests) == [
         EXCLUSIVE_UNIT, DISK_UNIT, "c.py::offline", "a.py::ram_long", "b.py::disk_long",
         "g.py::ram_mid", "e.py::ram_short"]
-    # in the exclusive chain: alone first, the cpu_exclusive in RAM, those on the disk last
-    assert [t.nodeid for t in units.ordered(tests)][:5] == [
-        "f.py::x3", "f.py::x2", "f.py::x1", "d.py::d1", "c.py::offline"]
+    # in the exclusive chain: alone first, the cpu_exclusive in RAM, those on the disk
+    # last; in the other, the disk_exclusive test first, then the cpu_light one
+    assert [t.nodeid for t in units.ordered(tests)][:6] == [
+        "f.py::x3", "f.py::x2", "f.py::x1", "d.py::d1", "d.py::light", "c.py::offline"]
 
 
 def test_without_times_shared_fixture_units_go_first_then_live_tests() -> None:

@@ -1,9 +1,9 @@
 """CPU weight: the rest of the suite beside a favoured test (cgroup v1 cpu.shares).
 
-An exclusive, disk_exclusive or cpu_exclusive test is favoured: the other workers go on
-beside it at a low CPU weight, so they get the CPU it leaves and a fifth of what it wants.
-Their disk writes are not held back, which is why a test whose timing they change is on
-the disk chain (tests/README.md). The controller puts itself in
+An exclusive, disk_exclusive, cpu_exclusive or cpu_light test is favoured: the other
+workers go on beside it at a low CPU weight, so they get the CPU it leaves and a fifth of
+what it wants. Their disk writes are not held back, which is why a test whose timing they
+change is on the disk chain (tests/README.md). The controller puts itself in
 `<its cgroup>/pglabtests-<pid>/shared` of the cpu and cpuacct hierarchies before the
 workers start (they inherit it, and pglab places a lab's cgroups under its own); the worker
 running a favoured test moves to `.../exclusive` and turns every suite's `shared` group

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 SHARED, ALONE = "shared", "alone"
-MARKERS = ("live", "disk", "exclusive", "disk_exclusive", "cpu_exclusive")
+MARKERS = ("live", "disk", "exclusive", "disk_exclusive", "cpu_exclusive", "cpu_light")
 MARKER_HELP = {
     "live": "starts servers or loads, touches cgroups, kernel knobs or the machine "
             "(deselect with -m 'not live'); its servers and files in RAM",
@@ -25,6 +25,10 @@ MARKER_HELP = {
                       "the tests in RAM beside it at a low CPU weight; implies live and disk",
     "cpu_exclusive": "one at a time, the rest of the suite beside it at a low CPU weight (a "
                      "signal their disk writes do not change: tests/README.md); implies live",
+    "cpu_light": "a timing that the others' CPU would delay, of a test that itself uses "
+                 "little CPU (a slow device's, a standby's): one at a time after the "
+                 "disk_exclusive chain, beside the cpu_exclusive test, the rest at a low CPU "
+                 "weight; implies live",
 }
 # A live test's servers and files are in RAM, where they write nothing to the host's disk,
 # so a test timing that disk runs beside them; without a tmpfs here, all are on the disk.
@@ -60,6 +64,8 @@ def needs_for(marked: Iterable[str], in_ram_possible: bool = True) -> Needs:
         return Needs(machine=SHARED, disk=ALONE, favoured=True, on_disk=True)
     if "cpu_exclusive" in marked:
         return Needs(machine=SHARED, disk=disk, cpu=True, favoured=True, on_disk=on_disk)
+    if "cpu_light" in marked:  # favoured, in the second chain: no lock alone
+        return Needs(machine=SHARED, disk=disk, favoured=True, on_disk=on_disk)
     if marked:
         return Needs(machine=SHARED, disk=disk, on_disk=on_disk)
     return OFFLINE

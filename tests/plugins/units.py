@@ -1,8 +1,8 @@
 """Work units: which tests go to one xdist worker together, and the order of the queue.
 
 xdist hands out work units in queue order, one at a time to whichever worker is free. A
-unit is every exclusive and cpu_exclusive test, or every disk_exclusive test (two chains,
-which run at once), with the tests that share a module fixture with one (the other
+unit is every exclusive and cpu_exclusive test, or every disk_exclusive and cpu_light test
+(two chains, which run at once), with the tests that share a module fixture with one (the other
 workers are drained once, and the tests of a chain run back to back under one hold of
 its locks); or the tests of a module that share a module- or class-scoped fixture of that
 module (a real run made once); or else one test, so that a long module spreads over all
@@ -28,8 +28,11 @@ EXCLUSIVE_UNIT, DISK_UNIT = "exclusive", "disk_exclusive"
 
 
 def chain_of(needs: Needs) -> str | None:
-    """The chain of a favoured test: the disk_exclusive one, or the other."""
-    return None if not needs.favoured else DISK_UNIT if needs.disk == ALONE else EXCLUSIVE_UNIT
+    """The chain of a favoured test: the exclusive and cpu_exclusive tests in one, the
+    disk_exclusive and cpu_light ones in the other."""
+    if not needs.favoured:
+        return None
+    return EXCLUSIVE_UNIT if needs.machine == ALONE or needs.cpu else DISK_UNIT
 
 
 def units(uses: Mapping[str, Sequence[str]], chains: Mapping[str, str | None]
@@ -92,7 +95,9 @@ def queue(tests: Sequence[Planned]) -> list[str]:
     longest = sorted((unit for unit in total if unit not in chains),
                      key=lambda unit: (-total[unit], kind[unit]))
     in_ram_first: list[str] = []
-    covered, cover = 0.0, 2 * total.get(DISK_UNIT, 0.0)  # the two workers beside the chains
+    # the two workers beside the chains, while the disk_exclusive tests hold the disk
+    covered = 0.0
+    cover = 2 * sum(test.seconds for test in tests if test.needs.disk == ALONE)
     for unit in longest:
         if covered >= cover:
             break
@@ -107,9 +112,10 @@ def queue(tests: Sequence[Planned]) -> list[str]:
 def within_unit(needs: Needs) -> int:
     """A test's place in its unit: in the exclusive chain the exclusive tests go first,
     while the other workers have not begun (locks.FIRST_SHARED_DELAY_S), so none has to be
-    waited out; then the cpu_exclusive ones in RAM, beside the disk_exclusive chain; those
-    on the disk last, after it."""
-    return 0 if needs.machine == ALONE else 2 if needs.on_disk else 1
+    waited out; then the cpu_exclusive ones in RAM, beside the disk_exclusive tests; those
+    on the disk last, after them. In the other chain the disk_exclusive tests go first, so
+    that the disk is free early for the tests on it; then the cpu_light ones."""
+    return 0 if ALONE in (needs.machine, needs.disk) else 2 if needs.on_disk else 1
 
 
 def ordered(tests: Sequence[Planned]) -> list[Planned]:
