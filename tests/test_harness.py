@@ -111,13 +111,22 @@ def test_the_queue_puts_the_chains_first_then_offline_then_ram_to_cover_the_disk
     # the two workers beside the chains need 2 x 40 s of RAM units while the
     # disk_exclusive test holds the disk (the cpu_light one after it does not): the
     # longest of them (100 s) covers it; the disk unit, though longest, waits it out
+    # the disk chain after offline units enough for two workers while the exclusive test
+    # (5 s) holds the machine: its tests would only wait it out
     assert units.queue(tests) == [
-        EXCLUSIVE_UNIT, DISK_UNIT, "c.py::offline", "a.py::ram_long", "b.py::disk_long",
+        EXCLUSIVE_UNIT, "c.py::offline", DISK_UNIT, "a.py::ram_long", "b.py::disk_long",
         "g.py::ram_mid", "e.py::ram_short"]
     # in the exclusive chain: alone first, the cpu_exclusive in RAM, those on the disk
     # last; in the other, the disk_exclusive test first, then the cpu_light one
     assert [t.nodeid for t in units.ordered(tests)][:6] == [
-        "f.py::x3", "f.py::x2", "f.py::x1", "d.py::d1", "d.py::light", "c.py::offline"]
+        "f.py::x3", "f.py::x2", "f.py::x1", "c.py::offline", "d.py::d1", "d.py::light"]
+    # without a test that holds the machine alone the disk chain has nothing to wait out
+    no_alone = [t for t in tests if t.needs != EXCLUSIVE]
+    assert units.queue(no_alone)[:3] == [EXCLUSIVE_UNIT, DISK_UNIT, "c.py::offline"]
+    # more offline work than the exclusive tests' time: the rest comes after the chain
+    more = [*tests, Planned("h.py::offline", "h.py::offline", OFFLINE, 20.0)]
+    assert units.queue(more)[:4] == [EXCLUSIVE_UNIT, "c.py::offline", DISK_UNIT,
+                                     "h.py::offline"]
 
 
 def test_without_times_shared_fixture_units_go_first_then_live_tests() -> None:

@@ -74,8 +74,10 @@ class Planned:
 
 
 def queue(tests: Sequence[Planned]) -> list[str]:
-    """The units in the order they go out. The two chains first; the offline units next,
-    which the other workers run beside the exclusive tests; then the live units, longest
+    """The units in the order they go out. The exclusive chain first; the offline units
+    next, which the other workers run beside its exclusive tests, the disk_exclusive chain
+    among them once they have enough to do until those end (it would only wait them out:
+    its tests share the machine); then the live units, longest
     first by their times in the last run (no long one starts last while the other workers
     have nothing left), or else shared-fixture units, live tests, the rest. Those on the
     disk wait out the disk_exclusive chain: they come after enough units in RAM to keep the
@@ -105,7 +107,17 @@ def queue(tests: Sequence[Planned]) -> list[str]:
             in_ram_first.append(unit)
             covered += total[unit]
     first = set(in_ram_first)
-    return [*chains, *(unit for unit in longest if offline[unit]), *in_ram_first,
+    beside_alone = [unit for unit in longest if offline[unit]]
+    if DISK_UNIT in chains:
+        # two workers' worth of the time the machine is held alone (three run offline
+        # units meanwhile: the disk chain goes out a little before the exclusive tests end)
+        alone = 2 * sum(test.seconds for test in tests if test.needs.machine == ALONE)
+        ahead, taken = 0, 0.0
+        while ahead < len(beside_alone) and taken < alone:
+            taken += total[beside_alone[ahead]]
+            ahead += 1
+        beside_alone.insert(ahead, DISK_UNIT)
+    return [*(unit for unit in chains if unit != DISK_UNIT), *beside_alone, *in_ram_first,
             *(unit for unit in longest if not offline[unit] and unit not in first)]
 
 
