@@ -23,6 +23,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent))  # tests/, for the pathologies
 
 from test_analysis_live import PATHOLOGIES, run_pathology  # noqa: E402
+from test_compare import WRITE_LOAD  # noqa: E402
 
 KEEP_RAW = ("pgbench.stdout", "pgbench.argv")  # small; server logs and txlogs are not
 
@@ -258,17 +259,10 @@ INSERT INTO pgbench_history (tid, bid, aid, delta, mtime)
 END;
 """
 # test_compare.py's write load on Debian's PostgreSQL 15: another version, not comparable
-WRITE_LOAD_15 = """name = "w"
+WRITE_LOAD_15 = f"""name = "w"
 [server]
 bin = "/usr/lib/postgresql/15/bin"
-[workload]
-scale = 1
-mix = ["tpcb-like"]
-clients = 2
-jobs = 2
-duration = "3s"
-warmup = "1s"
-"""
+{WRITE_LOAD}"""
 # Statistics made stale by a bulk change: 300,000 rows of branch 0 added to
 # pgbench_tellers, whose autovacuum is off, after an index on its bid was made and the
 # table analysed with 50 rows. The planner scales the old statistics to the table's new
