@@ -21,6 +21,9 @@ import pytest
 from conftest import SAMPLES, run_cli, write_scenario
 from pglab.analysis.recommendations import Facts, recommend
 from pglab.results.manifest import Manifest
+from pglab.runner import QuietUI, RunOptions
+from pglab.scenario import load
+from pglab.tune import Candidate, CandidateResult, TuneResult, _Tuner
 from test_tune import CHURN
 
 
@@ -34,7 +37,8 @@ def _tune_file(results: Path, name: str) -> dict[str, Any]:
 # is a candidate) only with the CPU it needs; under the whole suite's load it did 16 TPS
 # and 0 in its measured seconds, and nothing was a candidate.
 @pytest.mark.cpu_exclusive
-def test_a_candidate_that_cannot_start_is_marked_and_the_tune_goes_on(tmp_path: Path) -> None:
+def test_a_candidate_that_cannot_start_is_marked_and_the_tune_goes_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     scenario = write_scenario(tmp_path, CHURN, name="churn")
     results = tmp_path / "r"
     result = run_cli("tune", str(scenario), "--results", str(results), "--repeats", "1",
@@ -44,12 +48,25 @@ def test_a_candidate_that_cannot_start_is_marked_and_the_tune_goes_on(tmp_path: 
     assert tuned["status"] == "completed" and tuned["format"] == 2
     (candidate,) = tuned["candidates"]
     assert candidate["rule"] == "pgbouncer"
-    # refused by the check before its runs: no round was spent on it
-    assert candidate["failed"].startswith("refused before its runs: "), candidate
+    # step 1's round starts with the candidate (the analysed run is its baseline): its
+    # first run is where it is refused, and the tune goes on without it
+    assert candidate["failed"].startswith("run failed in round 1: "), candidate
+    assert "pgbouncer" in candidate["failed"].lower(), candidate
     assert candidate["runs"] == [] and candidate["kept"] is False
+    assert len(tuned["baseline"]) == 1  # no baseline run after the analysed one
     assert tuned["winning_overrides"] == []
-    assert "failed: refused before its runs" in result.stdout
+    assert "failed: run failed in round 1" in result.stdout
     assert "details: " in result.stdout
+    # Where a round would start with a baseline (a later step, the combined changes), the
+    # server's check refuses it first, with no run spent on it
+    monkeypatch.setenv("PGLAB_PGBOUNCER", "/bin/false")
+    tuner = _Tuner(lambda extra: load(scenario, list(extra)), RunOptions(results), QuietUI(),
+                   1, 1, None, TuneResult("check", 0.1), 2)
+    refused = CandidateResult(Candidate("pgbouncer", candidate["change"], []))
+    assert tuner.prepare([refused], [], check=True) == {}
+    assert refused.failed is not None and refused.failed.startswith(
+        "refused before its runs: "), refused.failed
+    assert refused.runs == []
 
 
 def _builtin_walinit_manifest() -> dict[str, Any]:

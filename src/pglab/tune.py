@@ -2,10 +2,13 @@
 
 One step:
 1. Run the step's baseline once and read its analysis (stalls, causes, recommendations).
-2. Take the top recommendations that pglab can test (a scenario change), one at a time,
-   and have the server check each before any of its runs: a lab with the candidate's
-   initdb options and settings is started and stopped again (PostgreSQL refuses some
-   combinations only at start, e.g. min_wal_size under two WAL segments).
+2. Take the top recommendations that pglab can test (a scenario change). Where a round
+   would start with a baseline run (steps after the first, the combined changes), have
+   the server check each candidate first: a lab with the candidate's initdb options and
+   settings is started and stopped again (PostgreSQL refuses some combinations only at
+   start, e.g. min_wal_size under two WAL segments), so that a refused candidate costs
+   no baseline run. Step 1's first round starts with the candidates themselves, whose
+   first runs start the same labs: there a refused candidate fails its first run.
 3. Run them interleaved with the baseline, round after round (B, C1, C2, ... then again),
    so that a slow phase of a shared machine hits every variant alike; `repeats` rounds,
    the first of which takes step 1's analysed baseline run as its B.
@@ -293,8 +296,9 @@ class _Tuner:
             return str(exc)
         return None
 
-    def prepare(self, cands: list[CandidateResult], base: list[str]
+    def prepare(self, cands: list[CandidateResult], base: list[str], check: bool = True
                 ) -> dict[str, LoadedScenario]:
+        """Each candidate's scenario, and with `check` the server's word on it first."""
         loaded: dict[str, LoadedScenario] = {}
         for cand in cands:
             label = cand.candidate.label
@@ -302,6 +306,9 @@ class _Tuner:
                 scenario = self.loaded_for(base + cand.candidate.overrides())
             except BadInput as exc:  # the scenario cannot take the change
                 cand.fail(f"not applicable here: {exc}")
+                continue
+            if not check:
+                loaded[label] = scenario
                 continue
             self.ui.status(f"tune: checking {label}")
             refused = self.check(scenario, cand.candidate.change)
@@ -353,7 +360,9 @@ class _Tuner:
         if not step.candidates:
             return step
         base = self.loaded_for(overrides)
-        loaded = self.prepare(step.candidates, overrides)
+        # step 1's round 1 starts with the candidates (its baseline is the run analysed):
+        # a check would start each one's lab just before its first run starts it again
+        loaded = self.prepare(step.candidates, overrides, check=number != 1)
         self.rounds(base, step.baseline, step.candidates, loaded, step.baseline_failures,
                     what, first_done=number == 1)
         for cand in step.candidates:
