@@ -10,10 +10,15 @@ baselines being read).
 
     python bench/observer_toggle.py [--duration 240] [--segment 5] [--clients 8]
                                     [--wait-hz 10] [--exclude os.processes,db.lockqueue]
+                                    [--include os.profile]
 
 Prints the mean TPS with telemetry on and off, their ratio with a 95% interval (from the
-segments' spread), the load average, and the observer's cost as the manifests would say
-it (% of the machine).
+segments' spread), the median ratio of each "on" segment to the mean of its two
+neighbours (which cancels the machine's slow drift), the load average, and the
+observer's cost as the manifests would say it (% of the machine). With `--include`, the
+two states are the default probes with and without the opt-in ones named (os.profile:
+the profiler's own cost); each "on" segment is counted from when telemetry's start has
+returned, as a run's load starts then, and how long the starts took is printed.
 """
 
 from __future__ import annotations
@@ -43,6 +48,8 @@ def main() -> None:
     # where the cost goes: the wait sampler's rate, and probes left out (by name)
     parser.add_argument("--wait-hz", type=int, default=10)
     parser.add_argument("--exclude", default="", help="probes to leave out, comma-separated")
+    parser.add_argument("--include", default="",
+                        help="opt-in probes whose cost is measured, against the default ones")
     parser.add_argument("--sink-dir", default=None,
                         help="where telemetry's files go (default: the system's temp dir)")
     args = parser.parse_args()
@@ -73,16 +80,23 @@ def main() -> None:
         reader.start()
         spans: list[tuple[float, float, bool]] = []
         costs: list[float] = []
+        starts: list[float] = []
         on = False
         loads = []
+        include = [p for p in args.include.split(",") if p]
         time.sleep(2)  # the clients connect
         while load.poll() is None:
-            began = time.time()
             runner = None
-            if on:
+            if on or include:
                 runner = open_telemetry(probe_nodes(lab), Path(tmp), wait_hz=args.wait_hz,
-                                        exclude=[p for p in args.exclude.split(",") if p])
+                                        exclude=[p for p in args.exclude.split(",") if p],
+                                        include=include if on else [],
+                                        client_pid=lambda: load.pid)
+                began = time.time()
                 runner.start()
+                if on:
+                    starts.append(time.time() - began)
+            began = time.time()
             time.sleep(args.segment)
             if runner is not None:
                 runner.stop()
@@ -93,21 +107,40 @@ def main() -> None:
             on = not on
         reader.join()
         means: dict[bool, list[float]] = {True: [], False: []}
+        by_span: list[tuple[bool, float, float]] = []  # state, TPS, TPS with its first 2 s
         for start, end, state in spans:
             seconds = [tps for t, tps in progress if start + 1.0 <= t <= end]
+            whole = [tps for t, tps in progress if start - 1.0 < t <= end]
             if seconds:
                 means[state].append(statistics.fmean(seconds))
+                by_span.append((state, statistics.fmean(seconds), statistics.fmean(whole)))
+
+        def neighbours(which: int) -> list[float]:
+            return [span[which] / statistics.fmean((by_span[i - 1][which],
+                                                    by_span[i + 1][which]))
+                    for i, span in enumerate(by_span) if span[0] and 0 < i < len(by_span) - 1]
+
+        paired, paired_whole = neighbours(1), neighbours(2)
         on_tps, off_tps = statistics.fmean(means[True]), statistics.fmean(means[False])
         error = 1.96 * (statistics.variance(means[True]) / len(means[True])
                         + statistics.variance(means[False]) / len(means[False])) ** 0.5
         print(f"{dt.datetime.now(dt.timezone.utc):%H:%M} UTC, scale {args.scale}, "
               f"{args.clients} clients, {args.duration}s, {args.segment}s segments, wait "
-              f"sampler {args.wait_hz} Hz, left out: {args.exclude or 'nothing'}, files in "
+              f"sampler {args.wait_hz} Hz, left out: {args.exclude or 'nothing'}, "
+              f"on: {'+'.join(['default', *include]) if include else 'default'}, off: "
+              f"{'default' if include else 'none'}, files in "
               f"{Path(tmp).parent}: "
               f"{len(means[True])} on, {len(means[False])} off; load average "
               f"{min(loads):.1f}-{max(loads):.1f}")
         print(f"TPS telemetry on {on_tps:.1f}, off {off_tps:.1f}: ratio {on_tps / off_tps:.3f} "
               f"(95% interval {(on_tps - error) / off_tps:.3f}-{(on_tps + error) / off_tps:.3f})")
+        if paired:
+            print(f"each on segment against its neighbours: median ratio "
+                  f"{statistics.median(paired):.3f} over {len(paired)} (min {min(paired):.3f}, "
+                  f"max {max(paired):.3f}); with each segment's first 2 s: "
+                  f"{statistics.median(paired_whole):.3f}")
+        print(f"telemetry's start took {statistics.median(starts):.2f} s in the on segments "
+              f"(median; max {max(starts):.2f} s)")
         print(f"observer cost (manifest figure): median {statistics.median(costs):.2f}% of the "
               f"machine (max {max(costs):.2f}%)")
 

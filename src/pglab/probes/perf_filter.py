@@ -21,6 +21,7 @@ sample_type at byte 24).
 from __future__ import annotations
 
 import struct
+import threading
 from typing import IO
 
 PIPE_HEADER = 16
@@ -52,6 +53,9 @@ class ProcessFilter:
         self.sample_pid_at: int | None = None  # offset of a sample's pid in its body
         self.passed = 0
         self.dropped = 0
+        # set at the first sample of any process: perf record has described the machine's
+        # processes (its costly start) and samples
+        self.sampling = threading.Event()
 
     def wants(self, pid: int) -> bool:
         return pid in self.ours or pid == KERNEL_PID
@@ -67,6 +71,7 @@ class ProcessFilter:
                 self.ours.add(pid)
             return self.wants(pid)
         if kind == SAMPLE and self.sample_pid_at is not None:
+            self.sampling.set()
             return self.wants(_TWO.unpack_from(body, self.sample_pid_at)[0])
         if kind == HEADER_ATTR:
             (sample_type,) = _U64.unpack_from(body, 24)

@@ -63,6 +63,11 @@ PGBENCH = "pgbench"
 SCRIPT_FIELDS = "comm,pid,tid,time,ip,sym,dso"
 # How long the end waits for perf script to unwind what perf record had still queued.
 DRAIN_S = 30.0
+# How long the start waits for perf record's first sample. Its start (describing every
+# process of the machine, enabling the events on each CPU) took a loaded server's TPS
+# down by 10-30% for a second or two; telemetry starts before the load, so waiting here
+# puts that second before the load's first transaction (bench/observer_toggle.py).
+START_WAIT_S = 10.0
 
 
 def perf_command(perf: str, hz: int) -> tuple[list[str], list[str]]:
@@ -248,6 +253,9 @@ class ProfileProbe(OsProbe):
         self.reader = threading.Thread(target=self._read, name="os.profile-reader",
                                        daemon=True)
         self.reader.start()
+        if not self.filter.sampling.wait(START_WAIT_S):
+            self.note(f"perf record took over {START_WAIT_S:.0f} s to start sampling: the "
+                      "load's first seconds bear its start")
 
     def profiled(self) -> set[int]:
         """The processes profiled as perf starts: each node's postmaster and its children,
@@ -271,6 +279,7 @@ class ProfileProbe(OsProbe):
         except (BrokenPipeError, ValueError):  # script ended (its stderr says why)
             pass
         finally:
+            self.filter.sampling.set()  # record ended: the start waits no longer
             with contextlib.suppress(BrokenPipeError, ValueError):
                 self.script_proc.stdin.close()  # script's end of stream: it finishes
             self.record_proc.stdout.close()  # a record still writing ends (broken pipe)
