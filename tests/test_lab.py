@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import processes_under
+from conftest import SAMPLES, processes_under
 from pglab.errors import BadInput
 from pglab.lab.binaries import find_binaries, runnable_by
+from pglab.lab.fault_actions import kill_node, restart_after_cut
 from pglab.lab.lab import Lab
-from pglab.lab.local import SOCKET_PARENT, LocalServer
+from pglab.lab.local import SHM_DIR, SOCKET_PARENT, LocalServer, mapped_shm, shared_memory_files
 from pglab.lab.osuser import server_user
 from pglab.lab.reaper import ORPHAN_SOCKET_DIR_S, reap_stale_labs
 from pglab.lab.settings import apply_settings, start_with_settings
@@ -64,6 +65,32 @@ def test_initdb_options_and_private_socket(server: LocalServer) -> None:
         server.stop()
     assert not server.is_running()
     assert processes_under(server.data_dir) == []
+
+
+def test_a_killed_server_leaves_no_shared_memory(server: LocalServer) -> None:
+    """A crash fault's kill -9, and a stop that has to kill: the server's dynamic shared
+    memory files in /dev/shm go with it (PostgreSQL removes them only when it shuts down),
+    and the server restarted after the cut makes its own."""
+    server.initdb(None, None, "C", "UTF8", sync=False)
+    server.start()
+    assert server.process is not None
+    before = shared_memory_files(server.process.pid)
+    assert before and all(p.parent == SHM_DIR and p.exists() for p in before), before
+    kill_node(server)
+    assert not [p for p in before if p.exists()], before
+    assert restart_after_cut(server)["recovered"] is True
+    assert server.process is not None
+    again = shared_memory_files(server.process.pid)
+    assert again and not again & before
+    server.kill()
+    assert not [p for p in again if p.exists()], again
+    assert processes_under(server.data_dir) == []
+
+
+def test_mapped_shared_memory_is_read_from_the_maps() -> None:
+    maps = (SAMPLES / "procfs" / "postgres_backend_maps.txt").read_text()
+    assert mapped_shm(maps) == {SHM_DIR / "PostgreSQL.1696928968",
+                                SHM_DIR / "PostgreSQL.2890885446"}
 
 
 def test_port_in_use_picks_another(server: LocalServer) -> None:

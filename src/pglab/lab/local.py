@@ -130,6 +130,52 @@ def log_format_for(major: int) -> str:
     return "jsonlog" if major >= 15 else "csvlog"
 
 
+
+# A server's dynamic shared memory: POSIX shared memory files named after their handles.
+# PostgreSQL removes them when it shuts down; one killed with SIGKILL (a crash or a power
+# cut, a teardown that had to kill) cannot, and nothing else will: each cut left a
+# control segment and the statistics' 1 MB area in /dev/shm, for as long as the machine ran.
+SHM_DIR = Path("/dev/shm")
+SHM_PREFIX = "PostgreSQL."
+
+
+def shared_memory_files(root: int, maps_root: Path = Path("/proc")) -> set[Path]:
+    """The server's shared memory files that the process `root` (a postmaster) or any
+    process below it has mapped (the postmaster maps only the control segment)."""
+    import psutil
+
+    try:
+        pids = [root, *(p.pid for p in psutil.Process(root).children(recursive=True))]
+    except psutil.NoSuchProcess:
+        return set()
+    found: set[Path] = set()
+    for pid in pids:
+        try:
+            maps = (maps_root / str(pid) / "maps").read_text()
+        except OSError:
+            continue
+        found.update(mapped_shm(maps))
+    return found
+
+
+def mapped_shm(maps: str) -> set[Path]:
+    """The /dev/shm/PostgreSQL.* files in the text of a /proc/<pid>/maps."""
+    found = set()
+    for line in maps.splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) == 6:
+            path = Path(fields[5].removesuffix(" (deleted)"))
+            if path.parent == SHM_DIR and path.name.startswith(SHM_PREFIX):
+                found.add(path)
+    return found
+
+
+def remove_shared_memory(files: set[Path]) -> None:
+    """Remove a killed server's shared memory files (once its processes have exited)."""
+    for path in files:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
 @dataclass
 class LocalServer:
     """One node's cluster under `node_dir`: data/, sock/, postmaster.out."""
@@ -447,8 +493,11 @@ class LocalServer:
 
     def kill(self) -> None:
         if self.process is not None:
-            kill_tree(self.process.pid)
+            shm = shared_memory_files(self.process.pid)
+            left = kill_tree(self.process.pid)
             wait_child(self.process, 5)
+            if not left:
+                remove_shared_memory(shm)
 
     def _reap_orphans(self) -> None:
         """Backends outlive a killed postmaster for a moment; make sure none remain."""
