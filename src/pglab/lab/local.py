@@ -130,16 +130,15 @@ def log_format_for(major: int) -> str:
     return "jsonlog" if major >= 15 else "csvlog"
 
 
-
 # A server's dynamic shared memory: POSIX shared memory files named after their handles.
 # PostgreSQL removes them when it shuts down; one killed with SIGKILL (a crash or a power
-# cut, a teardown that had to kill) cannot, and nothing else will: each cut left a
-# control segment and the statistics' 1 MB area in /dev/shm, for as long as the machine ran.
+# cut, a teardown that has to kill) cannot, and nothing else would: its control segment
+# and the statistics' 1 MB area would stay in /dev/shm until the machine restarts.
 SHM_DIR = Path("/dev/shm")
 SHM_PREFIX = "PostgreSQL."
 
 
-def shared_memory_files(root: int, maps_root: Path = Path("/proc")) -> set[Path]:
+def shared_memory_files(root: int) -> set[Path]:
     """The server's shared memory files that the process `root` (a postmaster) or any
     process below it has mapped (the postmaster maps only the control segment)."""
     import psutil
@@ -151,7 +150,7 @@ def shared_memory_files(root: int, maps_root: Path = Path("/proc")) -> set[Path]
     found: set[Path] = set()
     for pid in pids:
         try:
-            maps = (maps_root / str(pid) / "maps").read_text()
+            maps = Path(f"/proc/{pid}/maps").read_text()
         except OSError:
             continue
         found.update(mapped_shm(maps))
@@ -175,6 +174,7 @@ def remove_shared_memory(files: set[Path]) -> None:
     for path in files:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
+
 
 @dataclass
 class LocalServer:

@@ -64,9 +64,9 @@ SCRIPT_FIELDS = "comm,pid,tid,time,ip,sym,dso"
 # How long the end waits for perf script to unwind what perf record had still queued.
 DRAIN_S = 30.0
 # How long the start waits for perf record's first sample. Its start (describing every
-# process of the machine, enabling the events on each CPU) took a loaded server's TPS
+# process of the machine, enabling the events on each CPU) takes a loaded server's TPS
 # down by 10-30% for a second or two; telemetry starts before the load, so waiting here
-# puts that second before the load's first transaction (bench/observer_toggle.py).
+# puts that second before the load's first transaction (docs/TELEMETRY.md).
 START_WAIT_S = 10.0
 
 
