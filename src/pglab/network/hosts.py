@@ -39,6 +39,11 @@ PREFIX = "pglab-"
 RECORDS = RUN_DIR / "netns"
 WIRE_START_S = 10.0
 TBF_LATENCY_MS = 100  # how long a packet may wait in a link's bucket before it is dropped
+# A wired link's TUN device queues what the kernel sends until the wire reads it: at the
+# TUN's own 500 packets a replication burst of 3 MB over an unlimited 2 ms link lost
+# 110 of them before the wire had read the first (a wire, not the link, that was late).
+# A socket's send buffer holds at most 4 MB (tcp_wmem), under 3,000 packets of 1,500 bytes.
+WIRE_QUEUE_PACKETS = 10_000
 
 
 def _run(argv: list[str], what: str, stdin: str | None = None) -> str:
@@ -146,7 +151,8 @@ class LabNetwork:
                 iface = link.iface(host)
                 _run(["ip", "-n", ns, "addr", "add", f"{link.address(host)}/30", "dev",
                       iface], f"link {link.name}")
-                _run(["ip", "-n", ns, "link", "set", iface, "up"], f"link {link.name}")
+                queue = ["txqueuelen", str(WIRE_QUEUE_PACKETS)] if link.wired else []
+                _run(["ip", "-n", ns, "link", "set", iface, *queue, "up"], f"link {link.name}")
 
     def _start_wire(self, link: PlannedLink) -> None:
         """A delayed link: pglab's wire process (wire.py) makes a TUN device in each end's
