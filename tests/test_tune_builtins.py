@@ -23,9 +23,9 @@ from pglab.scenario.model import resolve_envelope
 
 SHORT = ("workload.duration='2s'", "workload.warmup='1s'")
 # At a fixed rate: flat out, a built-in's load takes all the CPU the other tests leave,
-# for what here is a check of the tune's path. At 100 TPS the tunes of the 23 built-ins
-# had as many candidates to measure (9, as flat out: which ones varies from run to run
-# either way) and the module took 78 s instead of 88 on its own.
+# for what here is a check of the tune's path. At 100 TPS 10 of the 23 built-ins' tunes
+# had a candidate to measure, against 9 flat out (which ones varies from run to run
+# either way), and the module took 78 s instead of 88 on its own.
 RATE = "workload.rate=100"
 # The least data for each driver: it is copied into each run's volume and sent to each
 # standby, which at a built-in's scale 20 was most of a tune's time here (a zfs-fuse volume
