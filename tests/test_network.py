@@ -288,7 +288,7 @@ def test_a_links_bandwidth_holds_each_way(pglab_home: Path) -> None:
 @pytest.mark.cpu_exclusive
 def test_a_links_round_trip_holds(pglab_home: Path) -> None:
     """~3 s: links 0.5, 2 and 20 ms long (pglab's wire, no netem here), each measured on the
-    link by one-byte round trips: the median within 5% + 50 us of the configured rtt."""
+    link by one-byte round trips: the median within 5% + 100 us of the configured rtt."""
     if os.geteuid() != 0:
         pytest.skip("network namespaces need root")
     scenario = load_text(SEPARATE + "[[network.links]]\nbetween = ['primary', 'standby1']\n"
@@ -304,9 +304,13 @@ def test_a_links_round_trip_holds(pglab_home: Path) -> None:
     finally:
         network.close()
     assert _left(network) == [] and not [p for p in wires if psutil.pid_exists(p)]
+    # The margin, measured: over 19 links of 0.5, 2 and 20 ms (six setups on a quiet
+    # machine, and one beside the whole suite) the median was off by up to 5% + 51 us
+    # (0.576 ms on 0.5 beside the suite, 2.140 ms on 2 quiet): the wire's fixed cost, taken
+    # off the delay at setup, was measured between 0.038 and 0.14 ms.
     for link in measured:
         rtt, p50 = link["configured"]["rtt_ms"], link["measured"]["rtt_ms"]["p50"]
-        assert abs(p50 - rtt) <= 0.05 * rtt + 0.05, link
+        assert abs(p50 - rtt) <= 0.05 * rtt + 0.1, link
 
 
 def test_a_run_on_separate_hosts_completes_with_its_links_in_the_manifest(
