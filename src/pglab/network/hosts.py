@@ -39,10 +39,10 @@ PREFIX = "pglab-"
 RECORDS = RUN_DIR / "netns"
 WIRE_START_S = 10.0
 TBF_LATENCY_MS = 100  # how long a packet may wait in a link's bucket before it is dropped
-# A wired link's TUN device queues what the kernel sends until the wire reads it: at the
-# TUN's own 500 packets a replication burst of 3 MB over an unlimited 2 ms link lost
-# 110 of them before the wire had read the first (a wire, not the link, that was late).
-# A socket's send buffer holds at most 4 MB (tcp_wmem), under 3,000 packets of 1,500 bytes.
+# A wired link's TUN device queues what the kernel sends until the wire reads it. At the
+# TUN's own 500 packets, a burst of a few MB of WAL over an unlimited 2 ms link is partly
+# dropped before the wire has read its first packet: a loss of the emulator, not of the
+# link. A socket's send buffer holds at most 4 MB (tcp_wmem): under 3,000 packets.
 WIRE_QUEUE_PACKETS = 10_000
 
 
