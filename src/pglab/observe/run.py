@@ -157,6 +157,9 @@ def observe(options: ObserveOptions, ui: ObserveUI) -> StoredRun:
     started = time.monotonic()
     try:
         runner.start()
+        # --duration counts from when the probes are up: a profiler's start (perf record
+        # describing the machine's processes, about a second) would take it otherwise
+        started = time.monotonic()
         for line in runner.opt_in_unavailable():  # perf missing, not root: once
             ui.warn(line)
         ui.status(f"observing {', '.join(n.name for n in nodes)} into {folder.path}"
