@@ -25,7 +25,7 @@ import psycopg
 from psycopg import sql
 
 from pglab.errors import PglabError
-from pglab.lab.local import LocalServer, remove_shared_memory, shared_memory_files
+from pglab.lab.local import LocalServer, kill_server_tree
 from pglab.network.hosts import LabNetwork
 from pglab.processes import in_keeper_thread, kill_tree, spawn
 from pglab.scenario.fault_kinds import FAULT_KINDS, FaultKind
@@ -373,12 +373,9 @@ def kill_node(server: LocalServer) -> dict[str, Any]:
     if server.process is None:
         return {}
     started = time.monotonic()
-    shm = shared_memory_files(server.process.pid)
-    left = kill_tree(server.process.pid, timeout=EXIT_WAIT_S)
+    left = kill_server_tree(server.process.pid, timeout=EXIT_WAIT_S)
     with contextlib.suppress(subprocess.TimeoutExpired):
         server.process.wait(timeout=max(1.0, EXIT_WAIT_S - (time.monotonic() - started)))
-    if not left:  # a process still there may still use them
-        remove_shared_memory(shm)
     waited = round(time.monotonic() - started, 3)
     attrs: dict[str, Any] = {"exit_wait_s": waited} if waited >= 1.0 else {}
     if left:

@@ -169,11 +169,16 @@ def mapped_shm(maps: str) -> set[Path]:
     return found
 
 
-def remove_shared_memory(files: set[Path]) -> None:
-    """Remove a killed server's shared memory files (once its processes have exited)."""
-    for path in files:
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
+def kill_server_tree(root: int, timeout: float = 5.0) -> list[int]:
+    """kill_tree of a postmaster, then its shared memory files once every process has
+    exited (one still there may still use them); the pids still there."""
+    files = shared_memory_files(root)
+    left = kill_tree(root, timeout=timeout)
+    if not left:
+        for path in files:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+    return left
 
 
 @dataclass
@@ -493,11 +498,8 @@ class LocalServer:
 
     def kill(self) -> None:
         if self.process is not None:
-            shm = shared_memory_files(self.process.pid)
-            left = kill_tree(self.process.pid)
+            kill_server_tree(self.process.pid)
             wait_child(self.process, 5)
-            if not left:
-                remove_shared_memory(shm)
 
     def _reap_orphans(self) -> None:
         """Backends outlive a killed postmaster for a moment; make sure none remain."""

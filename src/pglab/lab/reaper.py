@@ -17,15 +17,9 @@ from pathlib import Path
 import psutil
 
 from pglab.errors import PglabError
-from pglab.lab.local import (
-    SOCKET_PARENT,
-    remove_shared_memory,
-    remove_socket_dir,
-    shared_memory_files,
-)
+from pglab.lab.local import SOCKET_PARENT, kill_server_tree, remove_socket_dir
 from pglab.network.hosts import reap_stale_networks
 from pglab.paths import labs_dir
-from pglab.processes import kill_tree
 from pglab.storage.volume import reap_storage_under
 
 StatusCallback = Callable[[str], None]
@@ -100,10 +94,8 @@ def reap_stale_labs(on_problem: StatusCallback | None = None) -> list[Path]:
                 postmaster = int(pid_file.read_text().splitlines()[0])
                 proc = psutil.Process(postmaster)
                 if str(pid_file.parent) in " ".join(proc.cmdline()):
-                    shm = shared_memory_files(postmaster)
                     os.kill(postmaster, signal.SIGQUIT)
-                    if not kill_tree(postmaster):
-                        remove_shared_memory(shm)
+                    kill_server_tree(postmaster)
         for node_dir in lab.iterdir():
             remove_socket_dir(node_dir)
         try:

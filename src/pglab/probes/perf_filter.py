@@ -71,7 +71,8 @@ class ProcessFilter:
                 self.ours.add(pid)
             return self.wants(pid)
         if kind == SAMPLE and self.sample_pid_at is not None:
-            self.sampling.set()
+            if not self.sampling.is_set():  # set() takes a lock: once, not per sample
+                self.sampling.set()
             return self.wants(_TWO.unpack_from(body, self.sample_pid_at)[0])
         if kind == HEADER_ATTR:
             (sample_type,) = _U64.unpack_from(body, 24)
