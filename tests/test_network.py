@@ -198,9 +198,13 @@ def test_network_latency_changes_a_links_round_trip_for_a_while(separate_lab: La
     finally:
         after = latency.end(target)["restored_rtt_ms"]["primary-standby1"]["p50"]
     # Calibrated at the link's own 2 ms, the wire's overhead at 10 ms is a little more;
-    # twenty round trips measured by a process at normal priority on a busy machine.
-    assert 9.5 <= during <= 12.0, during
-    assert 1.9 <= after <= 2.5, after
+    # twenty round trips measured by a process at normal priority on a busy machine. Below,
+    # the margin of test_a_links_round_trip_holds (5% + 100 us): the wire's fixed cost,
+    # taken off the delay at setup, is measured between 0.038 and 0.14 ms, so a link
+    # calibrated on a busy machine reads short on a quieter one (1.88 ms on 2 beside the
+    # whole suite).
+    assert 10 * 0.95 - 0.1 <= during <= 12.0, during
+    assert 2 * 0.95 - 0.1 <= after <= 2.5, after
     network = separate_lab.network
     assert network is not None
     link = network.plan.link("primary", "standby1")
