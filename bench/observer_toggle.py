@@ -6,7 +6,8 @@ Runs of whole `pglab run`s side by side (bench/overhead_run.py) compare minutes 
 a machine shared with other work their ratios spread from 0.5 to 2.5. Here the two states
 alternate within one load, so both see the same neighbours, and there are dozens of
 segments of each. The first second after each switch is left out (connections opening,
-baselines being read).
+baselines being read), and each segment ends before telemetry's stop, which a run does
+after its load.
 
     python bench/observer_toggle.py [--duration 240] [--segment 5] [--clients 8]
                                     [--wait-hz 10] [--exclude os.processes,db.lockqueue]
@@ -81,6 +82,7 @@ def main() -> None:
         spans: list[tuple[float, float, bool]] = []
         costs: list[float] = []
         starts: list[float] = []
+        stops: dict[bool, list[float]] = {True: [], False: []}
         on = False
         loads = []
         include = [p for p in args.include.split(",") if p]
@@ -98,11 +100,16 @@ def main() -> None:
                     starts.append(time.time() - began)
             began = time.time()
             time.sleep(args.segment)
+            # The segment ends before telemetry's stop: a run's stop (writing its files,
+            # perf script unwinding what is still queued) comes after its load has ended,
+            # so counted here it would be a cost no run's TPS bears.
+            ended = time.time()
             if runner is not None:
                 runner.stop()
+                stops[on].append(time.time() - ended)
                 costs.append(float(runner.summary()["observer_cpu_pct"]))
                 runner.sink.close()
-            spans.append((began + 1.0, time.time(), on))
+            spans.append((began + 1.0, ended, on))
             loads.append(os.getloadavg()[0])
             on = not on
         reader.join()
@@ -140,7 +147,8 @@ def main() -> None:
                   f"max {max(paired):.3f}); with each segment's first 2 s: "
                   f"{statistics.median(paired_whole):.3f}")
         print(f"telemetry's start took {statistics.median(starts):.2f} s in the on segments "
-              f"(median; max {max(starts):.2f} s)")
+              f"(median; max {max(starts):.2f} s), its stop {statistics.median(stops[True]):.2f} s "
+              f"(max {max(stops[True]):.2f} s), outside the segments")
         print(f"observer cost (manifest figure): median {statistics.median(costs):.2f}% of the "
               f"machine (max {max(costs):.2f}%)")
 
