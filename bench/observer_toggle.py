@@ -82,7 +82,7 @@ def main() -> None:
         spans: list[tuple[float, float, bool]] = []
         costs: list[float] = []
         starts: list[float] = []
-        stops: dict[bool, list[float]] = {True: [], False: []}
+        stops: list[float] = []  # telemetry's stop after each on segment
         on = False
         loads = []
         include = [p for p in args.include.split(",") if p]
@@ -106,7 +106,8 @@ def main() -> None:
             ended = time.time()
             if runner is not None:
                 runner.stop()
-                stops[on].append(time.time() - ended)
+                if on:
+                    stops.append(time.time() - ended)
                 costs.append(float(runner.summary()["observer_cpu_pct"]))
                 runner.sink.close()
             spans.append((began + 1.0, ended, on))
@@ -147,8 +148,8 @@ def main() -> None:
                   f"max {max(paired):.3f}); with each segment's first 2 s: "
                   f"{statistics.median(paired_whole):.3f}")
         print(f"telemetry's start took {statistics.median(starts):.2f} s in the on segments "
-              f"(median; max {max(starts):.2f} s), its stop {statistics.median(stops[True]):.2f} s "
-              f"(max {max(stops[True]):.2f} s), outside the segments")
+              f"(median; max {max(starts):.2f} s), its stop {statistics.median(stops):.2f} s "
+              f"(max {max(stops):.2f} s), outside the segments")
         print(f"observer cost (manifest figure): median {statistics.median(costs):.2f}% of the "
               f"machine (max {max(costs):.2f}%)")
 
