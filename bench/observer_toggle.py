@@ -20,6 +20,11 @@ observer's cost as the manifests would say it (% of the machine). With `--includ
 two states are the default probes with and without the opt-in ones named (os.profile:
 the profiler's own cost); each "on" segment is counted from when telemetry's start has
 returned, as a run's load starts then, and how long the starts took is printed.
+
+With `--stand-in MS`, the "on" segments run no telemetry but a stand-in: a process that
+only burns MS ms of CPU a second, in wait-hz bursts. Given the CPU the observer used (the
+cost printed by a run without it), it tells what that much CPU costs this load, whoever
+uses it: an observer that costs the load more than its stand-in has costs beyond its CPU.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import datetime as dt
 import os
 import statistics
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -38,6 +44,24 @@ from pglab.lab.lab import Lab
 from pglab.probes.telemetry import open_telemetry
 from pglab.runner import probe_nodes
 from pglab.scenario import load_text
+
+# The stand-in: bursts of CPU at a rate, as the wait sampler's reads come, and nothing else.
+STAND_IN = """
+import sys, time
+hz, per_s = float(sys.argv[1]), float(sys.argv[2])
+burst, tick = per_s / hz / 1000, time.monotonic()
+while True:
+    tick += 1 / hz
+    time.sleep(max(0.0, tick - time.monotonic()))
+    began = time.thread_time()
+    while time.thread_time() - began < burst:
+        pass
+"""
+
+
+def cpu_s(pid: int) -> float:
+    """A process's CPU to the nanosecond (its main thread's: the stand-in has no other)."""
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
 
 
 def main() -> None:
@@ -53,6 +77,8 @@ def main() -> None:
                         help="opt-in probes whose cost is measured, against the default ones")
     parser.add_argument("--sink-dir", default=None,
                         help="where telemetry's files go (default: the system's temp dir)")
+    parser.add_argument("--stand-in", type=float, default=0.0, metavar="MS",
+                        help="in place of telemetry, a process burning MS ms of CPU a second")
     args = parser.parse_args()
     scenario = load_text(f'name = "observer-toggle"\n[workload]\nscale = {args.scale}\n'
                          '[server.settings]\nmax_wal_size = "16GB"\n'
@@ -89,7 +115,12 @@ def main() -> None:
         time.sleep(2)  # the clients connect
         while load.poll() is None:
             runner = None
-            if on or include:
+            stand_in = None
+            if on and args.stand_in:
+                stand_in = subprocess.Popen([sys.executable, "-c", STAND_IN, str(args.wait_hz),
+                                             str(args.stand_in)])
+                time.sleep(0.2)  # its interpreter's start: not what is measured
+            elif on or include:
                 runner = open_telemetry(probe_nodes(lab), Path(tmp), wait_hz=args.wait_hz,
                                         exclude=[p for p in args.exclude.split(",") if p],
                                         include=include if on else [],
@@ -99,11 +130,17 @@ def main() -> None:
                 if on:
                     starts.append(time.time() - began)
             began = time.time()
+            burned = cpu_s(stand_in.pid) if stand_in is not None else 0.0
             time.sleep(args.segment)
             # The segment ends before telemetry's stop: a run's stop (writing its files,
             # perf script unwinding what is still queued) comes after its load has ended,
             # so counted here it would be a cost no run's TPS bears.
             ended = time.time()
+            if stand_in is not None:
+                costs.append(100 * (cpu_s(stand_in.pid) - burned)
+                             / ((ended - began) * (os.cpu_count() or 1)))
+                stand_in.kill()
+                stand_in.wait()
             if runner is not None:
                 runner.stop()
                 if on:
@@ -132,10 +169,12 @@ def main() -> None:
         on_tps, off_tps = statistics.fmean(means[True]), statistics.fmean(means[False])
         error = 1.96 * (statistics.variance(means[True]) / len(means[True])
                         + statistics.variance(means[False]) / len(means[False])) ** 0.5
+        on_label = (f"a stand-in burning {args.stand_in:g} ms/s" if args.stand_in
+                    else "+".join(["default", *include]) if include else "default")
         print(f"{dt.datetime.now(dt.timezone.utc):%H:%M} UTC, scale {args.scale}, "
               f"{args.clients} clients, {args.duration}s, {args.segment}s segments, wait "
               f"sampler {args.wait_hz} Hz, left out: {args.exclude or 'nothing'}, "
-              f"on: {'+'.join(['default', *include]) if include else 'default'}, off: "
+              f"on: {on_label}, off: "
               f"{'default' if include else 'none'}, files in "
               f"{Path(tmp).parent}: "
               f"{len(means[True])} on, {len(means[False])} off; load average "
@@ -147,10 +186,12 @@ def main() -> None:
                   f"{statistics.median(paired):.3f} over {len(paired)} (min {min(paired):.3f}, "
                   f"max {max(paired):.3f}); with each segment's first 2 s: "
                   f"{statistics.median(paired_whole):.3f}")
-        print(f"telemetry's start took {statistics.median(starts):.2f} s in the on segments "
-              f"(median; max {max(starts):.2f} s), its stop {statistics.median(stops):.2f} s "
-              f"(max {max(stops):.2f} s), outside the segments")
-        print(f"observer cost (manifest figure): median {statistics.median(costs):.2f}% of the "
+        if starts:
+            print(f"telemetry's start took {statistics.median(starts):.2f} s in the on segments "
+                  f"(median; max {max(starts):.2f} s), its stop {statistics.median(stops):.2f} s "
+                  f"(max {max(stops):.2f} s), outside the segments")
+        what = "the stand-in's CPU" if args.stand_in else "observer cost (manifest figure)"
+        print(f"{what}: median {statistics.median(costs):.2f}% of the "
               f"machine (max {max(costs):.2f}%)")
 
 

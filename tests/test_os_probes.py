@@ -39,6 +39,7 @@ from pglab.probes.os_probes import (
     tree_of,
     walk_tree,
 )
+from pglab.probes.os_probes.common import READ_CHUNK, read_proc_file
 
 SAMPLES = Path(__file__).resolve().parent / "samples" / "procfs"
 META = json.loads((SAMPLES / "meta.json").read_text())
@@ -674,6 +675,14 @@ children = [subprocess.Popen(sleeper), subprocess.Popen(nested)]
 print("ready", flush=True)
 children[0].wait()
 """
+
+
+def test_a_proc_file_is_read_whole_past_one_chunk(tmp_path: Path) -> None:
+    # a postmaster of thousands of backends lists more pids than one read returns
+    pids = b" ".join(str(pid).encode() for pid in range(1_000_000, 1_020_000))
+    (tmp_path / "children").write_bytes(pids)
+    assert len(pids) > READ_CHUNK and read_proc_file(str(tmp_path / "children")) == pids
+    assert read_proc_file(str(tmp_path / "gone")) is None
 
 
 @pytest.mark.live

@@ -29,12 +29,38 @@ def read_text(path: str | Path) -> str | None:
         return None
 
 
-def read_stat(path: str) -> procfs.ProcStat | None:
-    """One /proc/<pid>/stat (plain os calls: this runs for many processes, every second)."""
+READ_CHUNK = 65536
+
+
+def read_proc_file(path: str) -> bytes | None:
+    """A procfs file, by plain os calls: os.processes reads two for each process of each
+    node every second, and Python's file objects take half again as much CPU as the
+    kernel's read itself. None when it is gone or unreadable."""
     try:
-        with open(path, "rb") as file:
-            return procfs.parse_pid_stat(file.read().decode(errors="replace"))
-    except (OSError, ValueError):  # gone meanwhile
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        # to the end: a postmaster's children can fill more than a chunk, and procfs
+        # returns whole records, so a short read is no sign of the end
+        chunks = [os.read(fd, READ_CHUNK)]
+        while chunks[-1]:
+            chunks.append(os.read(fd, READ_CHUNK))
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def read_stat(path: str) -> procfs.ProcStat | None:
+    """One /proc/<pid>/stat."""
+    raw = read_proc_file(path)
+    if raw is None:  # gone meanwhile
+        return None
+    try:
+        return procfs.parse_pid_stat(raw.decode(errors="replace"))
+    except ValueError:
         return None
 
 
@@ -47,8 +73,8 @@ def read_children(proc_root: Path, pid: int, threads: int = 1) -> list[int]:
             tids = os.listdir(f"{proc_root}/{pid}/task")
     children: list[int] = []
     for tid in tids:
-        text = read_text(f"{proc_root}/{pid}/task/{tid}/children")
-        children += procfs.parse_children(text) if text else []
+        raw = read_proc_file(f"{proc_root}/{pid}/task/{tid}/children")
+        children += procfs.parse_children(raw.decode()) if raw else []
     return children
 
 
