@@ -44,6 +44,7 @@ from pglab.lab.lab import Lab
 from pglab.probes.telemetry import open_telemetry
 from pglab.runner import probe_nodes
 from pglab.scenario import load_text
+from probe_cadence_cost import schedstat_cpu_s
 
 # The stand-in: bursts of CPU at a rate, as the wait sampler's reads come, and nothing else.
 STAND_IN = """
@@ -57,11 +58,6 @@ while True:
     while time.thread_time() - began < burst:
         pass
 """
-
-
-def cpu_s(pid: int) -> float:
-    """A process's CPU to the nanosecond (its main thread's: the stand-in has no other)."""
-    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
 
 
 def main() -> None:
@@ -130,14 +126,14 @@ def main() -> None:
                 if on:
                     starts.append(time.time() - began)
             began = time.time()
-            burned = cpu_s(stand_in.pid) if stand_in is not None else 0.0
+            burned = schedstat_cpu_s(stand_in.pid) if stand_in is not None else 0.0
             time.sleep(args.segment)
             # The segment ends before telemetry's stop: a run's stop (writing its files,
             # perf script unwinding what is still queued) comes after its load has ended,
             # so counted here it would be a cost no run's TPS bears.
             ended = time.time()
             if stand_in is not None:
-                costs.append(100 * (cpu_s(stand_in.pid) - burned)
+                costs.append(100 * (schedstat_cpu_s(stand_in.pid) - burned)
                              / ((ended - began) * (os.cpu_count() or 1)))
                 stand_in.kill()
                 stand_in.wait()

@@ -45,8 +45,9 @@ def process_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def backend_cpu_s(pid: int) -> float:
-    """A backend's CPU to the nanosecond (stat's ticks are 10 ms: too coarse here)."""
+def schedstat_cpu_s(pid: int) -> float:
+    """A single-threaded process's CPU to the nanosecond (stat's ticks are 10 ms: too coarse
+    here); 0 once it is gone."""
     try:
         return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
     except (OSError, ValueError, IndexError):
@@ -99,12 +100,12 @@ def main() -> None:
                 backends = runner.ctx.db.backend_pids if runner.ctx.db is not None else []
                 pglab0 = process_cpu_s()
                 counted0 = runner.summary()["observer_cpu_s"]
-                server0 = sum(backend_cpu_s(pid) for pid in backends)
+                server0 = sum(schedstat_cpu_s(pid) for pid in backends)
                 began = time.monotonic()
                 time.sleep(args.seconds)
                 pglab = process_cpu_s() - pglab0
                 counted = runner.summary()["observer_cpu_s"] - counted0
-                server = sum(backend_cpu_s(pid) for pid in backends) - server0
+                server = sum(schedstat_cpu_s(pid) for pid in backends) - server0
                 seconds = time.monotonic() - began
                 runner.stop()
                 runner.sink.close()

@@ -201,8 +201,7 @@ def test_network_latency_changes_a_links_round_trip_for_a_while(separate_lab: La
     # twenty round trips measured by a process at normal priority on a busy machine. Below,
     # the margin of test_a_links_round_trip_holds (5% + 100 us): the wire's fixed cost,
     # taken off the delay at setup, is measured between 0.038 and 0.14 ms, so a link
-    # calibrated on a busy machine reads short on a quieter one (1.88 ms on 2 beside the
-    # whole suite).
+    # calibrated on a busy machine reads short on a quieter one.
     assert 10 * 0.95 - 0.1 <= during <= 12.0, during
     assert 2 * 0.95 - 0.1 <= after <= 2.5, after
     network = separate_lab.network
